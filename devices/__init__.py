@@ -1,0 +1,6 @@
+"""Device layer: one DeviceManager for CUDA, ROCm, Ascend NPU, Intel XPU, Apple MPS and CPU."""
+
+from .manager import DeviceFallbackWarning, DeviceManager
+from .options import VALID_DEVICES, parse_device
+
+__all__ = ["DeviceFallbackWarning", "DeviceManager", "VALID_DEVICES", "parse_device"]

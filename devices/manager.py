@@ -1,0 +1,256 @@
+"""DeviceManager: the one object every layer asks for device, dtype, attention and memory.
+
+Selection (auto): CUDA/ROCm -> NPU -> XPU -> MPS -> CPU. A requested device that is not
+usable falls back to the best available one with a warning naming the request, the reason
+and the choice (kept in `fallback_reason`); PREFERRED_DEVICE_STRICT=1 raises instead.
+
+dtype policy (override: `dtype=` or TORCH_DTYPE):
+
+| backend | dtype | why |
+|---|---|---|
+| cuda / rocm | bfloat16 if `is_bf16_supported()`, else float16 | bf16 keeps fp32's range (no fp16 overflow / NaN in VAEs); pre-Ampere GPUs lack it |
+| npu | bfloat16 if `torch.npu.is_bf16_supported()`, else float16 | Ascend 910B+ runs bf16 natively; 310-class chips only fp16 |
+| xpu | bfloat16 | Intel GPUs (Arc, Data Center Max) support bf16 in their matrix engines |
+| mps | float32 | fp16 on MPS gives black/NaN images in several pipelines (diffusers #4480 and the MPS notes); bf16 needs macOS 14+ and falls back to slow kernels; Apple's unified memory makes fp32 affordable |
+| cpu | float32 | CPU fp16 matmuls are emulated and slow; bf16 only pays on AMX/AVX512-BF16 CPUs and costs accuracy |
+
+Attention policy (override: DIFFUSERS_ATTENTION_TYPE=vanilla|sdpa): NPU and MPS use
+"vanilla" (plain matmul-softmax: SDPA on these backends has had numerical and memory bugs and
+is not the fused kernel there); everything else uses "sdpa". Vanilla is slower at large sizes
+(3.9x at 4,096 tokens on CPU), so the override stays available.
+
+Seeds: `create_generator` returns a CPU generator. diffusers' `randn_tensor` draws the initial
+noise on the CPU and moves it, so one seed gives the same image start on every backend.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import backends, memory
+from .attention import apply_attention as _apply_attention
+from .options import DeviceOptions
+
+log = logging.getLogger(__name__)
+
+ATTENTION_POLICY = {"npu": "vanilla", "mps": "vanilla"}
+MEMORY_LEVELS = ("off", "auto", "balanced", "max")
+
+
+class DeviceFallbackWarning(UserWarning):
+    """The requested device could not be used; another one was chosen."""
+
+
+class DeviceManager:
+    """Detects the device at construction (never at import) and answers for it.
+
+    Args:
+        preferred_device: auto | cpu | cuda[:N] | rocm | npu[:N] | xpu[:N] | mps; None reads
+            PREFERRED_DEVICE, then "auto". Case-insensitive, whitespace-tolerant.
+        dtype: torch dtype or its name; None reads TORCH_DTYPE, then the dtype table.
+        attention: vanilla | sdpa; None reads DIFFUSERS_ATTENTION_TYPE, then the policy.
+    """
+
+    def __init__(
+        self,
+        preferred_device: str | None = None,
+        dtype: str | torch.dtype | None = None,
+        attention: str | None = None,
+    ):
+        self.options = DeviceOptions.resolve(preferred_device, dtype, attention)
+        self.requested = str(self.options.device)
+        self.fallback_reason: str | None = None
+        self.backend, index = self._select()
+        self.device = torch.device("cuda" if self.backend == "rocm" else self.backend, index)
+        self.device_name = backends.device_name(self.backend, index or 0)
+        self.dtype = self.options.dtype or self._default_dtype()
+        self.attention = self.options.attention or ATTENTION_POLICY.get(self.backend, "sdpa")
+        log.info("device %s (%s, %s), dtype %s, attention %s", self.device, self.backend,
+                 self.device_name, str(self.dtype).removeprefix("torch."), self.attention)
+
+    # ------------------------------------------------------------------ selection
+    def _select(self) -> tuple[str, int | None]:
+        request = self.options.device
+        if request.kind == "auto":
+            return self._best_available()
+        status = backends.probe(request.kind)
+        problem = None
+        if not status.available:
+            problem = status.reason
+        elif request.kind == "rocm" and status.name != "rocm":
+            problem = "torch is a CUDA build, not a ROCm (HIP) build"
+        elif request.index is not None and request.index >= status.device_count:
+            problem = f"{request} requested but {status.device_count} device(s) visible"
+        if problem is None:
+            index = request.index if request.index is not None else (0 if status.name not in ("cpu", "mps") else None)
+            return status.name, index
+        backend, index = self._best_available()
+        chosen = backend if index is None else f"{backend}:{index}"
+        message = f"PREFERRED_DEVICE={request} is not usable: {problem}; using {chosen} instead"
+        if self.options.strict:
+            raise RuntimeError(message.replace("; using", " (PREFERRED_DEVICE_STRICT=1); would use"))
+        self.fallback_reason = problem
+        warnings.warn(message, DeviceFallbackWarning, stacklevel=3)
+        log.warning(message)
+        return backend, index
+
+    @staticmethod
+    def _best_available() -> tuple[str, int | None]:
+        for kind in backends.PRIORITY:
+            status = backends.probe(kind)
+            if status.available:
+                return status.name, (0 if status.name not in ("cpu", "mps") else None)
+        return "cpu", None  # unreachable: the CPU probe is always available
+
+    def _default_dtype(self) -> torch.dtype:
+        if self.backend in ("cuda", "rocm", "npu", "xpu"):
+            return torch.bfloat16 if backends.supports_bf16(self.backend) else torch.float16
+        return torch.float32  # cpu, mps: see the table in the module docstring
+
+    # ------------------------------------------------------------------ policies
+    def apply_attention(self, pipe: Any) -> dict[str, str]:
+        """Apply this manager's attention type to every component; returns what was set."""
+        return _apply_attention(pipe, self.attention)
+
+    def create_generator(self, seed: int) -> torch.Generator:
+        """A CPU generator: the same seed gives the same initial noise on every backend."""
+        return torch.Generator(device="cpu").manual_seed(int(seed))
+
+    # ------------------------------------------------------------------ memory
+    def memory_stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = {"backend": self.backend, "device_name": self.device_name}
+        stats.update(memory.device_memory(self.backend, self.device))
+        stats.update(memory.host_memory())
+        return stats
+
+    def format_memory(self) -> str:
+        s = self.memory_stats()
+        h = memory.human_bytes
+        if self.backend == "cpu":
+            return (f"RAM: process {h(s['allocated'])} (peak {h(s['peak'])}), "
+                    f"{h(s['free'])} free of {h(s['total'])}")
+        return (f"{self.backend.upper()}: {h(s['allocated'])} allocated, {h(s['reserved'])} reserved, "
+                f"peak {h(s['peak'])}, {h(s['free'])} free of {h(s['total'])} | host RSS {h(s['host_rss'])}")
+
+    def empty_cache(self) -> None:
+        memory.empty_cache(self.backend, self.device)
+
+    def synchronize(self) -> None:
+        memory.synchronize(self.backend, self.device)
+
+    def reset_peak_memory(self) -> None:
+        memory.reset_peak(self.backend, self.device)
+
+    def set_memory_efficient_mode(self, pipe: Any, level: str = "auto") -> list[str]:
+        """Enable memory savers and return their names.
+
+        off: nothing. balanced: VAE slicing + tiling, attention slicing (not on MPS, where
+        slicing gives black images). max: balanced + model CPU offload (accelerators only).
+        auto: max when the weights need > 90 % of free device memory, balanced above 50 %,
+        else nothing (savers cost speed, so they are used only when memory is short).
+        """
+        level = level.strip().lower()
+        if level not in MEMORY_LEVELS:
+            raise ValueError(f"invalid memory level {level!r}; valid values: {', '.join(MEMORY_LEVELS)}")
+        if level == "auto":
+            level = self._auto_memory_level(pipe)
+        enabled: list[str] = []
+        if level == "off":
+            return enabled
+        vae = getattr(pipe, "vae", None)
+        for saver in ("slicing", "tiling"):
+            fn = getattr(vae, f"enable_{saver}", None)
+            if fn is not None:
+                fn()
+                enabled.append(f"vae_{saver}")
+        if self.backend != "mps" and hasattr(pipe, "enable_attention_slicing"):
+            pipe.enable_attention_slicing()
+            enabled.append("attention_slicing")
+        if level == "max" and self.backend != "cpu" and hasattr(pipe, "enable_model_cpu_offload"):
+            pipe.enable_model_cpu_offload(device=self.device)
+            enabled.append("model_cpu_offload")
+        log.info("memory-efficient mode %s: %s", level, enabled or "nothing")
+        return enabled
+
+    def _auto_memory_level(self, pipe: Any) -> str:
+        free = self.memory_stats()["free"]
+        weights = model_bytes(pipe)
+        if not free or not weights:
+            return "off"
+        share = weights / free
+        return "max" if share > 0.9 else "balanced" if share > 0.5 else "off"
+
+    # ------------------------------------------------------------------ weights
+    @staticmethod
+    def load_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
+        """Load a .safetensors file to CPU (move later): never unpickles, clear errors."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"safetensors file not found: {path}")
+        try:
+            return load_file(str(path), device="cpu")
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"{path} is not a valid safetensors file: {exc}") from exc
+
+    # ------------------------------------------------------------------ reports
+    def report(self) -> dict[str, Any]:
+        import diffusers
+
+        return {
+            "requested": self.requested,
+            "device": str(self.device),
+            "backend": self.backend,
+            "device_name": self.device_name,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "attention": self.attention,
+            "fallback_reason": self.fallback_reason,
+            "backends": {
+                s.name: {"available": s.available, "reason": s.reason, "device_count": s.device_count}
+                for s in backends.probe_all().values()
+            },
+            "memory": self.memory_stats(),
+            "versions": {"torch": torch.__version__, "diffusers": diffusers.__version__,
+                         "python": platform.python_version()},
+        }
+
+    def describe(self) -> str:
+        r = self.report()
+        lines = [
+            f"Device:    {r['device']} ({r['backend']}, {r['device_name']})",
+            f"Requested: {r['requested']}" + (f"  -> fell back: {r['fallback_reason']}" if r["fallback_reason"] else ""),
+            f"dtype:     {r['dtype']}",
+            f"Attention: {r['attention']}",
+            f"Memory:    {self.format_memory()}",
+            "Backends:",
+        ]
+        for name, b in r["backends"].items():
+            lines.append(f"  {name:<5} {'yes' if b['available'] else 'no ':<4} {b['reason']}")
+        v = r["versions"]
+        lines.append(f"Versions:  torch {v['torch']}, diffusers {v['diffusers']}, python {v['python']}")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps(self.report(), indent=2)
+
+    def __repr__(self) -> str:
+        return f"DeviceManager(device={self.device}, backend={self.backend}, dtype={self.dtype}, attention={self.attention})"
+
+
+def model_bytes(pipe: Any) -> int:
+    """Bytes of all weights of a pipeline's torch modules."""
+    components = getattr(pipe, "components", {}) or {}
+    total = 0
+    for component in components.values():
+        if isinstance(component, torch.nn.Module):
+            total += sum(p.numel() * p.element_size() for p in component.parameters())
+    return total

@@ -1,0 +1,148 @@
+"""Memory figures per backend, preferring torch's device-neutral `torch.accelerator` API.
+
+Every figure is bytes or None ("this backend cannot tell"). On CPU the device memory *is*
+host memory, so `allocated` is the process's resident set and `peak` its high-water mark
+(Linux VmHWM, which `reset_peak` clears through /proc/self/clear_refs).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+import torch
+
+from .backends import torch_namespace
+
+log = logging.getLogger(__name__)
+
+MEMORY_KEYS = ("allocated", "reserved", "peak", "total", "free")
+
+
+def _accelerator_matches(device: torch.device) -> bool:
+    """True when torch.accelerator drives exactly this device type (it raises when none exists)."""
+    acc = getattr(torch, "accelerator", None)
+    try:
+        return bool(acc and acc.is_available() and acc.current_accelerator().type == device.type)
+    except Exception:
+        return False
+
+
+def _try(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as exc:
+        log.debug("memory query failed: %s", exc)
+        return None
+
+
+def _first(*calls: Callable[[], Any]) -> Any:
+    """The first call that answers (not None, no exception)."""
+    for call in calls:
+        value = _try(call)
+        if value is not None:
+            return value
+    return None
+
+
+def _proc_status_kb(field: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def device_memory(backend: str, device: torch.device) -> dict[str, int | None]:
+    """allocated/reserved/peak/total/free for one device."""
+    if backend == "cpu":
+        vm = psutil.virtual_memory()
+        return {
+            "allocated": psutil.Process().memory_info().rss,
+            "reserved": None,
+            "peak": _proc_status_kb("VmHWM"),
+            "total": vm.total,
+            "free": vm.available,
+        }
+    index = device.index or 0
+    acc = torch.accelerator if _accelerator_matches(device) else None
+    mod = torch_namespace(backend)
+    if backend == "mps":
+        total = _try(lambda: mod.recommended_max_memory())
+        reserved = _try(lambda: mod.driver_allocated_memory())
+        return {
+            "allocated": _try(lambda: mod.current_allocated_memory()),
+            "reserved": reserved,
+            "peak": None,  # MPS keeps no high-water mark
+            "total": total,
+            "free": max(0, total - reserved) if total is not None and reserved is not None else None,
+        }
+    info = _first(lambda: acc.get_memory_info(index), lambda: mod.mem_get_info(index))
+    free, total = (int(info[0]), int(info[1])) if info is not None else (None, None)
+    if total is None:
+        total = _try(lambda: mod.get_device_properties(index).total_memory)
+    return {
+        "allocated": _first(lambda: acc.memory_allocated(index), lambda: mod.memory_allocated(index)),
+        "reserved": _first(lambda: acc.memory_reserved(index), lambda: mod.memory_reserved(index)),
+        "peak": _first(lambda: acc.max_memory_allocated(index), lambda: mod.max_memory_allocated(index)),
+        "total": total,
+        "free": free,
+    }
+
+
+def host_memory() -> dict[str, int]:
+    vm = psutil.virtual_memory()
+    return {"host_rss": psutil.Process().memory_info().rss, "host_total": vm.total, "host_available": vm.available}
+
+
+def _call_backend(backend: str, device: torch.device, name: str, *args: Any) -> None:
+    """Call torch.accelerator.<name> or torch.<backend>.<name>; never torch.cuda on another backend."""
+    if backend == "cpu":
+        return
+    if _accelerator_matches(device) and hasattr(torch.accelerator, name):
+        getattr(torch.accelerator, name)(*args)
+        return
+    fn = getattr(torch_namespace(backend), name, None)
+    if fn is None:
+        log.debug("%s has no %s()", backend, name)
+        return
+    fn(*args)
+
+
+def empty_cache(backend: str, device: torch.device) -> None:
+    _call_backend(backend, device, "empty_cache")
+
+
+def synchronize(backend: str, device: torch.device) -> None:
+    if backend == "mps":  # torch.mps.synchronize takes no device index
+        _call_backend(backend, device, "synchronize")
+    else:
+        _call_backend(backend, device, "synchronize", *([device.index] if device.index is not None else []))
+
+
+def reset_peak(backend: str, device: torch.device) -> None:
+    if backend == "cpu":
+        try:  # "5" resets the process's peak RSS (VmHWM); see proc(5)
+            with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+                f.write("5")
+        except OSError as exc:
+            log.debug("cannot reset VmHWM: %s", exc)
+        return
+    if backend == "mps":
+        return
+    _call_backend(backend, device, "reset_peak_memory_stats", device.index or 0)
+
+
+def human_bytes(value: int | None) -> str:
+    if value is None:
+        return "n/a"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"

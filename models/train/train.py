@@ -1,0 +1,384 @@
+"""Train the embedded default model from scratch on procedurally drawn shapes.
+
+    python -m models.train.train all          # vae -> unet -> export -> lora, resumes where it stopped
+    python -m models.train.train vae|unet|export|lora [--steps N] [--threads N]
+
+Each stage is seeded and checkpoints to `models/train/runs/<stage>/` (git-ignored) every few
+hundred steps; running the same command again resumes from the last checkpoint and, because
+every batch is drawn from an RNG seeded by (seed, step), continues exactly as if it had not
+stopped. `export` writes the diffusers folder `models/tiny-shapes/`; `lora` writes
+`models/loras/outline.safetensors`. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from . import configs
+from .tokenizer import build_tokenizer
+from .world import COLORS, PROMPT_TEMPLATE, SHAPES, random_scene, render_batch
+
+log = logging.getLogger(__name__)
+
+MODELS_DIR = Path(__file__).resolve().parents[1]
+RUNS = MODELS_DIR / "train" / "runs"
+MODEL_OUT = MODELS_DIR / "tiny-shapes"
+LORA_OUT = MODELS_DIR / "loras"
+SEED = 1234
+
+DEFAULT_STEPS = {"vae": 1000, "unet": 4000, "lora": 600}
+BATCH = {"vae": 32, "unet": 64, "lora": 64}
+LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
+UNET_DATASET = 80_000
+LORA_DATASET = 16_000
+CFG_DROPOUT = 0.1
+
+
+# --------------------------------------------------------------------------- helpers
+def batch_rng(stage: str, step: int) -> random.Random:
+    return random.Random(f"{SEED}-{stage}-{step}")
+
+
+def to_tensor(images: np.ndarray) -> torch.Tensor:
+    """uint8 (N,H,W,3) -> float (N,3,H,W) in [-1, 1]."""
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
+
+
+def lr_at(step: int, total: int, base: float, warmup: int = 100, floor: float = 0.05) -> float:
+    if step < warmup:
+        return base * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return base * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def save_checkpoint(path: Path, **state) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)  # atomic: an interrupted save never leaves a broken checkpoint
+
+
+def load_checkpoint(path: Path) -> dict | None:
+    # Our own checkpoints only (optimizer state needs full unpickling).
+    return torch.load(path, weights_only=False) if path.exists() else None
+
+
+class EMA:
+    """Exponential moving average of parameters, with the usual warm-up of the decay."""
+
+    def __init__(self, params: list[torch.nn.Parameter], decay: float = 0.999):
+        self.decay = decay
+        self.shadow = [p.detach().clone() for p in params]
+
+    @torch.no_grad()
+    def update(self, params: list[torch.nn.Parameter], step: int) -> None:
+        d = min(self.decay, (1 + step) / (10 + step))
+        for s, p in zip(self.shadow, params, strict=True):
+            s.lerp_(p.detach(), 1 - d)
+
+    @torch.no_grad()
+    def copy_to(self, params: list[torch.nn.Parameter]) -> None:
+        for s, p in zip(self.shadow, params, strict=True):
+            p.copy_(s)
+
+
+def progress(total: int, start: int, desc: str) -> tqdm:
+    return tqdm(total=total, initial=start, desc=desc, unit="step", dynamic_ncols=True, smoothing=0.05)
+
+
+# --------------------------------------------------------------------------- stage 1: VAE
+def train_vae(steps: int) -> None:
+    out = RUNS / "vae"
+    vae = configs.make_vae()
+    opt = torch.optim.AdamW(vae.parameters(), lr=LR["vae"], weight_decay=0.0)
+    start = 0
+    if ckpt := load_checkpoint(out / "ckpt.pt"):
+        vae.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+        start = ckpt["step"]
+        log.info("vae: resuming at step %d", start)
+    torch.manual_seed(SEED + start)
+    bar = progress(steps, start, "vae")
+    for step in range(start, steps):
+        rng = batch_rng("vae", step)
+        scenes = [random_scene(rng, outline=rng.random() < 0.25) for _ in range(BATCH["vae"])]
+        x = to_tensor(render_batch(scenes))
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps, LR["vae"], warmup=50)
+        posterior = vae.encode(x).latent_dist
+        recon = vae.decode(posterior.sample()).sample
+        l1 = (recon - x).abs().mean()
+        mse = F.mse_loss(recon, x)
+        kl = posterior.kl().mean() / posterior.mean[0].numel()
+        loss = l1 + mse + 1e-4 * kl
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        opt.step()
+        bar.update(1)
+        bar.set_postfix(l1=f"{l1.item():.4f}", mse=f"{mse.item():.5f}")
+        if (step + 1) % 100 == 0 or step + 1 == steps:
+            save_checkpoint(out / "ckpt.pt", model=vae.state_dict(), opt=opt.state_dict(), step=step + 1)
+    bar.close()
+    vae.eval()
+    with torch.no_grad():  # scaling factor = 1 / std of latents, as in Stable Diffusion
+        rng = random.Random(f"{SEED}-vae-scale")
+        x = to_tensor(render_batch([random_scene(rng) for _ in range(1024)]))
+        std = vae.encode(x).latent_dist.mean.std().item()
+        recon = vae.decode(vae.encode(x).latent_dist.mean).sample
+        mse = F.mse_loss(recon, x).item()
+    vae.register_to_config(scaling_factor=round(1.0 / std, 5))
+    vae.save_pretrained(out / "final")
+    log.info("vae: held-out reconstruction MSE %.5f, latent std %.4f", mse, std)
+
+
+# --------------------------------------------------------------------------- latents
+def encode_dataset(vae, n: int, tag: str, outline: bool) -> dict:
+    """Draw `n` seeded scenes and encode them once; cached in runs/ for resumes."""
+    cache = RUNS / f"latents-{tag}-{n}.pt"
+    if cache.exists():
+        return torch.load(cache)
+    rng = random.Random(f"{SEED}-data-{tag}")
+    scenes = [random_scene(rng, outline=outline) for _ in range(n)]
+    means, stds = [], []
+    with torch.no_grad():
+        for i in tqdm(range(0, n, 256), desc=f"encode {tag}"):
+            dist = vae.encode(to_tensor(render_batch(scenes[i : i + 256]))).latent_dist
+            means.append(dist.mean.half())
+            stds.append(dist.std.half())
+    data = {"mean": torch.cat(means), "std": torch.cat(stds), "prompts": [s.prompt for s in scenes]}
+    torch.save(data, cache)
+    return data
+
+
+def tokenize(tokenizer, prompts: list[str]) -> torch.Tensor:
+    return tokenizer(
+        prompts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
+    ).input_ids
+
+
+def diffusion_loss(unet, text_encoder, scheduler, latents, ids, generator) -> torch.Tensor:
+    """v-prediction loss with min-SNR-5 weighting (Hang et al. 2023) for faster convergence."""
+    noise = torch.randn(latents.shape, generator=generator)
+    t = torch.randint(0, scheduler.config.num_train_timesteps, (latents.shape[0],), generator=generator)
+    noisy = scheduler.add_noise(latents, noise, t)
+    target = scheduler.get_velocity(latents, noise, t)
+    hidden = text_encoder(ids)[0]
+    pred = unet(noisy, t, hidden).sample
+    alphas = scheduler.alphas_cumprod[t]
+    snr = alphas / (1 - alphas)
+    weight = snr.clamp(max=5.0) / (snr + 1)
+    per_sample = (pred - target).pow(2).mean(dim=(1, 2, 3))
+    return (per_sample * weight).mean()
+
+
+def load_vae():
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL.from_pretrained(RUNS / "vae" / "final").eval()
+
+
+# --------------------------------------------------------------------------- stage 2: UNet + text encoder
+def train_unet(steps: int) -> None:
+    out = RUNS / "unet"
+    vae = load_vae()
+    data = encode_dataset(vae, UNET_DATASET, "filled", outline=False)
+    scale = vae.config.scaling_factor
+    tokenizer = build_tokenizer()
+    ids_all = tokenize(tokenizer, data["prompts"])
+    empty_ids = tokenize(tokenizer, [""])[0]
+    unet = configs.make_unet()
+    text_encoder = configs.make_text_encoder(
+        len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
+    )
+    params = [*unet.parameters(), *text_encoder.parameters()]
+    opt = torch.optim.AdamW(params, lr=LR["unet"], weight_decay=0.01)
+    ema = EMA(params)
+    scheduler = configs.make_train_scheduler()
+    start = 0
+    if ckpt := load_checkpoint(out / "ckpt.pt"):
+        unet.load_state_dict(ckpt["unet"])
+        text_encoder.load_state_dict(ckpt["text_encoder"])
+        opt.load_state_dict(ckpt["opt"])
+        ema.shadow = ckpt["ema"]
+        start = ckpt["step"]
+        log.info("unet: resuming at step %d", start)
+    unet.train()
+    text_encoder.train()
+    bar = progress(steps, start, "unet")
+    for step in range(start, steps):
+        gen = torch.Generator().manual_seed(SEED * 100_000 + step)
+        idx = torch.randint(0, UNET_DATASET, (BATCH["unet"],), generator=gen)
+        mean, std = data["mean"][idx].float(), data["std"][idx].float()
+        latents = (mean + std * torch.randn(mean.shape, generator=gen)) * scale
+        ids = ids_all[idx].clone()
+        ids[torch.rand(len(idx), generator=gen) < CFG_DROPOUT] = empty_ids
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps, LR["unet"], warmup=200)
+        loss = diffusion_loss(unet, text_encoder, scheduler, latents, ids, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        ema.update(params, step)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.4f}")
+        if (step + 1) % 200 == 0 or step + 1 == steps:
+            save_checkpoint(
+                out / "ckpt.pt",
+                unet=unet.state_dict(),
+                text_encoder=text_encoder.state_dict(),
+                opt=opt.state_dict(),
+                ema=ema.shadow,
+                step=step + 1,
+            )
+    bar.close()
+
+
+# --------------------------------------------------------------------------- export
+def export_model(steps: int | None = None) -> Path:
+    """Write the EMA weights as a standard StableDiffusionPipeline folder."""
+    from diffusers import StableDiffusionPipeline
+
+    ckpt = load_checkpoint(RUNS / "unet" / "ckpt.pt")
+    if ckpt is None:
+        raise SystemExit("export: no UNet checkpoint; run the unet stage first")
+    tokenizer = build_tokenizer()
+    unet = configs.make_unet()
+    text_encoder = configs.make_text_encoder(
+        len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
+    )
+    unet.load_state_dict(ckpt["unet"])
+    text_encoder.load_state_dict(ckpt["text_encoder"])
+    ema = EMA([])
+    ema.shadow = ckpt["ema"]
+    ema.copy_to([*unet.parameters(), *text_encoder.parameters()])
+    pipe = StableDiffusionPipeline(
+        vae=load_vae(),
+        text_encoder=text_encoder.eval(),
+        tokenizer=tokenizer,
+        unet=unet.eval(),
+        scheduler=configs.make_sample_scheduler(),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
+    pipe.save_pretrained(MODEL_OUT, safe_serialization=True)
+    write_vocabulary(MODEL_OUT)
+    log.info("export: wrote %s (trained %d steps)", MODEL_OUT, ckpt["step"])
+    return MODEL_OUT
+
+
+def write_vocabulary(folder: Path) -> None:
+    """The words this model understands; the app shows them beside the prompt box."""
+    import json
+
+    vocab = {
+        "pattern": PROMPT_TEMPLATE,
+        "colors": list(COLORS),
+        "shapes": list(SHAPES),
+        "loras": {"outline": "draws the shape as an outline instead of filled"},
+        "examples": [
+            PROMPT_TEMPLATE.format(color=c, shape=s, background=b)
+            for c, s, b in [("red", "circle", "blue"), ("yellow", "triangle", "purple"),
+                            ("white", "square", "black"), ("green", "circle", "orange")]
+        ],
+        "default_steps": 20,
+        "default_guidance_scale": 4.0,
+    }
+    (folder / "vocabulary.json").write_text(json.dumps(vocab, indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------- stage 3: LoRA
+def train_lora(steps: int) -> None:
+    from diffusers import StableDiffusionPipeline
+    from peft import LoraConfig
+    from peft.utils import get_peft_model_state_dict
+
+    out = RUNS / "lora"
+    pipe = StableDiffusionPipeline.from_pretrained(MODEL_OUT)
+    unet, text_encoder, vae = pipe.unet, pipe.text_encoder, pipe.vae
+    data = encode_dataset(vae, LORA_DATASET, "outline", outline=True)
+    ids_all = tokenize(pipe.tokenizer, data["prompts"])
+    for module in (unet, text_encoder, vae):
+        module.requires_grad_(False)
+    torch.manual_seed(SEED)  # LoRA's random A-matrix init
+    unet.add_adapter(
+        LoraConfig(
+            r=8,
+            lora_alpha=8,
+            init_lora_weights="gaussian",
+            target_modules=["to_q", "to_k", "to_v", "to_out.0", "proj_in", "proj_out", "conv1", "conv2"],
+        )
+    )
+    params = [p for p in unet.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=LR["lora"], weight_decay=0.0)
+    scheduler = configs.make_train_scheduler()
+    scale = vae.config.scaling_factor
+    start = 0
+    if ckpt := load_checkpoint(out / "ckpt.pt"):
+        for p, saved in zip(params, ckpt["lora"], strict=True):
+            p.data.copy_(saved)
+        opt.load_state_dict(ckpt["opt"])
+        start = ckpt["step"]
+        log.info("lora: resuming at step %d", start)
+    unet.train()
+    bar = progress(steps, start, "lora")
+    for step in range(start, steps):
+        gen = torch.Generator().manual_seed(SEED * 200_000 + step)
+        idx = torch.randint(0, LORA_DATASET, (BATCH["lora"],), generator=gen)
+        mean, std = data["mean"][idx].float(), data["std"][idx].float()
+        latents = (mean + std * torch.randn(mean.shape, generator=gen)) * scale
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps, LR["lora"], warmup=50)
+        loss = diffusion_loss(unet, text_encoder, scheduler, latents, ids_all[idx], gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.4f}")
+        if (step + 1) % 100 == 0 or step + 1 == steps:
+            save_checkpoint(out / "ckpt.pt", lora=[p.detach().clone() for p in params], opt=opt.state_dict(),
+                            step=step + 1)
+    bar.close()
+    LORA_OUT.mkdir(parents=True, exist_ok=True)
+    StableDiffusionPipeline.save_lora_weights(
+        LORA_OUT, unet_lora_layers=get_peft_model_state_dict(unet), weight_name="outline.safetensors"
+    )
+    log.info("lora: wrote %s", LORA_OUT / "outline.safetensors")
+
+
+STAGES = {"vae": train_vae, "unet": train_unet, "export": export_model, "lora": train_lora}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("stage", choices=[*STAGES, "all"])
+    parser.add_argument("--steps", type=int, help="training steps of the stage (default: %s)" % DEFAULT_STEPS)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    torch.set_num_threads(args.threads)
+    stages = ["vae", "unet", "export", "lora"] if args.stage == "all" else [args.stage]
+    for stage in stages:
+        t0 = time.time()
+        if stage == "export":
+            export_model()
+        else:
+            STAGES[stage](args.steps or DEFAULT_STEPS[stage])
+        log.info("%s: done in %.1f min", stage, (time.time() - t0) / 60)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+import logging
+import os
+
+import pytest
+import torch
+
+# One thread: on a shared 2-core CI machine more threads run slower, not faster.
+torch.set_num_threads(int(os.environ.get("TEST_TORCH_THREADS", "1")))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+logging.getLogger("diffusers").setLevel(logging.ERROR)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny random diffusers folder, built once per test session."""
+    from tests.tiny_model import save_tiny_pipeline
+
+    return save_tiny_pipeline(tmp_path_factory.mktemp("tiny-sd") / "model")

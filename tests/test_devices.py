@@ -1,0 +1,447 @@
+"""DeviceManager on simulated backends: selection, fallback, dtype/attention policy, memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from devices import DeviceFallbackWarning, DeviceManager
+from tests import fakes
+from tests.fakes import GiB
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def cpu_only(monkeypatch):
+    fakes.no_accelerators(monkeypatch)
+
+
+# ---------------------------------------------------------------- parsing
+@pytest.mark.parametrize("value", ["auto", "CPU", "  cpu  ", "Auto "])
+def test_accepts_case_and_whitespace(value):
+    assert DeviceManager(value).backend == "cpu"
+
+
+@pytest.mark.parametrize("value", ["gpu", "cuda:x", "cpu:1", "mps:0", "tpu", "cuda:-1"])
+def test_invalid_device_lists_valid_values(value):
+    with pytest.raises(ValueError) as err:
+        DeviceManager(value)
+    assert value in str(err.value)
+    assert "cuda:N" in str(err.value) and "npu" in str(err.value) and "mps" in str(err.value)
+
+
+def test_none_reads_env_then_auto(monkeypatch):
+    fakes.fake_cuda(monkeypatch, count=2)
+    assert DeviceManager().device == torch.device("cuda", 0)
+    monkeypatch.setenv("PREFERRED_DEVICE", "cpu")
+    assert DeviceManager().backend == "cpu"
+    assert DeviceManager("cuda:1").device == torch.device("cuda", 1)  # argument wins over env
+
+
+# ---------------------------------------------------------------- selection and priority
+def test_plain_cpu_machine():
+    dm = DeviceManager()
+    assert (dm.backend, dm.device, dm.dtype, dm.attention) == ("cpu", torch.device("cpu"), torch.float32, "sdpa")
+    assert dm.fallback_reason is None
+    assert dm.device_name
+
+
+def test_auto_priority(monkeypatch):
+    fakes.fake_mps(monkeypatch)
+    assert DeviceManager().backend == "mps"
+    fakes.fake_xpu(monkeypatch)
+    assert DeviceManager().backend == "xpu"
+    fakes.fake_npu(monkeypatch)
+    assert DeviceManager().backend == "npu"
+    fakes.fake_cuda(monkeypatch)
+    assert DeviceManager().backend == "cuda"
+
+
+def test_cuda_index_and_name(monkeypatch):
+    fakes.fake_cuda(monkeypatch, count=2, name="NVIDIA L4")
+    dm = DeviceManager("cuda:1")
+    assert dm.device == torch.device("cuda", 1)
+    assert dm.device_name == "NVIDIA L4 #1"
+
+
+def test_npu_index(monkeypatch):
+    fakes.fake_npu(monkeypatch, count=2)
+    dm = DeviceManager("npu:1")
+    assert (dm.backend, dm.device.type, dm.device.index) == ("npu", "npu", 1)
+    assert dm.device_name == "Ascend910B3 #1"
+
+
+def test_rocm_is_cuda_api_on_hip(monkeypatch):
+    fakes.fake_cuda(monkeypatch, hip="6.2.41133", name="AMD Instinct MI300X")
+    for request in ("rocm", "cuda", "auto"):
+        dm = DeviceManager(request)
+        assert dm.backend == "rocm" and dm.device == torch.device("cuda", 0)
+        assert dm.fallback_reason is None
+
+
+# ---------------------------------------------------------------- fallbacks
+def _fallback(request: str) -> tuple[DeviceManager, str]:
+    with pytest.warns(DeviceFallbackWarning) as record:
+        dm = DeviceManager(request)
+    return dm, str(record[0].message)
+
+
+def test_npu_not_installed_falls_back_to_cpu():
+    dm, message = _fallback("npu")
+    assert dm.backend == "cpu"
+    assert dm.fallback_reason == "torch_npu is not installed (see requirements-npu.txt)"
+    assert "npu" in message and "torch_npu is not installed" in message and "using cpu" in message
+
+
+def test_npu_installed_but_not_visible(monkeypatch):
+    fakes.fake_npu(monkeypatch, count=0)
+    dm, message = _fallback("npu")
+    assert "no NPU visible" in dm.fallback_reason and "using cpu" in message
+
+
+def test_npu_import_broken_names_cann(monkeypatch):
+    fakes.fake_npu(monkeypatch, import_error=OSError("libhccl.so: cannot open shared object file"))
+    dm, message = _fallback("npu:0")
+    assert "libhccl.so" in dm.fallback_reason and "CANN" in dm.fallback_reason
+
+
+def test_cuda_index_out_of_range_falls_back_to_cuda0(monkeypatch):
+    fakes.fake_cuda(monkeypatch, count=1)
+    dm, message = _fallback("cuda:3")
+    assert dm.device == torch.device("cuda", 0)
+    assert dm.fallback_reason == "cuda:3 requested but 1 device(s) visible"
+    assert "cuda:3" in message and "using cuda:0" in message
+
+
+def test_cuda_on_cpu_build_falls_back_to_best(monkeypatch):
+    fakes.fake_mps(monkeypatch)
+    dm, message = _fallback("cuda")
+    assert dm.backend == "mps" and "using mps" in message
+
+
+def test_rocm_requested_on_cuda_build(monkeypatch):
+    fakes.fake_cuda(monkeypatch)
+    dm, _ = _fallback("rocm")
+    assert dm.backend == "cuda" and "not a ROCm" in dm.fallback_reason
+
+
+def test_xpu_and_mps_unavailable_messages():
+    assert "XPU" in _fallback("xpu:0")[0].fallback_reason
+    assert "MPS" in _fallback("mps")[0].fallback_reason
+
+
+def test_strict_mode_raises(monkeypatch):
+    monkeypatch.setenv("PREFERRED_DEVICE_STRICT", "1")
+    with pytest.raises(RuntimeError, match="torch_npu is not installed"):
+        DeviceManager("npu")
+    assert DeviceManager("cpu").backend == "cpu"  # a usable request is fine in strict mode
+
+
+# ---------------------------------------------------------------- dtype table
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        (lambda mp: fakes.fake_cuda(mp, bf16=True), torch.bfloat16),
+        (lambda mp: fakes.fake_cuda(mp, bf16=False), torch.float16),
+        (lambda mp: fakes.fake_cuda(mp, hip="6.2"), torch.bfloat16),
+        (lambda mp: fakes.fake_npu(mp, bf16=True), torch.bfloat16),
+        (lambda mp: fakes.fake_npu(mp, bf16=False), torch.float16),
+        (lambda mp: fakes.fake_xpu(mp), torch.bfloat16),
+        (lambda mp: fakes.fake_mps(mp), torch.float32),
+        (lambda mp: None, torch.float32),
+    ],
+)
+def test_dtype_table(monkeypatch, setup, expected):
+    setup(monkeypatch)
+    assert DeviceManager().dtype == expected
+
+
+def test_dtype_overrides(monkeypatch):
+    fakes.fake_cuda(monkeypatch)
+    monkeypatch.setenv("TORCH_DTYPE", "float32")
+    assert DeviceManager().dtype == torch.float32
+    assert DeviceManager(dtype="fp16").dtype == torch.float16
+    assert DeviceManager(dtype=torch.bfloat16).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="float64"):
+        DeviceManager(dtype="float64")
+
+
+# ---------------------------------------------------------------- attention policy
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        (fakes.fake_npu, "vanilla"),
+        (fakes.fake_mps, "vanilla"),
+        (fakes.fake_cuda, "sdpa"),
+        (fakes.fake_xpu, "sdpa"),
+        (lambda mp: None, "sdpa"),
+    ],
+)
+def test_attention_policy(monkeypatch, setup, expected):
+    setup(monkeypatch)
+    assert DeviceManager().attention == expected
+
+
+def test_attention_env_override(monkeypatch):
+    fakes.fake_npu(monkeypatch)
+    monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", "sdpa")
+    assert DeviceManager().attention == "sdpa"
+    monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", " Vanilla ")
+    assert DeviceManager("cpu").attention == "vanilla"
+    monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", "flash")
+    with pytest.raises(ValueError, match="vanilla, sdpa"):
+        DeviceManager()
+
+
+def _tiny_unet():
+    from diffusers import UNet2DConditionModel
+
+    torch.manual_seed(0)
+    return UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(32, 32),
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=16, attention_head_dim=4, norm_num_groups=8,
+    ).eval()
+
+
+def test_apply_attention_really_swaps_processors(monkeypatch):
+    from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
+
+    unet = _tiny_unet()
+    x, t, ctx = torch.randn(1, 4, 8, 8), torch.tensor([10]), torch.randn(1, 5, 16)
+    with torch.no_grad():
+        monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", "vanilla")
+        applied = DeviceManager().apply_attention(unet)
+        assert applied == {"UNet2DConditionModel": "AttnProcessor"}
+        assert {type(p) for p in unet.attn_processors.values()} == {AttnProcessor}
+        vanilla = unet(x, t, ctx).sample
+        monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", "sdpa")
+        DeviceManager().apply_attention(unet)
+        assert {type(p) for p in unet.attn_processors.values()} == {AttnProcessor2_0}
+        sdpa = unet(x, t, ctx).sample
+    torch.testing.assert_close(vanilla, sdpa, atol=1e-4, rtol=1e-4)
+
+
+def test_apply_attention_covers_every_pipeline_component(monkeypatch):
+    from tests.tiny_model import build_tiny_pipeline
+
+    pipe = build_tiny_pipeline()
+    monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", "vanilla")
+    applied = DeviceManager().apply_attention(pipe)
+    assert applied == {
+        "unet": "AttnProcessor",
+        "vae": "AttnProcessor",
+        "text_encoder": "attn_implementation eager",
+    }
+    assert pipe.text_encoder.config._attn_implementation == "eager"
+
+
+def test_apply_attention_reports_what_it_cannot_switch(caplog):
+    unet = _tiny_unet()
+
+    class CustomProcessor:
+        def __call__(self, attn, hidden_states, *args, **kwargs):
+            return hidden_states
+
+    unet.set_attn_processor(CustomProcessor())
+    applied = DeviceManager().apply_attention(unet)
+    assert applied["UNet2DConditionModel"].startswith("unchanged (custom attention processors CustomProcessor")
+    assert "could not switch" in caplog.text
+
+
+# ---------------------------------------------------------------- generator
+def test_generator_is_cpu_and_reproducible():
+    dm = DeviceManager()
+    a = torch.randn(4, 16, generator=dm.create_generator(42))
+    b = torch.randn(4, 16, generator=dm.create_generator(42))
+    c = torch.randn(4, 16, generator=dm.create_generator(43))
+    assert dm.create_generator(1).device.type == "cpu"
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_generator_is_cpu_on_accelerators(monkeypatch):
+    fakes.fake_cuda(monkeypatch)
+    assert DeviceManager().create_generator(1).device == torch.device("cpu")
+
+
+# ---------------------------------------------------------------- memory
+MEMORY_KEYS = {"backend", "device_name", "allocated", "reserved", "peak", "total", "free",
+               "host_rss", "host_total", "host_available"}
+
+
+def test_memory_stats_npu_from_torch_npu(monkeypatch):
+    fakes.fake_npu(monkeypatch)
+    stats = DeviceManager().memory_stats()
+    assert set(stats) == MEMORY_KEYS
+    assert (stats["allocated"], stats["reserved"], stats["peak"]) == (3 * GiB, 4 * GiB, 5 * GiB)
+    assert (stats["free"], stats["total"]) == (20 * GiB, 64 * GiB)
+    assert stats["host_total"] > stats["host_available"] > 0
+
+
+def test_memory_stats_cuda_and_xpu(monkeypatch):
+    fakes.fake_cuda(monkeypatch)
+    assert DeviceManager().memory_stats()["total"] == 64 * GiB
+    fakes.no_accelerators(monkeypatch)
+    fakes.fake_xpu(monkeypatch)
+    assert DeviceManager().memory_stats()["peak"] == 5 * GiB
+
+
+def test_memory_stats_mps(monkeypatch):
+    fakes.fake_mps(monkeypatch)
+    stats = DeviceManager().memory_stats()
+    assert (stats["allocated"], stats["reserved"], stats["total"]) == (2 * GiB, 3 * GiB, 16 * GiB)
+    assert stats["free"] == 13 * GiB and stats["peak"] is None
+
+
+def test_memory_stats_cpu_is_host_memory():
+    dm = DeviceManager()
+    stats = dm.memory_stats()
+    assert set(stats) == MEMORY_KEYS
+    assert stats["allocated"] > 0 and stats["total"] == stats["host_total"]
+    big = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB
+    assert dm.memory_stats()["peak"] >= stats["allocated"]
+    del big
+    assert "RAM" in dm.format_memory() and "free" in dm.format_memory()
+
+
+def test_cache_sync_peak_use_the_npu_namespace_never_cuda(monkeypatch):
+    npu_calls = fakes.fake_npu(monkeypatch)
+
+    def cuda_forbidden(*_a, **_k):
+        raise AssertionError("torch.cuda called on an NPU")
+
+    for name in ("empty_cache", "synchronize", "reset_peak_memory_stats", "memory_allocated"):
+        monkeypatch.setattr(torch.cuda, name, cuda_forbidden)
+    dm = DeviceManager()
+    dm.empty_cache()
+    dm.synchronize()
+    dm.reset_peak_memory()
+    dm.memory_stats()
+    assert {"empty_cache", "synchronize", "reset_peak_memory_stats", "memory_allocated"} <= set(npu_calls)
+    assert "NPU" in dm.format_memory()
+
+
+def test_cpu_cache_calls_are_noops(monkeypatch):
+    def forbidden(*_a, **_k):
+        raise AssertionError("device call on CPU")
+
+    monkeypatch.setattr(torch.cuda, "empty_cache", forbidden)
+    dm = DeviceManager()
+    dm.empty_cache()
+    dm.synchronize()
+    dm.reset_peak_memory()
+
+
+# ---------------------------------------------------------------- safetensors
+def test_load_safetensors(tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "w.safetensors"
+    save_file({"a": torch.arange(6.0).reshape(2, 3)}, str(path))
+    loaded = DeviceManager.load_safetensors(path)
+    assert loaded["a"].device.type == "cpu" and loaded["a"].sum().item() == 15
+    with pytest.raises(FileNotFoundError, match="missing.safetensors"):
+        DeviceManager.load_safetensors(tmp_path / "missing.safetensors")
+    corrupt = tmp_path / "corrupt.safetensors"
+    corrupt.write_bytes(path.read_bytes()[:20])
+    with pytest.raises(ValueError, match="not a valid safetensors"):
+        DeviceManager.load_safetensors(corrupt)
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("touch PICKLE_RAN",))
+
+
+def test_load_safetensors_never_unpickles(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fake = tmp_path / "evil.safetensors"
+    fake.write_bytes(pickle.dumps({"w": _Exploit()}))
+    with pytest.raises(ValueError):
+        DeviceManager.load_safetensors(fake)
+    assert not (tmp_path / "PICKLE_RAN").exists()
+
+
+# ---------------------------------------------------------------- memory-efficient mode
+class _FakeVae:
+    def __init__(self):
+        self.enabled = []
+
+    def enable_slicing(self):
+        self.enabled.append("slicing")
+
+    def enable_tiling(self):
+        self.enabled.append("tiling")
+
+
+class _FakePipe:
+    def __init__(self, weights_bytes: int):
+        self.vae = _FakeVae()
+        self.calls = []
+        self.components = {"unet": torch.nn.Linear(weights_bytes // 4, 1, bias=False)}
+
+    def enable_attention_slicing(self):
+        self.calls.append("attention_slicing")
+
+    def enable_model_cpu_offload(self, device=None):
+        self.calls.append(f"offload:{device}")
+
+
+def test_memory_efficient_levels(monkeypatch):
+    dm = DeviceManager()
+    assert dm.set_memory_efficient_mode(_FakePipe(1024), "off") == []
+    assert dm.set_memory_efficient_mode(_FakePipe(1024), "auto") == []  # plenty of RAM
+    assert dm.set_memory_efficient_mode(_FakePipe(1024), "max") == ["vae_slicing", "vae_tiling", "attention_slicing"]
+    with pytest.raises(ValueError, match="valid values"):
+        dm.set_memory_efficient_mode(_FakePipe(1024), "extreme")
+
+
+def test_memory_efficient_auto_on_a_full_gpu(monkeypatch):
+    fakes.fake_cuda(monkeypatch)  # 20 GiB free
+    dm = DeviceManager()
+    big = _FakePipe(4 * 1024 * 1024)
+    monkeypatch.setattr("devices.manager.model_bytes", lambda pipe: 19 * GiB)
+    assert dm.set_memory_efficient_mode(big) == ["vae_slicing", "vae_tiling", "attention_slicing", "model_cpu_offload"]
+    assert big.calls == ["attention_slicing", "offload:cuda:0"]
+    monkeypatch.setattr("devices.manager.model_bytes", lambda pipe: 12 * GiB)
+    assert "model_cpu_offload" not in dm.set_memory_efficient_mode(_FakePipe(1024))
+
+
+def test_no_attention_slicing_on_mps(monkeypatch):
+    fakes.fake_mps(monkeypatch)
+    assert DeviceManager().set_memory_efficient_mode(_FakePipe(1024), "balanced") == ["vae_slicing", "vae_tiling"]
+
+
+# ---------------------------------------------------------------- report and CLI
+def test_describe_lists_every_backend(monkeypatch):
+    fakes.fake_xpu(monkeypatch)
+    text = DeviceManager().describe()
+    for line in ("cuda  no", "npu   no", "xpu   yes", "mps   no", "cpu   yes", "torch_npu is not installed"):
+        assert line in text
+    assert "Intel Arc A770" in text and "bfloat16" in text
+
+
+def test_cli_npu_fallback_report_and_json():
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFERRED_DEVICE_STRICT", "TORCH_DTYPE")}
+    env.update(PREFERRED_DEVICE="npu", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    run = subprocess.run([sys.executable, "-m", "devices"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "PREFERRED_DEVICE=npu is not usable: torch_npu is not installed" in run.stderr
+    assert run.stderr.count("is not usable") == 1
+    assert "Device:    cpu" in run.stdout and "Backends:" in run.stdout
+    run = subprocess.run([sys.executable, "-m", "devices", "--json"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    report = json.loads(run.stdout)
+    assert report["backend"] == "cpu" and report["requested"] == "npu"
+    assert report["fallback_reason"].startswith("torch_npu is not installed")
+    assert set(report["memory"]) == MEMORY_KEYS
+    assert report["backends"]["npu"]["available"] is False
