@@ -3,4 +3,4 @@
 from .manager import DeviceFallbackWarning, DeviceManager
 from .options import VALID_DEVICES, parse_device
 
-__all__ = ["DeviceFallbackWarning", "DeviceManager", "VALID_DEVICES", "parse_device"]
+__all__ = ["VALID_DEVICES", "DeviceFallbackWarning", "DeviceManager", "parse_device"]

@@ -61,7 +61,9 @@ def _probe_npu() -> BackendStatus:
         )
     npu = npu_module()
     if npu is None or not npu.is_available():
-        return BackendStatus("npu", False, "torch_npu is installed but no NPU visible (check ASCEND_RT_VISIBLE_DEVICES)")
+        return BackendStatus(
+            "npu", False, "torch_npu is installed but no NPU visible (check ASCEND_RT_VISIBLE_DEVICES)"
+        )
     count = npu.device_count()
     return BackendStatus("npu", count > 0, f"{count} device(s) visible", count)
 

@@ -72,8 +72,14 @@ class DeviceManager:
         self.device_name = backends.device_name(self.backend, index or 0)
         self.dtype = self.options.dtype or self._default_dtype()
         self.attention = self.options.attention or ATTENTION_POLICY.get(self.backend, "sdpa")
-        log.info("device %s (%s, %s), dtype %s, attention %s", self.device, self.backend,
-                 self.device_name, str(self.dtype).removeprefix("torch."), self.attention)
+        log.info(
+            "device %s (%s, %s), dtype %s, attention %s",
+            self.device,
+            self.backend,
+            self.device_name,
+            str(self.dtype).removeprefix("torch."),
+            self.attention,
+        )
 
     # ------------------------------------------------------------------ selection
     def _select(self) -> tuple[str, int | None]:
@@ -134,10 +140,11 @@ class DeviceManager:
         s = self.memory_stats()
         h = memory.human_bytes
         if self.backend == "cpu":
-            return (f"RAM: process {h(s['allocated'])} (peak {h(s['peak'])}), "
-                    f"{h(s['free'])} free of {h(s['total'])}")
-        return (f"{self.backend.upper()}: {h(s['allocated'])} allocated, {h(s['reserved'])} reserved, "
-                f"peak {h(s['peak'])}, {h(s['free'])} free of {h(s['total'])} | host RSS {h(s['host_rss'])}")
+            return f"RAM: process {h(s['allocated'])} (peak {h(s['peak'])}), {h(s['free'])} free of {h(s['total'])}"
+        return (
+            f"{self.backend.upper()}: {h(s['allocated'])} allocated, {h(s['reserved'])} reserved, "
+            f"peak {h(s['peak'])}, {h(s['free'])} free of {h(s['total'])} | host RSS {h(s['host_rss'])}"
+        )
 
     def empty_cache(self) -> None:
         memory.empty_cache(self.backend, self.device)
@@ -219,15 +226,19 @@ class DeviceManager:
                 for s in backends.probe_all().values()
             },
             "memory": self.memory_stats(),
-            "versions": {"torch": torch.__version__, "diffusers": diffusers.__version__,
-                         "python": platform.python_version()},
+            "versions": {
+                "torch": torch.__version__,
+                "diffusers": diffusers.__version__,
+                "python": platform.python_version(),
+            },
         }
 
     def describe(self) -> str:
         r = self.report()
         lines = [
             f"Device:    {r['device']} ({r['backend']}, {r['device_name']})",
-            f"Requested: {r['requested']}" + (f"  -> fell back: {r['fallback_reason']}" if r["fallback_reason"] else ""),
+            f"Requested: {r['requested']}"
+            + (f"  -> fell back: {r['fallback_reason']}" if r["fallback_reason"] else ""),
             f"dtype:     {r['dtype']}",
             f"Attention: {r['attention']}",
             f"Memory:    {self.format_memory()}",

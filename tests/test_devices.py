@@ -109,7 +109,7 @@ def test_npu_installed_but_not_visible(monkeypatch):
 
 def test_npu_import_broken_names_cann(monkeypatch):
     fakes.fake_npu(monkeypatch, import_error=OSError("libhccl.so: cannot open shared object file"))
-    dm, message = _fallback("npu:0")
+    dm, _ = _fallback("npu:0")
     assert "libhccl.so" in dm.fallback_reason and "CANN" in dm.fallback_reason
 
 
@@ -206,9 +206,16 @@ def _tiny_unet():
 
     torch.manual_seed(0)
     return UNet2DConditionModel(
-        sample_size=8, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(32, 32),
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=16, attention_head_dim=4, norm_num_groups=8,
+        sample_size=8,
+        in_channels=4,
+        out_channels=4,
+        layers_per_block=1,
+        block_out_channels=(32, 32),
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=16,
+        attention_head_dim=4,
+        norm_num_groups=8,
     ).eval()
 
 
@@ -273,8 +280,18 @@ def test_generator_is_cpu_on_accelerators(monkeypatch):
 
 
 # ---------------------------------------------------------------- memory
-MEMORY_KEYS = {"backend", "device_name", "allocated", "reserved", "peak", "total", "free",
-               "host_rss", "host_total", "host_available"}
+MEMORY_KEYS = {
+    "backend",
+    "device_name",
+    "allocated",
+    "reserved",
+    "peak",
+    "total",
+    "free",
+    "host_rss",
+    "host_total",
+    "host_available",
+}
 
 
 def test_memory_stats_npu_from_torch_npu(monkeypatch):
@@ -348,7 +365,7 @@ def test_load_safetensors(tmp_path):
     save_file({"a": torch.arange(6.0).reshape(2, 3)}, str(path))
     loaded = DeviceManager.load_safetensors(path)
     assert loaded["a"].device.type == "cpu" and loaded["a"].sum().item() == 15
-    with pytest.raises(FileNotFoundError, match="missing.safetensors"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.safetensors"):
         DeviceManager.load_safetensors(tmp_path / "missing.safetensors")
     corrupt = tmp_path / "corrupt.safetensors"
     corrupt.write_bytes(path.read_bytes()[:20])
@@ -432,14 +449,16 @@ def test_describe_lists_every_backend(monkeypatch):
 def test_cli_npu_fallback_report_and_json():
     env = {k: v for k, v in os.environ.items() if k not in ("PREFERRED_DEVICE_STRICT", "TORCH_DTYPE")}
     env.update(PREFERRED_DEVICE="npu", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
-    run = subprocess.run([sys.executable, "-m", "devices"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "devices"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr
     assert "PREFERRED_DEVICE=npu is not usable: torch_npu is not installed" in run.stderr
     assert run.stderr.count("is not usable") == 1
     assert "Device:    cpu" in run.stdout and "Backends:" in run.stdout
-    run = subprocess.run([sys.executable, "-m", "devices", "--json"], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "devices", "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     report = json.loads(run.stdout)
     assert report["backend"] == "cpu" and report["requested"] == "npu"
     assert report["fallback_reason"].startswith("torch_npu is not installed")

@@ -290,8 +290,12 @@ def write_vocabulary(folder: Path) -> None:
         "loras": {"outline": "draws the shape as an outline instead of filled"},
         "examples": [
             PROMPT_TEMPLATE.format(color=c, shape=s, background=b)
-            for c, s, b in [("red", "circle", "blue"), ("yellow", "triangle", "purple"),
-                            ("white", "square", "black"), ("green", "circle", "orange")]
+            for c, s, b in [
+                ("red", "circle", "blue"),
+                ("yellow", "triangle", "purple"),
+                ("white", "square", "black"),
+                ("green", "circle", "orange"),
+            ]
         ],
         "default_steps": 20,
         "default_guidance_scale": 4.0,
@@ -349,8 +353,9 @@ def train_lora(steps: int) -> None:
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.4f}")
         if (step + 1) % 100 == 0 or step + 1 == steps:
-            save_checkpoint(out / "ckpt.pt", lora=[p.detach().clone() for p in params], opt=opt.state_dict(),
-                            step=step + 1)
+            save_checkpoint(
+                out / "ckpt.pt", lora=[p.detach().clone() for p in params], opt=opt.state_dict(), step=step + 1
+            )
     bar.close()
     LORA_OUT.mkdir(parents=True, exist_ok=True)
     StableDiffusionPipeline.save_lora_weights(
@@ -365,7 +370,7 @@ STAGES = {"vae": train_vae, "unet": train_unet, "export": export_model, "lora": 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stage", choices=[*STAGES, "all"])
-    parser.add_argument("--steps", type=int, help="training steps of the stage (default: %s)" % DEFAULT_STEPS)
+    parser.add_argument("--steps", type=int, help=f"training steps of the stage (default: {DEFAULT_STEPS})")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

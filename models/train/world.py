@@ -87,9 +87,7 @@ def _polygon(scene: Scene, side: float) -> list[tuple[float, float]]:
         corners = [(-half, -half), (half, -half), (half, half), (-half, half)]
     else:  # equilateral triangle pointing up, centroid at the centre, side = size
         radius = scene.size * side / math.sqrt(3)
-        corners = [
-            (radius * math.cos(math.radians(a)), radius * math.sin(math.radians(a))) for a in (-90, 30, 150)
-        ]
+        corners = [(radius * math.cos(math.radians(a)), radius * math.sin(math.radians(a))) for a in (-90, 30, 150)]
         # shift down so that the triangle's bounding box, not its centroid, is centred
         shift = (radius - radius / 2) / 2
         corners = [(x, y + shift) for x, y in corners]
