@@ -1,0 +1,20 @@
+"""Pipeline layer: load a diffusers model (+ LoRA) through a DeviceManager and run batched requests."""
+
+from .errors import LoraError, ModelLoadError, OutOfMemoryError, PipelineError
+from .image_pipeline import ImagePipeline
+from .metadata import read_metadata, save_images
+from .options import PipelineOptions
+from .request import GenerationRequest, GenerationResult
+
+__all__ = [
+    "GenerationRequest",
+    "GenerationResult",
+    "ImagePipeline",
+    "LoraError",
+    "ModelLoadError",
+    "OutOfMemoryError",
+    "PipelineError",
+    "PipelineOptions",
+    "read_metadata",
+    "save_images",
+]

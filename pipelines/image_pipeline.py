@@ -1,0 +1,377 @@
+"""ImagePipeline: a diffusers pipeline (+ LoRA) run through a DeviceManager, in batches.
+
+`generate(request)` does, in order:
+ 1. validate the request (before any model work);
+ 2. pick the pipeline (text-to-image, or image-to-image built with `from_pipe`: no weights twice);
+ 3. activate the requested LoRAs;
+ 4. give image i the seed `seed + i` and its own CPU generator;
+ 5. denoise in micro-batches; on out-of-memory: empty the cache, halve, retry, warn;
+ 6. report progress from `callback_on_step_end`, stop through the pipeline's interrupt on cancel;
+ 7. collect images, per-image metadata, timings and peak memory.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from devices import DeviceManager
+
+from .errors import OutOfMemoryError
+from .loading import load_diffusers_pipeline
+from .lora import LoraInfo, LoraManager
+from .options import PipelineOptions
+from .request import GenerationRequest, GenerationResult
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[int, int, int], None]
+CancelFn = Callable[[], bool]
+
+# Out-of-memory messages of the backends that do not raise torch.OutOfMemoryError.
+OOM_MARKERS = ("out of memory", "NPU out of memory", "MPS backend out of memory", "ACL_ERROR_RT_MEMORY_ALLOCATION")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and any(m.lower() in str(exc).lower() for m in OOM_MARKERS)
+
+
+def read_vocabulary(source: str) -> dict[str, Any]:
+    """A model folder's optional vocabulary.json: the words it knows, its default steps/CFG.
+
+    The embedded model ships one (it only understands its own small world); for other models
+    it is absent and the app shows no vocabulary.
+    """
+    path = Path(source) / "vocabulary.json"
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        log.warning("ignoring unreadable %s: %s", path, exc)
+        return {}
+
+
+class _CallMonitor:
+    """The `callback_on_step_end` of one diffusers call: progress, cancel and phase timings.
+
+    Timings without re-implementing the pipeline: encode = call start -> end of the last
+    text-encoder forward (forward hooks); denoise = -> end of the last step; decode = -> call
+    return. On accelerators each mark synchronizes, so the times are real, not launch times.
+    Progress counts steps over the whole request (`base` steps done before this call, of
+    `total`); `first_image` is the index of this call's first image.
+    """
+
+    def __init__(
+        self,
+        pipe: Any,
+        dm: DeviceManager,
+        progress: ProgressFn | None,
+        should_cancel: CancelFn | None,
+        base: int,
+        total: int,
+        first_image: int,
+    ):
+        self.dm = dm
+        self.progress, self.should_cancel = progress, should_cancel
+        self.base, self.total, self.first_image = base, total, first_image
+        self.cancelled = False
+        self.start = self.encoded = self.last_step = 0.0
+        self.steps = 0
+        self._hooks = [
+            module.register_forward_hook(self._on_encoder)
+            for name, module in getattr(pipe, "components", {}).items()
+            if name.startswith("text_encoder") and isinstance(module, torch.nn.Module)
+        ]
+
+    def _now(self) -> float:
+        self.dm.synchronize()
+        return time.perf_counter()
+
+    def _on_encoder(self, *_args: Any) -> None:
+        if self.steps == 0:
+            self.encoded = self._now()
+
+    def begin(self) -> None:
+        self.start = self.encoded = self.last_step = self._now()
+
+    def __call__(self, pipe: Any, step: int, _timestep: Any, _tensors: dict) -> dict:
+        self.steps += 1
+        self.last_step = self._now()
+        if self.progress is not None:
+            self.progress(self.base + step + 1, self.total, self.first_image)
+        if self.should_cancel is not None and self.should_cancel():
+            self.cancelled = True
+            pipe._interrupt = True  # diffusers skips the remaining steps
+        return {}
+
+    def finish(self) -> dict[str, float]:
+        end = self._now()
+        for hook in self._hooks:
+            hook.remove()
+        last = self.last_step if self.steps else end
+        return {
+            "encode": self.encoded - self.start,
+            "denoise": max(0.0, last - self.encoded),
+            "decode": end - last,
+            "total": end - self.start,
+            "steps": float(self.steps),
+        }
+
+
+class ImagePipeline:
+    """Loads a diffusers pipeline through a DeviceManager and runs validated, batched requests."""
+
+    def __init__(self, pipe: Any, device_manager: DeviceManager, options: PipelineOptions, source: str):
+        self.pipe = pipe
+        self.dm = device_manager
+        self.options = options
+        self.source = source
+        self.model_name = Path(source).name or source
+        self.load_seconds = 0.0
+        self.attention_applied: dict[str, str] = {}
+        self.memory_savers: list[str] = []
+        self.loras = LoraManager(pipe, device_manager, options.lora_dir)
+        self._img2img: Any = None
+        self._lock = threading.RLock()  # one generation at a time per pipeline
+        self._micro_batch_limit: dict[tuple[int, int], int] = {}  # learned from out-of-memory errors
+        self.vocabulary = read_vocabulary(source)
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(
+        cls, source: str | Path | None = None, device_manager: DeviceManager | None = None, **options: Any
+    ) -> ImagePipeline:
+        """Load `source` (folder, Hub id or .safetensors; default MODEL_ID) onto the manager's device."""
+        opts = PipelineOptions.from_env(**options)
+        source = str(source or opts.model_id)
+        dm = device_manager or DeviceManager()
+        start = time.perf_counter()
+        pipe = load_diffusers_pipeline(source, dm.dtype, **opts.extra)
+        pipe.set_progress_bar_config(disable=True)
+        self = cls(pipe, dm, opts, source)
+        self.attention_applied = dm.apply_attention(pipe)
+        self.memory_savers = dm.set_memory_efficient_mode(pipe, opts.memory_mode)
+        if "model_cpu_offload" not in self.memory_savers:
+            pipe.to(dm.device)
+        self.load_seconds = time.perf_counter() - start
+        log.info(
+            "loaded %s in %.2f s on %s (%s, attention %s)",
+            source,
+            self.load_seconds,
+            dm.device,
+            str(dm.dtype).removeprefix("torch."),
+            dm.attention,
+        )
+        return self
+
+    @property
+    def diffusers_pipeline(self) -> Any:
+        """The underlying diffusers pipeline (for benchmarks against raw diffusers)."""
+        return self.pipe
+
+    @property
+    def vae_scale_factor(self) -> int:
+        return int(getattr(self.pipe, "vae_scale_factor", 8))
+
+    @property
+    def default_size(self) -> tuple[int, int]:
+        """(width, height) the model was trained at."""
+        unet = getattr(self.pipe, "unet", None) or getattr(self.pipe, "transformer", None)
+        sample = getattr(getattr(unet, "config", None), "sample_size", None)
+        if isinstance(sample, int):
+            side = sample * self.vae_scale_factor
+            return side, side
+        return 1024, 1024
+
+    @property
+    def scheduler_name(self) -> str:
+        return type(self.pipe.scheduler).__name__
+
+    # ------------------------------------------------------------------ LoRA
+    def load_lora(self, path: str | Path, name: str | None = None, allow_outside: bool = False) -> str:
+        with self._lock:
+            return self.loras.load(path, name, allow_outside)
+
+    def unload_lora(self, name: str) -> None:
+        with self._lock:
+            self.loras.unload(name)
+
+    def list_loras(self) -> list[LoraInfo]:
+        return self.loras.list()
+
+    # ------------------------------------------------------------------ generation
+    def _pipeline_for(self, request: GenerationRequest) -> Any:
+        if request.init_images is None:
+            return self.pipe
+        if "image" in inspect.signature(self.pipe.__call__).parameters:
+            return self.pipe  # already an image-to-image / instruction-edit pipeline
+        if self._img2img is None:
+            from diffusers import AutoPipelineForImage2Image
+
+            self._img2img = AutoPipelineForImage2Image.from_pipe(self.pipe)  # shares every weight
+            self._img2img.set_progress_bar_config(disable=True)
+        return self._img2img
+
+    def _work_items(self, request: GenerationRequest, seed: int) -> list[dict[str, Any]]:
+        items = []
+        for image in request.init_images or [None]:
+            for prompt in request.prompts:
+                for _ in range(request.num_images):
+                    items.append({"prompt": prompt, "image": image, "seed": seed + len(items)})
+        return items
+
+    def generate(
+        self,
+        request: GenerationRequest,
+        progress: ProgressFn | None = None,
+        should_cancel: CancelFn | None = None,
+    ) -> GenerationResult:
+        """Run a request; returns what finished (also when cancelled)."""
+        request.validate(self.vae_scale_factor, self.options.max_batch, self.options.max_pixels)
+        with self._lock:
+            return self._generate(request, progress, should_cancel)
+
+    def _generate(self, request: GenerationRequest, progress: ProgressFn | None, should_cancel: CancelFn | None):
+        pipe = self._pipeline_for(request)
+        self.loras.activate(request.loras)
+        width, height = request.width or self.default_size[0], request.height or self.default_size[1]
+        seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
+        items = self._work_items(request, seed)
+        accepted = set(inspect.signature(pipe.__call__).parameters)
+        warnings: list[str] = []
+        if request.negative_prompt and "negative_prompt" not in accepted:
+            warnings.append(f"{type(pipe).__name__} has no negative prompt; it was ignored")
+
+        micro = min(len(items), self.options.micro_batch, self._micro_batch_limit.get((width, height), 10**6))
+        images, metas, inputs, timings = [], [], [], []
+        cancelled = False
+        oom_splits = 0
+        self.dm.reset_peak_memory()
+        done = 0
+        steps_done = 0
+        while done < len(items):
+            if should_cancel is not None and should_cancel():
+                cancelled = True
+                break
+            chunk = items[done : done + micro]
+            steps_per_call = self._steps_for(request)
+            total_steps = steps_done + steps_per_call * -(-(len(items) - done) // micro)
+            call = self._call_kwargs(request, chunk, width, height, accepted)
+            timer = _CallMonitor(pipe, self.dm, progress, should_cancel, steps_done, total_steps, done)
+            call["callback_on_step_end"] = timer
+            try:
+                timer.begin()
+                output = pipe(**call)
+                timing = timer.finish()
+            except Exception as exc:
+                timer.finish()
+                if not is_out_of_memory(exc):
+                    raise
+                self.dm.empty_cache()
+                if micro == 1:
+                    partial = self._result(images, metas, inputs, timings, warnings, cancelled, request)
+                    raise OutOfMemoryError(
+                        f"out of memory at {width}x{height} even with one image at a time on {self.dm.device}; "
+                        "try a smaller width/height, or MEMORY_MODE=max to offload weights",
+                        partial,
+                    ) from exc
+                micro = max(1, micro // 2)
+                oom_splits += 1
+                self._micro_batch_limit[(width, height)] = micro
+                log.warning("out of memory at micro-batch %d; retrying with %d", micro * 2, micro)
+                continue
+            finally:
+                pipe._interrupt = False
+            if timer.cancelled:
+                cancelled = True  # the interrupted chunk is only partly denoised: drop it
+                break
+            timings.append(timing)
+            steps_done += steps_per_call
+            for item, image in zip(chunk, output.images, strict=True):
+                images.append(image)
+                inputs.append(item["image"])
+                metas.append(self._metadata(request, item, width, height))
+            done += len(chunk)
+        if oom_splits:
+            chunks = -(-len(items) // micro)
+            warnings.append(f"out of memory: batch split into {chunks} chunks of at most {micro} image(s)")
+        if cancelled:
+            warnings.append(f"cancelled: {len(images)} of {len(items)} image(s) finished")
+        return self._result(images, metas, inputs, timings, warnings, cancelled, request)
+
+    def _steps_for(self, request: GenerationRequest) -> int:
+        if request.init_images is None:
+            return request.steps
+        return max(1, int(request.steps * request.strength))
+
+    def _call_kwargs(
+        self, request: GenerationRequest, chunk: list[dict], width: int, height: int, accepted: set[str]
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "prompt": [item["prompt"] for item in chunk],
+            "num_inference_steps": request.steps,
+            "guidance_scale": request.guidance_scale,
+            "generator": [self.dm.create_generator(item["seed"]) for item in chunk],
+            "output_type": "pil",
+        }
+        if request.negative_prompt:
+            kwargs["negative_prompt"] = [request.negative_prompt] * len(chunk)
+        if request.init_images is None:
+            kwargs.update(width=width, height=height)
+        else:
+            kwargs["image"] = [item["image"].convert("RGB").resize((width, height)) for item in chunk]
+            kwargs["strength"] = request.strength
+            kwargs["image_guidance_scale"] = request.image_guidance_scale
+        return {k: v for k, v in kwargs.items() if k in accepted}
+
+    def _metadata(self, request: GenerationRequest, item: dict, width: int, height: int) -> dict[str, Any]:
+        meta = {
+            "prompt": item["prompt"],
+            "negative_prompt": request.negative_prompt or "",
+            "steps": request.steps,
+            "sampler": self.scheduler_name,
+            "guidance_scale": request.guidance_scale,
+            "seed": item["seed"],
+            "width": width,
+            "height": height,
+            "model": self.model_name,
+            "loras": dict(request.loras),
+            "device": str(self.dm.device),
+            "dtype": str(self.dm.dtype).removeprefix("torch."),
+            "attention": self.dm.attention,
+        }
+        if request.init_images is not None:
+            meta["strength"] = request.strength
+        return meta
+
+    def _result(self, images, metas, inputs, timings, warnings, cancelled, request) -> GenerationResult:
+        total = {k: sum(t[k] for t in timings) for k in ("encode", "denoise", "decode", "total")}
+        steps = sum(t["steps"] for t in timings)
+        total["steps_per_second"] = steps / total["denoise"] if total["denoise"] > 0 else 0.0
+        for meta in metas:
+            meta["timings"] = {k: round(v, 4) for k, v in total.items()}
+        return GenerationResult(
+            images=images,
+            seeds=[m["seed"] for m in metas],
+            metadata=metas,
+            timings=total,
+            peak_memory=self.dm.memory_stats()["peak"],
+            device=str(self.dm.device),
+            dtype=str(self.dm.dtype).removeprefix("torch."),
+            attention=self.dm.attention,
+            warnings=warnings,
+            cancelled=cancelled,
+            inputs=inputs,
+        )

@@ -1,0 +1,79 @@
+"""Finding and loading a diffusers pipeline, with one clear error instead of a traceback wall."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+OFFLINE_HINT = (
+    "download it first (`hf download {source}` while online) or point MODEL_ID at a local diffusers "
+    "folder (one with model_index.json)"
+)
+
+
+def looks_like_path(source: str) -> bool:
+    return source.startswith((".", "/", "~")) or "\\" in source or Path(source).suffix != "" or source.count("/") > 1
+
+
+def load_diffusers_pipeline(source: str, dtype: torch.dtype, **kwargs: Any):
+    """Load from a diffusers folder, a single-file .safetensors checkpoint or a Hub id."""
+    from diffusers import DiffusionPipeline
+
+    path = Path(source).expanduser()
+    if path.is_dir():
+        if not (path / "model_index.json").is_file():
+            raise ModelLoadError(f"{path} is not a diffusers model folder: it has no model_index.json")
+        return _call(DiffusionPipeline.from_pretrained, str(path), source, dtype=dtype, **kwargs)
+    if path.is_file():
+        return _load_single_file(path, dtype, **kwargs)
+    if looks_like_path(source):
+        raise ModelLoadError(
+            f"model not found: {source} does not exist (MODEL_ID must be a folder, a file or a Hub id)"
+        )
+    return _call(DiffusionPipeline.from_pretrained, source, source, dtype=dtype, **kwargs)
+
+
+def _load_single_file(path: Path, dtype: torch.dtype, **kwargs: Any):
+    if path.suffix != ".safetensors":
+        raise ModelLoadError(f"{path.name}: only .safetensors checkpoints are loaded (pickle files can run code)")
+    from diffusers import StableDiffusionPipeline
+
+    pipeline_class = kwargs.pop("pipeline_class", StableDiffusionPipeline)
+    # Offline, from_single_file needs `config=` (a local diffusers folder of the same architecture).
+    return _call(pipeline_class.from_single_file, str(path), str(path), dtype=dtype, **kwargs)
+
+
+def _call(loader, target: str, source: str, **kwargs: Any):
+    try:
+        return loader(target, **kwargs)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        text = str(exc)
+        log.debug("loading %s failed", source, exc_info=True)
+        offline = any(
+            marker in text
+            for marker in (
+                "outgoing traffic has been disabled",
+                "not fully cached",
+                "offline mode",
+                "Cannot reach",
+                "couldn't connect",
+                "Connection",
+                "cannot find the requested files in the local cache",
+            )
+        )
+        if offline or "is not a local folder and is not a valid model identifier" in text:
+            raise ModelLoadError(
+                f"model {source!r} could not be found locally and the Hugging Face Hub cannot be reached: "
+                + OFFLINE_HINT.format(source=source)
+            ) from exc
+        first_line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        raise ModelLoadError(f"could not load model {source!r}: {type(exc).__name__}: {first_line}") from exc

@@ -1,0 +1,111 @@
+"""LoRA adapters through diffusers + peft (`load_lora_weights`, `set_adapters`, `delete_adapters`).
+
+Rules: only `.safetensors` (read by `DeviceManager.load_safetensors`, which never unpickles);
+only files inside LORA_DIR unless the caller explicitly allows another path; a file that does
+not fit the model is refused with a clear error and leaves the pipeline as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import LoraError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoraInfo:
+    name: str
+    path: Path | None
+    loaded: bool
+
+
+class LoraManager:
+    def __init__(self, pipe: Any, device_manager: Any, lora_dir: Path):
+        self.pipe = pipe
+        self.dm = device_manager
+        self.lora_dir = Path(lora_dir).resolve()
+        self._loaded: dict[str, Path] = {}
+
+    def available(self) -> dict[str, Path]:
+        """`.safetensors` files in LORA_DIR, by adapter name (the file's stem)."""
+        if not self.lora_dir.is_dir():
+            return {}
+        return {p.stem: p for p in sorted(self.lora_dir.glob("*.safetensors"))}
+
+    def list(self) -> list[LoraInfo]:
+        names = {**self.available(), **self._loaded}
+        return [LoraInfo(n, p, n in self._loaded) for n, p in sorted(names.items())]
+
+    @property
+    def loaded(self) -> list[str]:
+        return list(self._loaded)
+
+    def _check_path(self, path: Path, allow_outside: bool) -> Path:
+        if path.suffix.lower() != ".safetensors":
+            raise LoraError(
+                f"{path.name}: only .safetensors LoRA files are accepted (.bin/.pt/.ckpt are pickles that can run code)"
+            )
+        resolved = path.expanduser().resolve()
+        if not allow_outside and not resolved.is_relative_to(self.lora_dir):
+            raise LoraError(f"{path} is outside the LoRA folder {self.lora_dir} (LORA_DIR); refusing to load it")
+        return resolved
+
+    def load(self, path: str | Path, name: str | None = None, allow_outside: bool = False) -> str:
+        path = Path(path)
+        if not path.is_absolute() and not path.exists():
+            path = self.lora_dir / path
+        resolved = self._check_path(path, allow_outside)
+        name = name or resolved.stem
+        if name in self._loaded:
+            self.unload(name)
+        try:
+            state_dict = self.dm.load_safetensors(resolved)
+        except (FileNotFoundError, ValueError) as exc:
+            raise LoraError(str(exc)) from exc
+        try:
+            self.pipe.load_lora_weights(state_dict, adapter_name=name)
+        except Exception as exc:
+            self._discard(name)
+            raise LoraError(f"{resolved.name} is not a LoRA for this model: {str(exc).splitlines()[0]}") from exc
+        adapters = {a for names in self.pipe.get_list_adapters().values() for a in names}
+        if name not in adapters:  # diffusers only warns when no key matched any layer
+            self._discard(name)
+            raise LoraError(f"{resolved.name} is not a LoRA for this model: none of its weights match its layers")
+        self._loaded[name] = resolved
+        log.info("LoRA %s loaded from %s", name, resolved)
+        return name
+
+    def _discard(self, name: str) -> None:
+        try:
+            self.pipe.delete_adapters(name)
+        except Exception as exc:  # nothing was registered under this name
+            log.debug("nothing to clean up for LoRA %s: %s", name, exc)
+
+    def unload(self, name: str) -> None:
+        if name not in self._loaded:
+            raise LoraError(f"LoRA {name!r} is not loaded (loaded: {', '.join(self._loaded) or 'none'})")
+        self.pipe.delete_adapters(name)
+        del self._loaded[name]
+        log.info("LoRA %s unloaded", name)
+
+    def activate(self, scales: dict[str, float]) -> None:
+        """Make exactly these adapters active with these scales (loading from LORA_DIR on demand)."""
+        available = self.available()
+        for name in scales:
+            if name not in self._loaded:
+                if name not in available:
+                    known = sorted({*available, *self._loaded})
+                    raise LoraError(f"loras: unknown LoRA {name!r}; available: {', '.join(known) or 'none'}")
+                self.load(available[name], name=name)
+        if not self._loaded:
+            return
+        if scales:
+            self.pipe.enable_lora()  # undo an earlier disable_lora()
+            self.pipe.set_adapters(list(scales), list(scales.values()))
+        else:
+            self.pipe.disable_lora()

@@ -1,0 +1,104 @@
+"""PNG metadata: an A1111-compatible `parameters` chunk plus our JSON chunk, and reading both back.
+
+A1111's format (read by A1111, SD.Next, ComfyUI loaders, Civitai):
+
+    a red circle on a blue background <lora:outline:0.8>
+    Negative prompt: blurry
+    Steps: 20, Sampler: DPMSolverMultistepScheduler, CFG scale: 4.0, Seed: 7, Size: 64x64, Model: tiny-shapes
+
+The `diffusion_anywhere` chunk holds the full metadata dict (device, dtype, attention, timings).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, PngImagePlugin
+
+from .request import GenerationResult
+
+JSON_KEY = "diffusion_anywhere"
+_LORA_RE = re.compile(r"\s*<lora:([^:>]+):([-0-9.eE]+)>")
+
+
+def a1111_parameters(meta: dict[str, Any]) -> str:
+    prompt = meta["prompt"] + "".join(f" <lora:{n}:{s:g}>" for n, s in meta.get("loras", {}).items())
+    fields = [
+        ("Steps", meta["steps"]),
+        ("Sampler", meta.get("sampler", "")),
+        ("CFG scale", meta["guidance_scale"]),
+        ("Seed", meta["seed"]),
+        ("Size", f"{meta['width']}x{meta['height']}"),
+        ("Model", meta.get("model", "")),
+    ]
+    if meta.get("strength") is not None:
+        fields.append(("Denoising strength", meta["strength"]))
+    lines = [prompt]
+    if meta.get("negative_prompt"):
+        lines.append(f"Negative prompt: {meta['negative_prompt']}")
+    lines.append(", ".join(f"{k}: {v}" for k, v in fields))
+    return "\n".join(lines)
+
+
+def parse_a1111_parameters(text: str) -> dict[str, Any]:
+    """Inverse of `a1111_parameters` (enough of A1111's grammar for our own files)."""
+    lines = text.split("\n")
+    settings = lines[-1]
+    negative = ""
+    prompt_lines = lines[:-1]
+    if prompt_lines and prompt_lines[-1].startswith("Negative prompt: "):
+        negative = prompt_lines.pop().removeprefix("Negative prompt: ")
+    prompt = "\n".join(prompt_lines)
+    loras = {name: float(scale) for name, scale in _LORA_RE.findall(prompt)}
+    prompt = _LORA_RE.sub("", prompt)
+    values = dict(part.split(": ", 1) for part in settings.split(", ") if ": " in part)
+    width, height = (int(v) for v in values["Size"].split("x"))
+    parsed: dict[str, Any] = {
+        "prompt": prompt,
+        "negative_prompt": negative,
+        "steps": int(values["Steps"]),
+        "sampler": values.get("Sampler", ""),
+        "guidance_scale": float(values["CFG scale"]),
+        "seed": int(values["Seed"]),
+        "width": width,
+        "height": height,
+        "model": values.get("Model", ""),
+        "loras": loras,
+    }
+    if "Denoising strength" in values:
+        parsed["strength"] = float(values["Denoising strength"])
+    return parsed
+
+
+def png_info(meta: dict[str, Any]) -> PngImagePlugin.PngInfo:
+    info = PngImagePlugin.PngInfo()
+    info.add_text("parameters", a1111_parameters(meta))
+    info.add_text(JSON_KEY, json.dumps(meta, default=str))
+    return info
+
+
+def save_images(result: GenerationResult, out_dir: str | Path, prefix: str | None = None) -> list[Path]:
+    """Write each image as PNG with its metadata; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = prefix or time.strftime("%Y%m%d-%H%M%S")
+    paths = []
+    for i, (image, meta) in enumerate(zip(result.images, result.metadata, strict=True)):
+        path = out / f"{stamp}-{i:02d}-{meta['seed']}.png"
+        image.save(path, pnginfo=png_info(meta))
+        paths.append(path)
+    return paths
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """{"parameters": parsed A1111 fields, "json": our JSON chunk} of a saved PNG."""
+    with Image.open(path) as image:
+        text = dict(image.text)  # type: ignore[attr-defined]
+    return {
+        "parameters": parse_a1111_parameters(text["parameters"]) if "parameters" in text else None,
+        "json": json.loads(text[JSON_KEY]) if JSON_KEY in text else None,
+    }

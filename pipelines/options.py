@@ -1,0 +1,62 @@
+"""Pipeline options, read from the environment once (arguments override them).
+
+- MODEL_ID: a diffusers folder, a Hub id or a .safetensors checkpoint (default: the embedded
+  model in models/tiny-shapes)
+- LORA_DIR: folder of .safetensors LoRAs that may be loaded (default: models/loras)
+- MAX_BATCH: most images per request (default 16)
+- MAX_PIXELS: most pixels per image, width x height (default 2048 x 2048)
+- MICRO_BATCH: most images denoised together (default 8); halves itself on out-of-memory
+- MEMORY_MODE: off | auto | balanced | max (default auto; see DeviceManager.set_memory_efficient_mode)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-shapes"
+DEFAULT_LORA_DIR = REPO_ROOT / "models" / "loras"
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if number < 1:
+        raise ValueError(f"{name} must be at least 1, got {number}")
+    return number
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    model_id: str = str(DEFAULT_MODEL)
+    lora_dir: Path = DEFAULT_LORA_DIR
+    max_batch: int = 16
+    max_pixels: int = 2048 * 2048
+    micro_batch: int = 8
+    memory_mode: str = "auto"
+    extra: dict = field(default_factory=dict)  # passed to diffusers' from_pretrained
+
+    @classmethod
+    def from_env(cls, **overrides) -> PipelineOptions:
+        env = os.environ
+        base = cls(
+            model_id=env.get("MODEL_ID", "").strip() or str(DEFAULT_MODEL),
+            lora_dir=Path(env.get("LORA_DIR", "").strip() or DEFAULT_LORA_DIR),
+            max_batch=_env_int("MAX_BATCH", 16),
+            max_pixels=_env_int("MAX_PIXELS", 2048 * 2048),
+            micro_batch=_env_int("MICRO_BATCH", 8),
+            memory_mode=env.get("MEMORY_MODE", "").strip() or "auto",
+        )
+        known = {f.name for f in fields(cls)}
+        extra = {k: v for k, v in overrides.items() if k not in known}
+        chosen = {k: v for k, v in overrides.items() if k in known and v is not None}
+        if "lora_dir" in chosen:
+            chosen["lora_dir"] = Path(chosen["lora_dir"])
+        return replace(base, **chosen, extra={**base.extra, **extra})
