@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import math
 import secrets
 import threading
 import time
@@ -186,6 +187,14 @@ class ImagePipeline:
         return int(getattr(self.pipe, "vae_scale_factor", 8))
 
     @property
+    def size_multiple(self) -> int:
+        """Width/height step: the VAE factor times the transformer's patch size, and at least 8
+        (Stable Diffusion pipelines check divisibility by 8 whatever their VAE)."""
+        denoiser = getattr(self.pipe, "unet", None) or getattr(self.pipe, "transformer", None)
+        patch = getattr(getattr(denoiser, "config", None), "patch_size", None) or 1
+        return math.lcm(8, self.vae_scale_factor * int(patch))
+
+    @property
     def default_size(self) -> tuple[int, int]:
         """(width, height) the model was trained at."""
         unet = getattr(self.pipe, "unet", None) or getattr(self.pipe, "transformer", None)
@@ -239,7 +248,7 @@ class ImagePipeline:
         should_cancel: CancelFn | None = None,
     ) -> GenerationResult:
         """Run a request; returns what finished (also when cancelled)."""
-        request.validate(self.vae_scale_factor, self.options.max_batch, self.options.max_pixels)
+        request.validate(self.size_multiple, self.options.max_batch, self.options.max_pixels)
         with self._lock:
             return self._generate(request, progress, should_cancel)
 

@@ -45,7 +45,7 @@ class GenerationRequest:
 
     def validate(
         self,
-        vae_scale_factor: int = 8,
+        size_multiple: int = 8,
         max_batch: int = 16,
         max_pixels: int = 2048 * 2048,
     ) -> None:
@@ -71,9 +71,9 @@ class GenerationRequest:
             value = getattr(self, name)
             if value is None:
                 continue
-            _check_int(name, value, vae_scale_factor, 16384)
-            if value % vae_scale_factor:
-                raise ValueError(f"{name}: {value} is not a multiple of {vae_scale_factor} (the model's VAE factor)")
+            _check_int(name, value, size_multiple, 16384)
+            if value % size_multiple:
+                raise ValueError(f"{name}: {value} is not a multiple of {size_multiple} (this model's size step)")
         if self.width and self.height and self.width * self.height > max_pixels:
             raise ValueError(
                 f"width x height: {self.width}x{self.height} = {self.width * self.height} pixels, "

@@ -1,0 +1,214 @@
+"""The app through its public API (gradio_client), against a real server on a free port."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from gradio_client import Client
+from PIL import Image
+
+from pipelines import read_metadata
+from pipelines.options import DEFAULT_MODEL
+from tests.app_server import embedded_model_available, running_app
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = "a red circle on a blue background"
+STATUS_KEYS = {
+    "backend",
+    "device_name",
+    "allocated",
+    "reserved",
+    "peak",
+    "total",
+    "free",
+    "host_rss",
+    "host_total",
+    "host_available",
+    "device",
+    "dtype",
+    "attention",
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tiny_model_dir):
+    model = DEFAULT_MODEL if embedded_model_available() else tiny_model_dir
+    with running_app(model, tmp_path_factory.mktemp("outputs")) as (demo, pipeline):
+        yield demo, pipeline
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return Client(server[0].local_url, verbose=False)
+
+
+def generate(client: Client, **kwargs):
+    args = dict(
+        prompt=PROMPT,
+        negative_prompt="",
+        num_images=1,
+        steps=4,
+        guidance_scale=4.0,
+        width=64,
+        height=64,
+        seed=1,
+        loras={},
+    )
+    args.update(kwargs)
+    return client.predict(**args, api_name="/generate")
+
+
+def test_import_loads_no_model_and_probes_nothing():
+    code = (
+        "import sys, devices.manager as m\n"
+        "m.DeviceManager.__init__ = lambda *a, **k: sys.exit('DeviceManager built at import')\n"
+        "import app\n"
+        "assert 'diffusers.pipelines' not in sys.modules, 'diffusers pipelines imported'\n"
+        "print('ok')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
+
+
+def test_generate_four_images_with_distinct_seeds(client):
+    images, info = generate(client, num_images=4, seed=123)
+    assert info["seeds"] == [123, 124, 125, 126]
+    assert len(images) == 4
+    for item, seed in zip(images, info["seeds"], strict=True):
+        assert item["caption"] == f"seed {seed}"
+        with Image.open(item["image"]) as im:
+            assert im.size == (64, 64) and im.mode == "RGB"
+        assert read_metadata(item["image"])["parameters"]["seed"] == seed  # downloads keep the metadata
+    assert info["device"] == "cpu" and info["dtype"] == "float32" and info["attention"] == "sdpa"
+    assert info["timings"]["total"] > 0 and info["warnings"] == [] and info["cancelled"] is False
+
+
+def test_status_endpoint(client):
+    status = client.predict(api_name="/status")
+    assert set(status) >= STATUS_KEYS
+    assert status["backend"] == "cpu" and status["host_total"] > 0 and status["allocated"] > 0
+
+
+def test_bad_input_is_an_error_message_then_the_server_still_works(client):
+    with pytest.raises(Exception) as err:
+        generate(client, prompt="   ")
+    assert "prompt: must be non-empty text" in str(err.value)
+    with pytest.raises(Exception) as err:
+        generate(client, steps=0)  # caught by the slider's own range check
+    assert "minimum value 1" in str(err.value)
+    with pytest.raises(Exception) as err:
+        generate(client, width=66)
+    assert "width: 66 is not a multiple of 8" in str(err.value)
+    with pytest.raises(Exception) as err:
+        generate(client, loras={"no-such-lora": 1.0})
+    assert "unknown LoRA 'no-such-lora'" in str(err.value)
+    images, info = generate(client, num_images=2, seed=9)
+    assert len(images) == 2 and info["seeds"] == [9, 10]
+
+
+def test_stop_cancels_and_returns_what_finished(server):
+    demo, _ = server
+    client = Client(demo.local_url, verbose=False)
+    job = client.submit(
+        prompt=PROMPT,
+        negative_prompt="",
+        num_images=8,
+        steps=150,
+        guidance_scale=4.0,
+        width=64,
+        height=64,
+        seed=3,
+        loras={},
+        api_name="/generate",
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline:  # wait until denoising has started
+        progress = job.status().progress_data
+        if progress and progress[0].progress:
+            break
+        time.sleep(0.2)
+    started = time.time()
+    client.predict(api_name="/stop")
+    images, info = job.result(timeout=120)
+    assert info["cancelled"] is True
+    assert len(images) < 8 and any("cancelled" in w for w in info["warnings"])
+    assert time.time() - started < 30  # stops within a step, not after 8 x 150 steps
+
+
+def test_status_answers_while_a_generation_runs(server):
+    demo, _ = server
+    client = Client(demo.local_url, verbose=False)
+    job = client.submit(
+        prompt=PROMPT,
+        negative_prompt="",
+        num_images=4,
+        steps=60,
+        guidance_scale=4.0,
+        width=64,
+        height=64,
+        seed=3,
+        loras={},
+        api_name="/generate",
+    )
+    time.sleep(1.0)
+    latencies = []
+    for _ in range(3):
+        start = time.time()
+        client.predict(api_name="/status")
+        latencies.append(time.time() - start)
+    running = not job.done()
+    job.result(timeout=300)
+    assert running, "the generation finished before status was asked; make it longer"
+    assert max(latencies) < 2.0, latencies
+
+
+def test_only_output_files_are_served(server, client):
+    demo, _ = server
+    for path in ("app.py", str(ROOT / "app.py"), "/etc/passwd", str(ROOT / "models" / "train" / "world.py")):
+        assert httpx.get(f"{demo.local_url}gradio_api/file={path}").status_code == 403, path
+
+
+def test_queue_is_bounded_with_a_busy_message(tmp_path, tiny_model_dir):
+    with running_app(tiny_model_dir, tmp_path, queue_size=1) as (demo, _):
+        clients = [Client(demo.local_url, verbose=False) for _ in range(3)]
+        jobs = []
+        for c in clients:
+            jobs.append(
+                c.submit(
+                    prompt=PROMPT,
+                    negative_prompt="",
+                    num_images=4,
+                    steps=100,
+                    guidance_scale=4.0,
+                    width=32,
+                    height=32,
+                    seed=1,
+                    loras={},
+                    api_name="/generate",
+                )
+            )
+            time.sleep(0.5)
+        errors = []
+        for job in jobs:
+            try:
+                job.result(timeout=300)
+            except Exception as exc:
+                errors.append(str(exc))
+        assert any("queue is full" in e.lower() for e in errors), errors
+        assert len(errors) < len(jobs)  # the running job still finished
+
+
+def test_concurrent_status_does_not_block(client):
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(client.predict(api_name="/status"))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(results) == 4
