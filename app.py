@@ -32,6 +32,7 @@ import pandas as pd
 from devices import DeviceManager
 from devices.memory import human_bytes
 from pipelines import GenerationRequest, GenerationResult, ImagePipeline, OutOfMemoryError, PipelineError, save_images
+from pipelines.loading import quiet_load_progress_bars
 from pipelines.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
 
 log = logging.getLogger("diffusion_anywhere")
@@ -141,6 +142,7 @@ def status_markdown(dm: DeviceManager, stats: dict[str, Any]) -> str:
     lines.append(f"| host RAM | {h(stats['host_available'])} free of {h(stats['host_total'])} |")
     if dm.fallback_reason:
         lines += ["", f"⚠️ requested `{dm.requested}` not usable: {dm.fallback_reason}"]
+    lines += ["", f"<small>live · updated {time.strftime('%H:%M:%S')}</small>"]
     return "\n".join(lines)
 
 
@@ -552,7 +554,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "diffusers", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    _quiet_load_bars()
+    quiet_load_progress_bars()
     settings = AppSettings(**{**SETTINGS.__dict__, "server_port": args.port, "server_name": args.host})
     dm = DeviceManager(args.device)
     pipeline = ImagePipeline.from_pretrained(args.model, dm, lora_dir=settings.lora_dir, max_batch=settings.max_batch)
@@ -568,14 +570,6 @@ def main(argv: list[str] | None = None) -> None:
         pipeline.load_seconds,
     )
     demo.block_thread()
-
-
-def _quiet_load_bars() -> None:
-    from diffusers.utils import logging as diffusers_logging
-    from transformers.utils import logging as transformers_logging
-
-    diffusers_logging.disable_progress_bar()
-    transformers_logging.disable_progress_bar()
 
 
 if __name__ == "__main__":

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from pipelines.loading import quiet_load_progress_bars
+
+    quiet_load_progress_bars()
     from PIL import Image
 
     try:

@@ -18,6 +18,15 @@ OFFLINE_HINT = (
 )
 
 
+def quiet_load_progress_bars() -> None:
+    """Hide diffusers'/transformers' per-component loading bars (for CLIs and the app's log)."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    diffusers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()
+
+
 def looks_like_path(source: str) -> bool:
     return source.startswith((".", "/", "~")) or "\\" in source or Path(source).suffix != "" or source.count("/") > 1
 

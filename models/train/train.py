@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from . import configs
 from .tokenizer import build_tokenizer
-from .world import COLORS, PROMPT_TEMPLATE, SHAPES, random_scene, render_batch
+from .world import COLORS, PROMPT_TEMPLATE, SHAPES, VAE_SQUARE_MAX_ROTATION, random_scene, render_batch
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ MODEL_OUT = MODELS_DIR / "tiny-shapes"
 LORA_OUT = MODELS_DIR / "loras"
 SEED = 1234
 
-DEFAULT_STEPS = {"vae": 1000, "unet": 4000, "lora": 600}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
@@ -111,7 +111,10 @@ def train_vae(steps: int) -> None:
     bar = progress(steps, start, "vae")
     for step in range(start, steps):
         rng = batch_rng("vae", step)
-        scenes = [random_scene(rng, outline=rng.random() < 0.25) for _ in range(BATCH["vae"])]
+        scenes = [
+            random_scene(rng, outline=rng.random() < 0.25, square_max_rotation=VAE_SQUARE_MAX_ROTATION)
+            for _ in range(BATCH["vae"])
+        ]
         x = to_tensor(render_batch(scenes))
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, LR["vae"], warmup=50)

@@ -30,12 +30,14 @@ IMAGE_SIZE = 64
 SUPERSAMPLE = 4  # draw at 4x and downsample: anti-aliased but still sharp edges
 
 # Geometry ranges, in fractions of the image side. The shape's extent stays within 30-70 %
-# of the side; the centre moves a little; squares turn only slightly so that a bounding-box
-# fill-ratio classifier still tells them from circles (a square turned 45 deg fills 0.5 of its
-# box, like a triangle).
+# of the side; the centre moves a little; triangles turn by up to 15 degrees. Squares stay
+# upright (the VAE saw them turned by up to 4 degrees), so that a bounding-box fill-ratio
+# classifier tells them from circles: a square turned 10 degrees fills 0.75 of its box, like
+# a circle (0.79), and one turned 45 degrees 0.5, like a triangle.
 SIZE_RANGE = (0.34, 0.66)
 MAX_OFFSET = 3 / 64
-SQUARE_MAX_ROTATION = 4.0
+SQUARE_MAX_ROTATION = 0.0
+VAE_SQUARE_MAX_ROTATION = 4.0  # the VAE's data: a little more variety than the model is asked for
 TRIANGLE_MAX_ROTATION = 15.0
 OUTLINE_WIDTH = 4 / 64
 
@@ -62,11 +64,11 @@ def prompt_for(color: str, shape: str, background: str) -> str:
     return PROMPT_TEMPLATE.format(color=color, shape=shape, background=background)
 
 
-def random_scene(rng: random.Random, outline: bool = False) -> Scene:
+def random_scene(rng: random.Random, outline: bool = False, square_max_rotation: float = SQUARE_MAX_ROTATION) -> Scene:
     color = rng.choice(list(COLORS))
     background = rng.choice([c for c in COLORS if c != color])
     shape = rng.choice(SHAPES)
-    max_rot = {"square": SQUARE_MAX_ROTATION, "triangle": TRIANGLE_MAX_ROTATION}.get(shape, 0.0)
+    max_rot = {"square": square_max_rotation, "triangle": TRIANGLE_MAX_ROTATION}.get(shape, 0.0)
     return Scene(
         color=color,
         shape=shape,

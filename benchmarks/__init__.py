@@ -1,0 +1,1 @@
+"""Measurement scripts: `python -m benchmarks` (speed, memory, roofline) and `python -m benchmarks parity`."""

@@ -1,0 +1,181 @@
+"""`python -m benchmarks [options]`: speed, memory and roofline of the app's pipeline on this device.
+
+    python -m benchmarks --json bench.json                 # everything, embedded model, defaults
+    python -m benchmarks --only wrapper,batch --steps 20   # a subset
+    python -m benchmarks parity --dtype bfloat16           # numerical parity vs a CPU float32 reference
+
+Prints a table of ratios (what to compare across machines) and writes every figure to JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+SECTIONS = ("wrapper", "attention", "batch", "dtype", "roofline", "startup")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pipelines.options import DEFAULT_MODEL
+
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--model", default=str(DEFAULT_MODEL))
+    p.add_argument("--device", default=None, help="as PREFERRED_DEVICE (default: auto)")
+    p.add_argument("--steps", type=int, default=None, help="denoising steps (default: the model's)")
+    p.add_argument("--images", type=int, default=4, help="images per run for wrapper/attention/dtype/roofline")
+    p.add_argument("--batches", default="1,2,4,8", help="batch sizes for the scaling test")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats (pairs for the wrapper test)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
+    p.add_argument("--json", default=None, help="write all figures here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["parity"]:
+        from .parity import main as parity_main
+
+        return parity_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from pipelines.loading import quiet_load_progress_bars
+
+    quiet_load_progress_bars()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from devices import DeviceManager
+    from pipelines import ImagePipeline
+
+    from . import suite
+
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        print(
+            f"error: unknown section(s) {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}",
+            file=sys.stderr,
+        )
+        return 2
+    dm = DeviceManager(args.device)
+    batches = [int(b) for b in args.batches.split(",")]
+    pipeline = ImagePipeline.from_pretrained(
+        args.model, dm, micro_batch=max([*batches, args.images]), max_batch=max(64, *batches)
+    )
+    steps = args.steps or int(pipeline.vocabulary.get("default_steps", 20))
+    report = {
+        "device": str(dm.device),
+        "backend": dm.backend,
+        "device_name": dm.device_name,
+        "dtype": str(dm.dtype).removeprefix("torch."),
+        "attention": dm.attention,
+        "torch_threads": torch.get_num_threads(),
+        "model": args.model,
+        "steps": steps,
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "results": {},
+    }
+    runners = {
+        "wrapper": lambda: suite.wrapper_overhead(pipeline, args.images, steps, args.repeats),
+        "attention": lambda: suite.attention(pipeline, args.images, steps, args.repeats),
+        "batch": lambda: suite.batch_scaling(pipeline, batches, steps, args.repeats),
+        "dtype": lambda: suite.dtypes(pipeline, args.images, steps, args.repeats),
+        "roofline": lambda: suite.roofline(pipeline, args.images, steps, args.repeats),
+        "startup": lambda: suite.startup(args.model, args.device),
+    }
+    for name in sections:
+        print(f"... {name}", file=sys.stderr, flush=True)
+        report["results"][name] = runners[name]()
+    print(format_table(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def format_table(report: dict) -> str:
+    r = report["results"]
+    lines = [
+        f"{report['device_name']} ({report['device']}, {report['dtype']}, {report['attention']}, "
+        f"{report['torch_threads']} threads), {report['steps']} steps",
+        "",
+    ]
+    row = "{:<44} {:>12} {:>10}".format
+    lines.append(row("measurement", "value", "spread"))
+    if "wrapper" in r:
+        w = r["wrapper"]
+        lines.append(
+            row(
+                f"wrapper / raw diffusers ({w['images']} img, {w['pairs']} pairs)",
+                f"{w['ratio_median_of_pairs']:.3f}x",
+                f"±{w['wrapper_s']['spread']:.0%}",
+            )
+        )
+        lines.append(row("  raw diffusers call", f"{w['raw_s']['median']:.3f} s", f"±{w['raw_s']['spread']:.0%}"))
+    if "attention" in r:
+        a = r["attention"]
+        lines.append(row("vanilla / sdpa attention", f"{a['vanilla_over_sdpa']:.2f}x", f"±{a['sdpa_s']['spread']:.0%}"))
+        lines.append(row("  max pixel diff vanilla vs sdpa", f"{a['max_pixel_diff']:.4f}", ""))
+    if "batch" in r:
+        for size, b in r["batch"]["batches"].items():
+            peak = b["peak_memory"]
+            lines.append(
+                row(
+                    f"per image at batch {size} (vs batch 1)",
+                    f"{b['per_image_s']['median']:.3f} s",
+                    f"{b['ratio_to_first']:.2f}x",
+                )
+            )
+            if peak:
+                lines.append(row(f"  peak memory at batch {size}", f"{peak / 2**20:.0f} MiB", ""))
+    if "dtype" in r:
+        for name, d in r["dtype"]["dtypes"].items():
+            lines.append(
+                row(f"{name}: speed vs float32", f"{d['speed_vs_float32']:.2f}x", f"±{d['seconds']['spread']:.0%}")
+            )
+            lines.append(
+                row(
+                    f"  {name}: max / mean pixel diff vs float32",
+                    f"{d['max_pixel_diff_vs_float32']:.4f}",
+                    f"{d['mean_pixel_diff_vs_float32']:.4f}",
+                )
+            )
+    if "roofline" in r:
+        f = r["roofline"]
+        lines.append(row(f"UNet GFLOP per step (batch {f['unet_batch']})", f"{f['unet_gflop_per_step']:.2f}", ""))
+        lines.append(row("matmul rate (2048^3, this run)", f"{f['matmul_gflops']:.1f} GF/s", ""))
+        lines.append(
+            row(
+                "UNet forward: fraction of matmul rate",
+                f"{f['unet_fraction_of_matmul']:.0%}",
+                f"{f['unet_gflops']:.1f} GF/s",
+            )
+        )
+        lines.append(
+            row(
+                "denoising loop: fraction of matmul rate",
+                f"{f['loop_fraction_of_matmul']:.0%}",
+                f"{f['denoise_loop_gflops']:.1f} GF/s",
+            )
+        )
+    if "startup" in r:
+        s = r["startup"]
+        lines.append(row("model load", f"{s['model_load_s']:.2f} s", ""))
+        launch = s["app_launch_to_page_s"]
+        lines.append(row("python app.py -> page answers", f"{launch:.1f} s" if launch else "no answer", ""))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Timing helpers that are correct on accelerators (synchronize before reading the clock)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from devices import DeviceManager
+
+
+def timed(dm: DeviceManager, fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Seconds `fn` takes on the device (queued work included), and its result."""
+    dm.synchronize()
+    start = time.perf_counter()
+    result = fn()
+    dm.synchronize()
+    return time.perf_counter() - start, result
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    """Median and spread (min, max, relative half-range) of repeated timings."""
+    med = statistics.median(samples)
+    return {
+        "median": med,
+        "min": min(samples),
+        "max": max(samples),
+        "spread": (max(samples) - min(samples)) / (2 * med) if med else 0.0,
+        "n": len(samples),
+    }
+
+
+def alternate(dm: DeviceManager, fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """Run the functions in turn (A B A B ...) so drifts in machine load hit all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            times[name].append(timed(dm, fn)[0])
+    return times

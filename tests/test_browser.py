@@ -1,0 +1,87 @@
+"""End to end in a real browser: Debian chromium driven by Playwright against the running app.
+
+Runs in CI (`.ci/run` installs chromium and sets CI=1, so a missing browser fails there);
+elsewhere it is skipped with a printed reason when /usr/bin/chromium is absent.
+The screenshot is saved as a test artifact in test-artifacts/ (override: ARTIFACTS_DIR).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from pipelines.options import DEFAULT_MODEL
+from tests.app_server import embedded_model_available, running_app
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+ARTIFACTS = Path(os.environ.get("ARTIFACTS_DIR", Path(__file__).resolve().parents[1] / "test-artifacts"))
+MEMORY_FIGURE = re.compile(r"\d+(\.\d+)? (MiB|GiB|KiB)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        if os.environ.get("CI"):
+            pytest.fail(f"chromium not found at {CHROMIUM}; CI must run the browser test (apt-get install chromium)")
+        pytest.skip(f"chromium not installed at {CHROMIUM} (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory, tiny_model_dir):
+    model = DEFAULT_MODEL if embedded_model_available() else tiny_model_dir
+    with running_app(model, tmp_path_factory.mktemp("outputs")) as (demo, _):
+        yield demo.local_url
+
+
+def status_text(page) -> str:
+    return page.locator("#status").inner_text()
+
+
+def test_generate_four_images_in_the_browser(browser, app_url):
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(app_url, wait_until="networkidle")
+    expect(page.locator("#status")).to_contain_text("cpu", timeout=30_000)
+    first_status = status_text(page)
+    assert MEMORY_FIGURE.search(first_status), first_status
+
+    page.get_by_label("Prompt").fill("a yellow triangle on a purple background")
+    page.get_by_label("Number of images", exact=False).first.fill("4")
+    page.get_by_role("button", name="Generate").click()
+    expect(page.locator("#gallery img")).to_have_count(4, timeout=120_000)
+    expect(page.locator("#info-line")).to_contain_text("4 image(s) in", timeout=30_000)
+    captions = page.locator("#gallery").inner_text()
+    assert len(set(re.findall(r"seed (\d+)", captions))) == 4, captions
+
+    time.sleep(4.5)  # two ticks of the 2 s status timer
+    later_status = status_text(page)
+    assert "cpu" in later_status and MEMORY_FIGURE.search(later_status)
+    assert later_status != first_status, "the status panel did not update"
+    expect(page.locator("#memory-plot")).to_be_visible()
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "app-1280x800.png"
+    page.screenshot(path=str(shot))
+    print(f"\nscreenshot: {shot}")
+    assert shot.stat().st_size > 10_000
+    page.close()
