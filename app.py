@@ -119,9 +119,8 @@ def status_markdown(dm: DeviceManager, stats: dict[str, Any]) -> str:
     lines = [
         f"**{dm.device_name}**",
         "",
-        "| | |",
-        "|---|---|",
         f"| device | `{dm.device}` ({dm.backend}) |",
+        "|---|---|",
         f"| dtype | {str(dm.dtype).removeprefix('torch.')} |",
         f"| attention | {dm.attention} |",
     ]
@@ -265,24 +264,15 @@ def create_demo(pipeline: ImagePipeline, device_manager: DeviceManager, settings
             loras=loras,
         )
 
-    def ui_generate(
-        prompt,
-        negative,
-        num_images,
-        steps,
-        guidance,
-        width,
-        height,
-        seed,
-        random_seed,
-        chosen,
-        *scales,
-        request: gr.Request,
-        progress=gr.Progress(),
-    ):
-        loras = {name: float(scales[lora_names.index(name)]) for name in chosen or []}
+    def ui_generate(v: dict, request: gr.Request, progress=gr.Progress()):
+        """UI click: `v` maps each input component to its value (no coupling to argument order)."""
+        chosen_loras = v[chosen] or []
+        loras = {
+            name: float(v[slider]) for name, slider in zip(lora_names, scales, strict=True) if name in chosen_loras
+        }
+        seed_value = _seed(v[seed], v[random_seed])
         req = make_request(
-            prompt, negative, num_images, steps, guidance, width, height, _seed(seed, random_seed), loras
+            v[prompt], v[negative], v[num_images], v[steps], v[guidance], v[width], v[height], seed_value, loras
         )
         result = gen.run(req, _session(request), progress)
         paths = gen.save(result)
@@ -399,7 +389,12 @@ def create_demo(pipeline: ImagePipeline, device_manager: DeviceManager, settings
                                 gr.Markdown(vocabulary_markdown(vocab), elem_id="vocabulary")
                             negative = gr.Textbox(value="", label="Negative prompt", lines=1)
                             num_images = gr.Slider(
-                                1, max_batch, value=min(4, max_batch), step=1, label="Number of images"
+                                1,
+                                max_batch,
+                                value=min(4, max_batch),
+                                step=1,
+                                label="Number of images",
+                                elem_id="num-images",
                             )
                             with gr.Row():
                                 seed = gr.Number(label="Seed", value=0, precision=0, minimum=-1, min_width=100)
@@ -491,7 +486,7 @@ def create_demo(pipeline: ImagePipeline, device_manager: DeviceManager, settings
             )
         run_btn.click(
             ui_generate,
-            [prompt, negative, num_images, steps, guidance, width, height, seed, random_seed, chosen, *scales],
+            {prompt, negative, num_images, steps, guidance, width, height, seed, random_seed, chosen, *scales},
             [gallery, info, downloads, info_json],
             api_visibility="private",
             concurrency_id="gpu",

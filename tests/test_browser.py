@@ -65,8 +65,10 @@ def test_generate_four_images_in_the_browser(browser, app_url):
     first_status = status_text(page)
     assert MEMORY_FIGURE.search(first_status), first_status
 
-    page.get_by_label("Prompt").fill("a yellow triangle on a purple background")
-    page.get_by_label("Number of images", exact=False).first.fill("4")
+    page.locator("#prompt textarea").fill("a yellow triangle on a purple background")
+    number = page.locator("#num-images input[type=number]")
+    number.fill("4")
+    number.press("Enter")
     page.get_by_role("button", name="Generate").click()
     expect(page.locator("#gallery img")).to_have_count(4, timeout=120_000)
     expect(page.locator("#info-line")).to_contain_text("4 image(s) in", timeout=30_000)

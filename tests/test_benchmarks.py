@@ -1,0 +1,104 @@
+"""Smoke tests of `python -m benchmarks` and `python -m benchmarks parity` on the tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.__main__ import main as bench_main
+from benchmarks.parity import main as parity_main
+
+
+def test_benchmark_suite_writes_every_figure(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    code = bench_main(
+        [
+            "--model",
+            str(tiny_model_dir),
+            "--device",
+            "cpu",
+            "--steps",
+            "2",
+            "--repeats",
+            "2",
+            "--batches",
+            "1,2",
+            "--images",
+            "2",
+            "--json",
+            str(out),
+        ]
+    )
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert report["backend"] == "cpu" and report["steps"] == 2
+    r = report["results"]
+    assert set(r) == {"wrapper", "attention", "batch", "dtype", "roofline", "startup"}
+    assert r["wrapper"]["ratio_median_of_pairs"] > 0 and r["wrapper"]["pairs"] == 2
+    assert r["wrapper"]["max_pixel_diff"] == 0.0  # the wrapper makes exactly the raw pipeline's images
+    assert r["attention"]["vanilla_over_sdpa"] > 0 and r["attention"]["max_pixel_diff"] < 0.01
+    assert set(r["batch"]["batches"]) == {"1", "2"}
+    assert r["batch"]["batches"]["1"]["ratio_to_first"] == 1.0
+    assert set(r["dtype"]["dtypes"]) == {"float32", "bfloat16"}
+    assert r["dtype"]["dtypes"]["float32"]["max_pixel_diff_vs_float32"] == 0.0
+    roof = r["roofline"]
+    assert roof["unet_gflop_per_step"] > 0 and roof["matmul_gflops"] > 0
+    assert 0 < roof["loop_fraction_of_matmul"] < 1.5
+    assert r["startup"]["model_load_s"] > 0 and r["startup"]["app_launch_to_page_s"] > 0
+    table = capsys.readouterr().out
+    assert "wrapper / raw diffusers" in table and "fraction of matmul rate" in table
+
+
+def test_unknown_section_is_an_error(tiny_model_dir, capsys):
+    assert bench_main(["--model", str(tiny_model_dir), "--only", "wrapper,nope"]) == 2
+    assert "unknown section(s) nope" in capsys.readouterr().err
+
+
+def test_parity_cpu_fp32_is_exact_and_passes(tiny_model_dir, tmp_path):
+    out = tmp_path / "parity.json"
+    code = parity_main(
+        [
+            "--model",
+            str(tiny_model_dir),
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--steps",
+            "2",
+            "--images",
+            "2",
+            "--json",
+            str(out),
+        ]
+    )
+    report = json.loads(out.read_text())
+    assert code == 0 and report["pass"] is True
+    assert all(row["max_abs"] == 0.0 and row["psnr"] is None for row in report["images"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_parity_fails_a_perturbed_port(tiny_model_dir, tmp_path, dtype):
+    out = tmp_path / "parity.json"
+    code = parity_main(
+        [
+            "--model",
+            str(tiny_model_dir),
+            "--device",
+            "cpu",
+            "--dtype",
+            dtype,
+            "--steps",
+            "2",
+            "--images",
+            "2",
+            "--perturb",
+            "0.2",
+            "--json",
+            str(out),
+        ]
+    )
+    report = json.loads(out.read_text())
+    assert code == 1 and report["pass"] is False
+    assert any(not row["pass"] for row in report["images"])
