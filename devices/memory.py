@@ -19,6 +19,8 @@ from .backends import torch_namespace
 log = logging.getLogger(__name__)
 
 MEMORY_KEYS = ("allocated", "reserved", "peak", "total", "free")
+HOST_KEYS = ("host_rss", "host_total", "host_available")
+STATS_KEYS = ("backend", "device_name", *MEMORY_KEYS, *HOST_KEYS)  # DeviceManager.memory_stats()
 
 
 def _accelerator_matches(device: torch.device) -> bool:

@@ -275,7 +275,7 @@ class ImagePipeline:
                 cancelled = True
                 break
             chunk = items[done : done + micro]
-            steps_per_call = self._steps_for(request)
+            steps_per_call = self._steps_for(request, accepted)
             total_steps = steps_done + steps_per_call * -(-(len(items) - done) // micro)
             call = self._call_kwargs(request, chunk, width, height, accepted)
             timer = _CallMonitor(pipe, self.dm, progress, should_cancel, steps_done, total_steps, done)
@@ -320,8 +320,9 @@ class ImagePipeline:
             warnings.append(f"cancelled: {len(images)} of {len(items)} image(s) finished")
         return self._result(images, metas, inputs, timings, warnings, cancelled, request)
 
-    def _steps_for(self, request: GenerationRequest) -> int:
-        if request.init_images is None:
+    def _steps_for(self, request: GenerationRequest, accepted: set[str]) -> int:
+        """Denoising steps one call runs: image-to-image skips the first (1 - strength) of them."""
+        if request.init_images is None or "strength" not in accepted:
             return request.steps
         return max(1, int(request.steps * request.strength))
 

@@ -13,27 +13,14 @@ import pytest
 from gradio_client import Client
 from PIL import Image
 
+from devices.memory import STATS_KEYS
 from pipelines import read_metadata
 from pipelines.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, running_app
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "a red circle on a blue background"
-STATUS_KEYS = {
-    "backend",
-    "device_name",
-    "allocated",
-    "reserved",
-    "peak",
-    "total",
-    "free",
-    "host_rss",
-    "host_total",
-    "host_available",
-    "device",
-    "dtype",
-    "attention",
-}
+STATUS_KEYS = {*STATS_KEYS, "device", "dtype", "attention"}
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +35,8 @@ def client(server):
     return Client(server[0].local_url, verbose=False)
 
 
-def generate(client: Client, **kwargs):
+def generate_args(**kwargs) -> dict:
+    """Keyword arguments of /generate: a small default request, updated with `kwargs`."""
     args = dict(
         prompt=PROMPT,
         negative_prompt="",
@@ -60,8 +48,11 @@ def generate(client: Client, **kwargs):
         seed=1,
         loras={},
     )
-    args.update(kwargs)
-    return client.predict(**args, api_name="/generate")
+    return {**args, **kwargs}
+
+
+def generate(client: Client, **kwargs):
+    return client.predict(**generate_args(**kwargs), api_name="/generate")
 
 
 def test_import_loads_no_model_and_probes_nothing():
@@ -115,18 +106,7 @@ def test_bad_input_is_an_error_message_then_the_server_still_works(client):
 def test_stop_cancels_and_returns_what_finished(server):
     demo, _ = server
     client = Client(demo.local_url, verbose=False)
-    job = client.submit(
-        prompt=PROMPT,
-        negative_prompt="",
-        num_images=8,
-        steps=150,
-        guidance_scale=4.0,
-        width=64,
-        height=64,
-        seed=3,
-        loras={},
-        api_name="/generate",
-    )
+    job = client.submit(**generate_args(num_images=8, steps=150, seed=3), api_name="/generate")
     deadline = time.time() + 120
     while time.time() < deadline:  # wait until denoising has started
         progress = job.status().progress_data
@@ -144,18 +124,7 @@ def test_stop_cancels_and_returns_what_finished(server):
 def test_status_answers_while_a_generation_runs(server):
     demo, _ = server
     client = Client(demo.local_url, verbose=False)
-    job = client.submit(
-        prompt=PROMPT,
-        negative_prompt="",
-        num_images=4,
-        steps=60,
-        guidance_scale=4.0,
-        width=64,
-        height=64,
-        seed=3,
-        loras={},
-        api_name="/generate",
-    )
+    job = client.submit(**generate_args(num_images=4, steps=60, seed=3), api_name="/generate")
     time.sleep(1.0)
     latencies = []
     for _ in range(3):
@@ -179,20 +148,7 @@ def test_queue_is_bounded_with_a_busy_message(tmp_path, tiny_model_dir):
         clients = [Client(demo.local_url, verbose=False) for _ in range(3)]
         jobs = []
         for c in clients:
-            jobs.append(
-                c.submit(
-                    prompt=PROMPT,
-                    negative_prompt="",
-                    num_images=4,
-                    steps=100,
-                    guidance_scale=4.0,
-                    width=32,
-                    height=32,
-                    seed=1,
-                    loras={},
-                    api_name="/generate",
-                )
-            )
+            jobs.append(c.submit(**generate_args(num_images=4, steps=100, width=32, height=32), api_name="/generate"))
             time.sleep(0.5)
         errors = []
         for job in jobs:

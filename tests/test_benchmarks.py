@@ -55,50 +55,21 @@ def test_unknown_section_is_an_error(tiny_model_dir, capsys):
     assert "unknown section(s) nope" in capsys.readouterr().err
 
 
-def test_parity_cpu_fp32_is_exact_and_passes(tiny_model_dir, tmp_path):
+def run_parity(model, tmp_path, *extra: str) -> tuple[int, dict]:
     out = tmp_path / "parity.json"
-    code = parity_main(
-        [
-            "--model",
-            str(tiny_model_dir),
-            "--device",
-            "cpu",
-            "--dtype",
-            "float32",
-            "--steps",
-            "2",
-            "--images",
-            "2",
-            "--json",
-            str(out),
-        ]
-    )
-    report = json.loads(out.read_text())
+    args = ["--model", str(model), "--device", "cpu", "--steps", "2", "--images", "2", "--json", str(out), *extra]
+    code = parity_main(args)
+    return code, json.loads(out.read_text())
+
+
+def test_parity_cpu_fp32_is_exact_and_passes(tiny_model_dir, tmp_path):
+    code, report = run_parity(tiny_model_dir, tmp_path, "--dtype", "float32")
     assert code == 0 and report["pass"] is True
     assert all(row["max_abs"] == 0.0 and row["psnr"] is None for row in report["images"])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_parity_fails_a_perturbed_port(tiny_model_dir, tmp_path, dtype):
-    out = tmp_path / "parity.json"
-    code = parity_main(
-        [
-            "--model",
-            str(tiny_model_dir),
-            "--device",
-            "cpu",
-            "--dtype",
-            dtype,
-            "--steps",
-            "2",
-            "--images",
-            "2",
-            "--perturb",
-            "0.2",
-            "--json",
-            str(out),
-        ]
-    )
-    report = json.loads(out.read_text())
+    code, report = run_parity(tiny_model_dir, tmp_path, "--dtype", dtype, "--perturb", "0.2")
     assert code == 1 and report["pass"] is False
     assert any(not row["pass"] for row in report["images"])

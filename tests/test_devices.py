@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from devices import DeviceFallbackWarning, DeviceManager
+from devices.memory import STATS_KEYS
 from tests import fakes
 from tests.fakes import GiB
 
@@ -202,28 +203,16 @@ def test_attention_env_override(monkeypatch):
 
 
 def _tiny_unet():
-    from diffusers import UNet2DConditionModel
+    from tests.tiny_model import build_tiny_pipeline
 
-    torch.manual_seed(0)
-    return UNet2DConditionModel(
-        sample_size=8,
-        in_channels=4,
-        out_channels=4,
-        layers_per_block=1,
-        block_out_channels=(32, 32),
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=16,
-        attention_head_dim=4,
-        norm_num_groups=8,
-    ).eval()
+    return build_tiny_pipeline().unet
 
 
 def test_apply_attention_really_swaps_processors(monkeypatch):
     from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
 
     unet = _tiny_unet()
-    x, t, ctx = torch.randn(1, 4, 8, 8), torch.tensor([10]), torch.randn(1, 5, 16)
+    x, t, ctx = torch.randn(1, 4, 16, 16), torch.tensor([10]), torch.randn(1, 5, 32)
     with torch.no_grad():
         monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", "vanilla")
         applied = DeviceManager().apply_attention(unet)
@@ -280,18 +269,7 @@ def test_generator_is_cpu_on_accelerators(monkeypatch):
 
 
 # ---------------------------------------------------------------- memory
-MEMORY_KEYS = {
-    "backend",
-    "device_name",
-    "allocated",
-    "reserved",
-    "peak",
-    "total",
-    "free",
-    "host_rss",
-    "host_total",
-    "host_available",
-}
+MEMORY_KEYS = set(STATS_KEYS)
 
 
 def test_memory_stats_npu_from_torch_npu(monkeypatch):

@@ -328,6 +328,20 @@ def test_img2img_batch_over_input_images(pipeline):
     assert np.abs(pixels(same_seed.images[1]) - pixels(result.images[2])).mean() > 2
 
 
+def test_instruction_edit_pipeline_uses_its_image_guidance(tmp_path):
+    from diffusers import StableDiffusionInstructPix2PixPipeline
+
+    from tests.tiny_model import save_tiny_pix2pix
+
+    edit = ImagePipeline.from_pretrained(save_tiny_pix2pix(tmp_path / "pix2pix"), DeviceManager("cpu"))
+    assert isinstance(edit.diffusers_pipeline, StableDiffusionInstructPix2PixPipeline)
+    inputs = [Image.new("RGB", (32, 32), "red"), Image.new("RGB", (32, 32), "blue")]
+    low = edit.generate(request(prompt="make it green", init_images=inputs, image_guidance_scale=1.0, steps=3))
+    high = edit.generate(request(prompt="make it green", init_images=inputs, image_guidance_scale=3.0, steps=3))
+    assert len(low.images) == 2 and edit._img2img is None  # the pipeline itself edits: no from_pipe
+    assert np.abs(pixels(low.images[0]) - pixels(high.images[0])).mean() > 0.5
+
+
 # ---------------------------------------------------------------- metadata
 def test_png_metadata_round_trip(pipeline, tmp_path):
     result = pipeline.generate(request(num_images=2, negative_prompt="blurry", loras={"style_a": 0.8}))

@@ -22,12 +22,13 @@ from models.train.tokenizer import build_tokenizer
 TINY_SIZE = 32  # pixels; VAE factor 2
 
 
-def build_tiny_pipeline(seed: int = 0) -> StableDiffusionPipeline:
+def build_tiny_pipeline(seed: int = 0, unet_in_channels: int = 4) -> StableDiffusionPipeline:
+    """`unet_in_channels=8` gives the UNet of an InstructPix2Pix pipeline (latents + image latents)."""
     torch.manual_seed(seed)
     tokenizer = build_tokenizer(max_length=16)
     unet = UNet2DConditionModel(
         sample_size=TINY_SIZE // 2,
-        in_channels=4,
+        in_channels=unet_in_channels,
         out_channels=4,
         layers_per_block=1,
         block_out_channels=(32, 64),
@@ -78,4 +79,13 @@ def build_tiny_pipeline(seed: int = 0) -> StableDiffusionPipeline:
 
 def save_tiny_pipeline(path: Path, seed: int = 0) -> Path:
     build_tiny_pipeline(seed).save_pretrained(path, safe_serialization=True)
+    return path
+
+
+def save_tiny_pix2pix(path: Path, seed: int = 0) -> Path:
+    """A tiny instruction-edit (InstructPix2Pix) pipeline folder."""
+    from diffusers import StableDiffusionInstructPix2PixPipeline
+
+    parts = build_tiny_pipeline(seed, unet_in_channels=8).components
+    StableDiffusionInstructPix2PixPipeline(**parts).save_pretrained(path, safe_serialization=True)
     return path
