@@ -176,15 +176,14 @@ class Generator:
         self.settings = settings
         self._cancel: dict[str, threading.Event] = {}
 
-    def cancel_flag(self, session: str) -> threading.Event:
-        return self._cancel.setdefault(session, threading.Event())
-
     def stop(self, session: str) -> None:
-        self.cancel_flag(session).set()
+        """Ask this session's running generation to stop after its current step."""
+        flag = self._cancel.get(session)
+        if flag is not None:
+            flag.set()
 
     def run(self, req: GenerationRequest, session: str, progress: gr.Progress | None) -> GenerationResult:
-        flag = self.cancel_flag(session)
-        flag.clear()
+        flag = self._cancel[session] = threading.Event()
         total_images = req.total_images
 
         def report(step: int, total: int, image_index: int) -> None:
@@ -194,13 +193,18 @@ class Generator:
         try:
             return _run_on_device(self.pipeline, req, report, flag.is_set)
         except OutOfMemoryError as exc:
-            kept = len(exc.partial.images) if exc.partial else 0
-            raise gr.Error(f"{exc} ({kept} image(s) finished before it ran out)") from exc
+            if exc.partial is None or not exc.partial.images:
+                raise gr.Error(str(exc)) from exc
+            gr.Warning(str(exc))  # keep what finished: show it, with the reason it stopped
+            exc.partial.warnings.append(str(exc))
+            return exc.partial
         except (PipelineError, ValueError) as exc:
             raise gr.Error(str(exc)) from exc
         except Exception as exc:  # never a traceback in the browser; the log keeps it
             log.exception("generation failed")
             raise gr.Error(f"generation failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self._cancel.pop(session, None)
 
     def save(self, result: GenerationResult) -> list[str]:
         folder = self.settings.output_dir / time.strftime("%Y-%m-%d")

@@ -253,8 +253,10 @@ class ImagePipeline:
             return self._generate(request, progress, should_cancel)
 
     def _generate(self, request: GenerationRequest, progress: ProgressFn | None, should_cancel: CancelFn | None):
+        # 2-3. pipeline and LoRAs
         pipe = self._pipeline_for(request)
         self.loras.activate(request.loras)
+        # 4. one seed per image
         width, height = request.width or self.default_size[0], request.height or self.default_size[1]
         seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
         items = self._work_items(request, seed)
@@ -263,6 +265,7 @@ class ImagePipeline:
         if request.negative_prompt and "negative_prompt" not in accepted:
             warnings.append(f"{type(pipe).__name__} has no negative prompt; it was ignored")
 
+        # 5-6. micro-batches (halved on out-of-memory), progress and cancel through the step callback
         micro = min(len(items), self.options.micro_batch, self._micro_batch_limit.get((width, height), 10**6))
         images, metas, inputs, timings = [], [], [], []
         cancelled = False
@@ -290,7 +293,7 @@ class ImagePipeline:
                     raise
                 self.dm.empty_cache()
                 if micro == 1:
-                    partial = self._result(images, metas, inputs, timings, warnings, cancelled, request)
+                    partial = self._result(images, metas, inputs, timings, warnings, cancelled)
                     raise OutOfMemoryError(
                         f"out of memory at {width}x{height} even with one image at a time on {self.dm.device}; "
                         "try a smaller width/height, or MEMORY_MODE=max to offload weights",
@@ -313,12 +316,13 @@ class ImagePipeline:
                 inputs.append(item["image"])
                 metas.append(self._metadata(request, item, width, height))
             done += len(chunk)
+        # 7. what finished, with its metadata and timings
         if oom_splits:
             chunks = -(-len(items) // micro)
             warnings.append(f"out of memory: batch split into {chunks} chunks of at most {micro} image(s)")
         if cancelled:
             warnings.append(f"cancelled: {len(images)} of {len(items)} image(s) finished")
-        return self._result(images, metas, inputs, timings, warnings, cancelled, request)
+        return self._result(images, metas, inputs, timings, warnings, cancelled)
 
     def _steps_for(self, request: GenerationRequest, accepted: set[str]) -> int:
         """Denoising steps one call runs: image-to-image skips the first (1 - strength) of them."""
@@ -366,7 +370,7 @@ class ImagePipeline:
             meta["strength"] = request.strength
         return meta
 
-    def _result(self, images, metas, inputs, timings, warnings, cancelled, request) -> GenerationResult:
+    def _result(self, images, metas, inputs, timings, warnings, cancelled) -> GenerationResult:
         total = {k: sum(t[k] for t in timings) for k in ("encode", "denoise", "decode", "total")}
         steps = sum(t["steps"] for t in timings)
         total["steps_per_second"] = steps / total["denoise"] if total["denoise"] > 0 else 0.0

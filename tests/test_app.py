@@ -168,3 +168,24 @@ def test_concurrent_status_does_not_block(client):
     for t in threads:
         t.join(30)
     assert len(results) == 4
+
+
+def test_out_of_memory_keeps_what_finished(server, client, monkeypatch):
+    """Memory runs out for any batch and again after the first image: the API still returns that image."""
+    import torch
+
+    unet = server[1].diffusers_pipeline.unet
+    real = unet.forward
+    single_calls = {"n": 0}
+
+    def forward(sample, *args, **kwargs):
+        if sample.shape[0] > 2 or single_calls["n"] >= 2:  # CFG: 2 rows per image; 2 steps per image
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+        single_calls["n"] += 1
+        return real(sample, *args, **kwargs)
+
+    monkeypatch.setattr(unet, "forward", forward)
+    images, info = generate(client, num_images=4, steps=2, seed=40)
+    assert len(images) == 1 and info["seeds"] == [40]
+    assert any("even with one image at a time" in w for w in info["warnings"]), info["warnings"]
+    server[1]._micro_batch_limit.clear()
