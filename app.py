@@ -79,7 +79,6 @@ CSS = """
 #gallery img, #edit-gallery img { image-rendering: pixelated; }  /* 64x64 images upscaled without blur */
 #status-panel .prose table { font-size: 0.85em; }
 #info-line { min-height: 2.2em; }
-footer { display: none !important; }
 """
 
 
