@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="denoising steps (default: the model's)")
     p.add_argument("--images", type=int, default=4, help="images per run for wrapper/attention/dtype/roofline")
     p.add_argument("--batches", default="1,2,4,8", help="batch sizes for the scaling test")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats (pairs for the wrapper test)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats per configuration")
+    p.add_argument("--pairs", type=int, default=20, help="alternated wrapper/raw pairs (their ratio is what is noisy)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
     p.add_argument("--json", default=None, help="write all figures here")
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": {},
     }
     runners = {
-        "wrapper": lambda: suite.wrapper_overhead(pipeline, args.images, steps, args.repeats),
+        "wrapper": lambda: suite.wrapper_overhead(pipeline, args.images, steps, args.pairs),
         "attention": lambda: suite.attention(pipeline, args.images, steps, args.repeats),
         "batch": lambda: suite.batch_scaling(pipeline, batches, steps, args.repeats),
         "dtype": lambda: suite.dtypes(pipeline, args.images, steps, args.repeats),

@@ -32,9 +32,11 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 
 def alternate(dm: DeviceManager, fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
-    """Run the functions in turn (A B A B ...) so drifts in machine load hit all of them alike."""
+    """Run the functions in turn, reversing the order every round (A B, B A, A B ...), so that
+    drifts in machine load and "who runs first" effects hit all of them alike."""
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            times[name].append(timed(dm, fn)[0])
+    order = list(fns)
+    for round_ in range(repeats):
+        for name in order if round_ % 2 == 0 else reversed(order):
+            times[name].append(timed(dm, fns[name])[0])
     return times

@@ -201,14 +201,17 @@ def startup(model: str, device: str | None, timeout: float = 300) -> dict[str, A
 
 
 # ---------------------------------------------------------------------- 7. roofline
-def matmul_rate(dm: DeviceManager, n: int = 2048, repeats: int = 10) -> float:
-    """FLOP/s of an n x n x n matmul in the pipeline's dtype on this device (best of `repeats`)."""
+def matmul_rate(dm: DeviceManager, n: int = 2048, repeats: int = 15) -> float:
+    """FLOP/s of an n x n x n matmul in the pipeline's dtype on this device.
+
+    Median of `repeats`, the same statistic as the UNet timings it is compared with (a best-of
+    would compare a lucky matmul with a typical UNet step on a noisy shared machine).
+    """
     dtype = dm.dtype
     a = torch.randn(n, n, device=dm.device, dtype=dtype)
     b = torch.randn(n, n, device=dm.device, dtype=dtype)
     timed(dm, lambda: a @ b)  # warm-up
-    best = min(timed(dm, lambda: a @ b)[0] for _ in range(repeats))
-    return 2 * n**3 / best
+    return 2 * n**3 / summary([timed(dm, lambda: a @ b)[0] for _ in range(repeats)])["median"]
 
 
 def roofline(pipeline: ImagePipeline, images: int, steps: int, repeats: int) -> dict[str, Any]:
@@ -229,7 +232,7 @@ def roofline(pipeline: ImagePipeline, images: int, steps: int, repeats: int) -> 
     flops_per_step = counter.get_total_flops()
     with torch.no_grad():
         unet(latents, t, hidden)  # warm-up
-        unet_s = summary([timed(pipeline.dm, lambda: unet(latents, t, hidden))[0] for _ in range(repeats * 3)])
+        unet_s = summary([timed(pipeline.dm, lambda: unet(latents, t, hidden))[0] for _ in range(max(15, repeats * 3))])
     request = make_request(pipeline, images, steps)
     pipeline.generate(request)
     denoise = summary([pipeline.generate(request).timings["denoise"] for _ in range(repeats)])

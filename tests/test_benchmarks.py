@@ -22,6 +22,8 @@ def test_benchmark_suite_writes_every_figure(tiny_model_dir, tmp_path, capsys):
             "2",
             "--repeats",
             "2",
+            "--pairs",
+            "2",
             "--batches",
             "1,2",
             "--images",
