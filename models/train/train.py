@@ -374,7 +374,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stage", choices=[*STAGES, "all"])
     parser.add_argument("--steps", type=int, help=f"training steps of the stage (default: {DEFAULT_STEPS})")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch CPU threads (default 2: twice as fast as 1 on an idle 2-core CPU)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     torch.set_num_threads(args.threads)
