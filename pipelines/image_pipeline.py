@@ -27,6 +27,7 @@ import torch
 
 from devices import DeviceManager
 
+from .backend import ModelInfo
 from .errors import OutOfMemoryError
 from .loading import load_diffusers_pipeline
 from .lora import LoraInfo, LoraManager
@@ -37,6 +38,13 @@ log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int, int], None]
 CancelFn = Callable[[], bool]
+
+# Default pixel budget per image: the model's native area times this factor (MAX_PIXELS overrides).
+# CPU and MPS get 4 (2x each side: a 64x64 model stops at 128x128, SD 1.5 at 1024x1024) because
+# work grows faster than linearly with pixels and a CPU image at 4x area already takes minutes;
+# accelerators get 9 (3x each side).
+PIXEL_BUDGET_FACTOR = {"cpu": 4, "mps": 4}
+DEFAULT_PIXEL_BUDGET_FACTOR = 9
 
 # Out-of-memory messages of the backends that do not raise torch.OutOfMemoryError.
 OOM_MARKERS = ("out of memory", "NPU out of memory", "MPS backend out of memory", "ACL_ERROR_RT_MEMORY_ALLOCATION")
@@ -205,6 +213,42 @@ class ImagePipeline:
         return 1024, 1024
 
     @property
+    def max_pixels(self) -> int:
+        """Largest width x height accepted: MAX_PIXELS, else native area x the device's factor."""
+        if self.options.max_pixels:
+            return self.options.max_pixels
+        w, h = self.default_size
+        return w * h * PIXEL_BUDGET_FACTOR.get(self.dm.backend, DEFAULT_PIXEL_BUDGET_FACTOR)
+
+    @property
+    def max_side(self) -> int:
+        """Largest width or height accepted: MAX_SIDE, else 4 x the native side (room for wide
+        and tall formats inside the pixel budget)."""
+        side = self.options.max_side or 4 * max(self.default_size)
+        return max(self.size_multiple, side - side % self.size_multiple)
+
+    def model_info(self) -> ModelInfo:
+        """Defaults and limits of the loaded model, as the UI and the API enforce them."""
+        vocab = self.vocabulary
+        defaults = GenerationRequest(prompt="")
+        w, h = self.default_size
+        return ModelInfo(
+            model_name=self.model_name,
+            default_width=w,
+            default_height=h,
+            size_multiple=self.size_multiple,
+            max_side=self.max_side,
+            max_pixels=self.max_pixels,
+            max_batch=self.options.max_batch,
+            default_steps=int(vocab.get("default_steps", defaults.steps)),
+            default_guidance=float(vocab.get("default_guidance_scale", defaults.guidance_scale)),
+            scheduler=self.scheduler_name,
+            loras=tuple(sorted(self.loras.available())),
+            vocabulary=dict(vocab),
+            examples=tuple(vocab.get("examples") or ()),
+        )
+
+    @property
     def scheduler_name(self) -> str:
         return type(self.pipe.scheduler).__name__
 
@@ -233,8 +277,14 @@ class ImagePipeline:
             self._img2img.set_progress_bar_config(disable=True)
         return self._img2img
 
-    def _work_items(self, request: GenerationRequest, seed: int) -> list[dict[str, Any]]:
-        items = []
+    @staticmethod
+    def work_items(request: GenerationRequest, seed: int) -> list[dict[str, Any]]:
+        """Every image of a request in order (input image, prompt, copy), item i with seed `seed + i`.
+
+        The order and the seeds are what make a request splittable: any contiguous range of
+        these items gives the same images wherever it runs (`generate(item_range=...)`).
+        """
+        items: list[dict[str, Any]] = []
         for image in request.init_images or [None]:
             for prompt in request.prompts:
                 for _ in range(request.num_images):
@@ -246,20 +296,46 @@ class ImagePipeline:
         request: GenerationRequest,
         progress: ProgressFn | None = None,
         should_cancel: CancelFn | None = None,
+        item_range: tuple[int, int] | None = None,
     ) -> GenerationResult:
-        """Run a request; returns what finished (also when cancelled)."""
-        request.validate(self.size_multiple, self.options.max_batch, self.options.max_pixels)
-        with self._lock:
-            return self._generate(request, progress, should_cancel)
+        """Run a request; returns what finished (also when cancelled).
 
-    def _generate(self, request: GenerationRequest, progress: ProgressFn | None, should_cancel: CancelFn | None):
+        `item_range=(start, stop)` runs only those work items (see `work_items`): how a device
+        pool or a batch job splits one request without changing any image. It needs a fixed
+        seed, and the batch cap then applies to the range, not to the whole request.
+        """
+        count = None
+        if item_range is not None:
+            start, stop = item_range
+            if request.seed is None:
+                raise ValueError("item_range: needs a fixed seed (the seeds of the items depend on it)")
+            if not 0 <= start < stop <= request.total_images:
+                raise ValueError(f"item_range: {item_range} is not a range inside 0..{request.total_images}")
+            count = stop - start
+        request.validate(
+            self.size_multiple, self.options.max_batch, self.max_pixels, count=count, max_side=self.max_side
+        )
+        with self._lock:
+            return self._generate(request, progress, should_cancel, item_range)
+
+    def _generate(
+        self,
+        request: GenerationRequest,
+        progress: ProgressFn | None,
+        should_cancel: CancelFn | None,
+        item_range: tuple[int, int] | None = None,
+    ) -> GenerationResult:
         # 2-3. pipeline and LoRAs
         pipe = self._pipeline_for(request)
         self.loras.activate(request.loras)
         # 4. one seed per image
         width, height = request.width or self.default_size[0], request.height or self.default_size[1]
         seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
-        items = self._work_items(request, seed)
+        items = self.work_items(request, seed)
+        first = 0
+        if item_range is not None:
+            first = item_range[0]
+            items = items[item_range[0] : item_range[1]]
         accepted = set(inspect.signature(pipe.__call__).parameters)
         warnings: list[str] = []
         if request.negative_prompt and "negative_prompt" not in accepted:
@@ -281,7 +357,7 @@ class ImagePipeline:
             steps_per_call = self._steps_for(request, accepted)
             total_steps = steps_done + steps_per_call * -(-(len(items) - done) // micro)
             call = self._call_kwargs(request, chunk, width, height, accepted)
-            timer = _CallMonitor(pipe, self.dm, progress, should_cancel, steps_done, total_steps, done)
+            timer = _CallMonitor(pipe, self.dm, progress, should_cancel, steps_done, total_steps, first + done)
             call["callback_on_step_end"] = timer
             try:
                 timer.begin()

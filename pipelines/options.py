@@ -4,7 +4,9 @@
   model in models/tiny-shapes)
 - LORA_DIR: folder of .safetensors LoRAs that may be loaded (default: models/loras)
 - MAX_BATCH: most images per request (default 16)
-- MAX_PIXELS: most pixels per image, width x height (default 2048 x 2048)
+- MAX_PIXELS: most pixels per image, width x height (default: the model's native area x
+  PIXEL_BUDGET_FACTOR of the device: 4 on CPU/MPS, 9 on CUDA/ROCm/NPU/XPU)
+- MAX_SIDE: largest width or height (default: 4 x the model's native side)
 - MICRO_BATCH: most images denoised together (default 8); halves itself on out-of-memory
 - MEMORY_MODE: off | auto | balanced | max (default auto; see DeviceManager.set_memory_efficient_mode)
 """
@@ -20,7 +22,7 @@ DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-shapes"
 DEFAULT_LORA_DIR = REPO_ROOT / "models" / "loras"
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_int(name: str, default: int | None) -> int | None:
     value = os.environ.get(name, "").strip()
     if not value:
         return default
@@ -38,7 +40,8 @@ class PipelineOptions:
     model_id: str = str(DEFAULT_MODEL)
     lora_dir: Path = DEFAULT_LORA_DIR
     max_batch: int = 16
-    max_pixels: int = 2048 * 2048
+    max_pixels: int | None = None  # None: the model's native area x the device's PIXEL_BUDGET_FACTOR
+    max_side: int | None = None  # None: 4 x the model's native side
     micro_batch: int = 8
     memory_mode: str = "auto"
     extra: dict = field(default_factory=dict)  # passed to diffusers' from_pretrained
@@ -50,7 +53,8 @@ class PipelineOptions:
             model_id=env.get("MODEL_ID", "").strip() or str(DEFAULT_MODEL),
             lora_dir=Path(env.get("LORA_DIR", "").strip() or DEFAULT_LORA_DIR),
             max_batch=_env_int("MAX_BATCH", 16),
-            max_pixels=_env_int("MAX_PIXELS", 2048 * 2048),
+            max_pixels=_env_int("MAX_PIXELS", None),
+            max_side=_env_int("MAX_SIDE", None),
             micro_batch=_env_int("MICRO_BATCH", 8),
             memory_mode=env.get("MEMORY_MODE", "").strip() or "auto",
         )

@@ -48,8 +48,14 @@ class GenerationRequest:
         size_multiple: int = 8,
         max_batch: int = 16,
         max_pixels: int = 2048 * 2048,
+        count: int | None = None,
+        max_side: int = 16384,
     ) -> None:
-        """Raise ValueError naming the first bad field; cheap, runs before any model work."""
+        """Raise ValueError naming the first bad field; cheap, runs before any model work.
+
+        `count`: the images actually run now when only a range of the request runs (a pool or a
+        batch job splitting it); the batch cap applies to those.
+        """
         prompts = self.prompts
         if not prompts:
             raise ValueError("prompt: at least one prompt is required, got an empty list")
@@ -59,7 +65,7 @@ class GenerationRequest:
         if self.negative_prompt is not None and not isinstance(self.negative_prompt, str):
             raise ValueError(f"negative_prompt: must be text or None, got {self.negative_prompt!r}")
         _check_int("num_images", self.num_images, 1, max_batch)
-        if self.total_images > max_batch:
+        if (count if count is not None else self.total_images) > max_batch:
             raise ValueError(
                 f"num_images: {len(prompts)} prompt(s) x {self.num_images} image(s)"
                 + (f" x {len(self.init_images)} input image(s)" if self.init_images else "")
@@ -71,13 +77,13 @@ class GenerationRequest:
             value = getattr(self, name)
             if value is None:
                 continue
-            _check_int(name, value, size_multiple, 16384)
+            _check_int(name, value, size_multiple, max_side)
             if value % size_multiple:
                 raise ValueError(f"{name}: {value} is not a multiple of {size_multiple} (this model's size step)")
         if self.width and self.height and self.width * self.height > max_pixels:
             raise ValueError(
                 f"width x height: {self.width}x{self.height} = {self.width * self.height} pixels, "
-                f"more than the cap of {max_pixels} (MAX_PIXELS)"
+                f"more than this model's cap of {max_pixels} on this device (MAX_PIXELS)"
             )
         if self.seed is not None:
             _check_int("seed", self.seed, 0, MAX_SEED)

@@ -1,0 +1,103 @@
+"""The one generation-backend interface the UI talks to, whatever runs behind it.
+
+Three implementations exist:
+- `pipelines.pool.DevicePool`: in-process replicas, one `ImagePipeline` per device (one device
+  is a pool of one);
+- `serving.ray_backend.RayBackend`: a Ray Serve deployment, one replica per accelerator;
+- `pipelines.batch`: offline jobs over processes/machines with accelerate (not a live backend).
+
+Every backend keeps the invariant of the whole project: image i of a request has the seed
+`seed + i` and is drawn from its own CPU generator, so it is the same image whichever replica,
+process or device makes it (within the dtype's tolerance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from .request import GenerationRequest, GenerationResult
+
+ProgressFn = Callable[[int, int, int], None]  # (steps done, steps in all, index of the image being made)
+CancelFn = Callable[[], bool]  # polled between denoising steps; True stops after the current step
+
+
+@dataclass
+class ReplicaStatus:
+    """One row of the status panel / `/status`: one device (or remote replica) and what it does."""
+
+    name: str  # "cuda:0", "cpu#1", "ray:<replica id>"
+    device: str  # torch device string
+    backend: str  # cuda | rocm | npu | xpu | mps | cpu
+    device_name: str
+    dtype: str
+    attention: str
+    healthy: bool = True
+    busy: bool = False
+    activity: str = "idle"  # e.g. "4 image(s), step 5/20"
+    error: str | None = None  # why it was marked unhealthy
+    memory: dict[str, Any] = field(default_factory=dict)  # DeviceManager.memory_stats()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the UI needs to know of the loaded model: one typed description, one set of limits.
+
+    Built by `ImagePipeline.model_info()`; a remote backend returns its replicas' copy. Holds no
+    server paths (it is shown to clients).
+    """
+
+    model_name: str
+    default_width: int
+    default_height: int
+    size_multiple: int  # width/height step
+    max_side: int  # largest width or height accepted
+    max_pixels: int  # largest width x height accepted
+    max_batch: int  # most images per request
+    default_steps: int
+    default_guidance: float
+    scheduler: str
+    loras: tuple[str, ...] = ()
+    vocabulary: dict[str, Any] = field(default_factory=dict)  # embedded models: pattern, words, examples
+    examples: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """What the app needs from whatever generates images.
+
+    `generate` has `ImagePipeline.generate`'s contract: validate first (ValueError naming the
+    field), then run; returns what finished, also when cancelled; raises `PipelineError`
+    subclasses with a user-facing message.
+    """
+
+    @property
+    def concurrency(self) -> int:
+        """How many generations may run at once (one per healthy replica)."""
+        ...
+
+    def generate(
+        self,
+        request: GenerationRequest,
+        progress: ProgressFn | None = None,
+        should_cancel: CancelFn | None = None,
+    ) -> GenerationResult: ...
+
+    def model_info(self) -> ModelInfo:
+        """The loaded model's defaults and limits (the same on every replica)."""
+        ...
+
+    def status(self) -> list[ReplicaStatus]:
+        """One entry per replica, cheap enough to call every 2 s."""
+        ...
+
+    def close(self) -> None:
+        """Release the replicas (devices, actors)."""
+        ...
