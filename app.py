@@ -1,16 +1,15 @@
-"""Diffusion Anywhere: the Gradio app (UI and launch only).
+"""Diffusion Anywhere: the Gradio app (entry point, UI assembly and launch).
 
     python app.py                         # embedded model, best device, http://127.0.0.1:7860
     PREFERRED_DEVICE=npu python app.py    # ask for an Ascend NPU (falls back with a warning)
+    PREFERRED_DEVICE=all python app.py    # one replica per device of the best backend
 
-Importing this module loads no model and probes no device: `main()` does, then builds the
-UI with `create_demo(pipeline, device_manager)`. The UI only calls `ImagePipeline` and
-`DeviceManager`; domain errors become `gr.Error` with the pipeline layer's message.
+Importing this module reads no setting, loads no model and probes no device: `main()` reads the
+settings (`ui.settings`, validated before anything loads), builds the generation backend and the
+UI with `create_demo(backend, settings)`. The UI talks only to a `GenerationBackend`.
 """
 
 from __future__ import annotations
-
-import os
 
 try:  # ZeroGPU Spaces: `spaces` must be imported before anything touches CUDA
     import spaces
@@ -18,66 +17,26 @@ except ImportError:
     spaces = None
 
 import argparse
+import json
 import logging
-import threading
-import time
-from collections import deque
-from dataclasses import dataclass, field
-from pathlib import Path
+import sys
 from typing import Any
 
 import gradio as gr
-import pandas as pd
 
-from devices import DeviceManager
-from devices.memory import human_bytes
-from pipelines import GenerationRequest, GenerationResult, ImagePipeline, OutOfMemoryError, PipelineError, save_images
-from pipelines.loading import quiet_load_progress_bars
-from pipelines.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
+from pipelines import GenerationRequest, GenerationResult, OutOfMemoryError, PipelineError
+from pipelines.backend import GenerationBackend, ModelInfo
+from ui import inputs
+from ui.jobs import JobRunner, caller_key, caller_load, drop_queued
+from ui.outputs import OutputStore
+from ui.settings import AppSettings, SettingsError
+from ui.status import MemoryHistory, status_json, status_markdown
 
 log = logging.getLogger("diffusion_anywhere")
 
-ON_SPACES = bool(os.environ.get("SPACE_ID"))
-ON_ZERO_GPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "true")
-
-
-@dataclass(frozen=True)
-class AppSettings:
-    """Settings of the app, read from the environment once (see README for each)."""
-
-    model_id: str = str(DEFAULT_MODEL)
-    lora_dir: Path = DEFAULT_LORA_DIR
-    preferred_device: str | None = None
-    max_batch: int = 16
-    output_dir: Path = Path("outputs")
-    server_name: str = "127.0.0.1"
-    server_port: int = 7860
-    queue_size: int = 16
-    max_file_size: str = "10mb"
-    status_interval: float = 2.0
-    history_seconds: int = 300
-
-    @classmethod
-    def from_env(cls) -> AppSettings:
-        env = os.environ
-        return cls(
-            model_id=env.get("MODEL_ID") or str(DEFAULT_MODEL),
-            lora_dir=Path(env.get("LORA_DIR") or DEFAULT_LORA_DIR),
-            preferred_device=env.get("PREFERRED_DEVICE") or None,
-            max_batch=int(env.get("MAX_BATCH") or 16),
-            output_dir=Path(env.get("OUTPUT_DIR") or "outputs").resolve(),
-            server_name=env.get("GRADIO_SERVER_NAME") or ("0.0.0.0" if ON_SPACES else "127.0.0.1"),
-            server_port=int(env.get("GRADIO_SERVER_PORT") or 7860),
-            queue_size=int(env.get("QUEUE_SIZE") or 16),
-            max_file_size=env.get("MAX_FILE_SIZE") or "10mb",
-        )
-
-
-SETTINGS = AppSettings.from_env()
-
 CSS = """
 #gallery img, #edit-gallery img { image-rendering: pixelated; }  /* 64x64 images upscaled without blur */
-#status-panel .prose table { font-size: 0.85em; }
+#status-panel .prose table { font-size: 0.8em; }
 #info-line { min-height: 2.2em; }
 """
 
@@ -87,69 +46,18 @@ def gpu(fn):
     return spaces.GPU(duration=120)(fn) if spaces is not None else fn
 
 
-# ------------------------------------------------------------------ status panel
-@dataclass
-class MemoryHistory:
-    """Last few minutes of memory samples for the plot (one sample per second at most)."""
-
-    seconds: int = 300
-    samples: deque = field(default_factory=lambda: deque(maxlen=600))
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def sample(self, stats: dict[str, Any]) -> pd.DataFrame:
-        now = time.time()
-        with self.lock:
-            if not self.samples or now - self.samples[-1][0] >= 1.0:
-                device = stats["allocated"] if stats["backend"] != "cpu" else None
-                self.samples.append((now, device, stats["host_rss"]))
-            rows = []
-            for t, device, host in self.samples:
-                if now - t > self.seconds:
-                    continue
-                age = round(t - now, 1)
-                if device is not None:
-                    rows.append({"seconds": age, "MiB": device / 2**20, "memory": "device allocated"})
-                rows.append({"seconds": age, "MiB": host / 2**20, "memory": "process RSS"})
-        return pd.DataFrame(rows, columns=["seconds", "MiB", "memory"])
+def refuse(message: str) -> gr.Error:
+    """A refused request: one log line, the message to the caller, no traceback anywhere."""
+    log.info("refused: %s", message)
+    return gr.Error(message, print_exception=False)
 
 
-def status_markdown(dm: DeviceManager, stats: dict[str, Any]) -> str:
-    h = human_bytes
-    lines = [
-        f"**{dm.device_name}**",
-        "",
-        f"| device | `{dm.device}` ({dm.backend}) |",
-        "|---|---|",
-        f"| dtype | {str(dm.dtype).removeprefix('torch.')} |",
-        f"| attention | {dm.attention} |",
-    ]
-    if ON_ZERO_GPU:
-        lines.append("| GPU memory | allocated per call on ZeroGPU: no resident figures between calls |")
-    elif dm.backend == "cpu":
-        lines += [
-            f"| process memory | {h(stats['allocated'])} |",
-            f"| peak | {h(stats['peak'])} |",
-        ]
-    else:
-        lines += [
-            f"| allocated | {h(stats['allocated'])} |",
-            f"| reserved | {h(stats['reserved'])} |",
-            f"| peak | {h(stats['peak'])} |",
-            f"| free / total | {h(stats['free'])} / {h(stats['total'])} |",
-        ]
-    lines.append(f"| host RAM | {h(stats['host_available'])} free of {h(stats['host_total'])} |")
-    if dm.fallback_reason:
-        lines += ["", f"⚠️ requested `{dm.requested}` not usable: {dm.fallback_reason}"]
-    lines += ["", f"<small>live · updated {time.strftime('%H:%M:%S')}</small>"]
-    return "\n".join(lines)
-
-
-# ------------------------------------------------------------------ results
 def info_line(result: GenerationResult) -> str:
     t = result.timings
+    peak = f"{result.peak_memory / 2**20:.1f} MiB" if result.peak_memory else "n/a"
     text = (
         f"{len(result.images)} image(s) in {t['total']:.2f} s · {t['steps_per_second']:.1f} it/s · "
-        f"peak {human_bytes(result.peak_memory)} · {result.device} · {result.dtype} · {result.attention}"
+        f"peak {peak} · {result.device} · {result.dtype} · {result.attention}"
     )
     if result.warnings:
         text += " · ⚠️ " + "; ".join(result.warnings)
@@ -167,371 +75,362 @@ def vocabulary_markdown(vocab: dict[str, Any]) -> str:
     )
 
 
-class Generator:
-    """Runs requests for the UI and the API; one cancel flag per browser session."""
+class Studio:
+    """The handlers behind the UI and the API: parse, admit, run, save, answer."""
 
-    def __init__(self, pipeline: ImagePipeline, settings: AppSettings):
-        self.pipeline = pipeline
+    def __init__(self, backend: GenerationBackend, settings: AppSettings):
+        self.backend = backend
         self.settings = settings
-        self._cancel: dict[str, threading.Event] = {}
+        self.info: ModelInfo = backend.model_info()
+        self.limits = inputs.Limits(
+            self.info, settings.max_prompt_chars, settings.max_edit_files, settings.max_upload_pixels
+        )
+        self.runner = JobRunner(backend, settings.time_budget)
+        self.store = OutputStore.from_settings(settings.output_dir, settings.output_max_gb, settings.output_max_days)
+        self.history = MemoryHistory(settings.history_seconds)
+        self.demo: gr.Blocks | None = None
 
-    def stop(self, session: str) -> None:
-        """Ask this session's running generation to stop after its current step."""
-        flag = self._cancel.get(session)
-        if flag is not None:
-            flag.set()
+    # ---------------------------------------------------------------- admission
+    def admit(self, request: gr.Request | None) -> str:
+        """The caller's job id, after the per-caller limit (QUEUE_PER_USER) was checked."""
+        key = caller_key(request)
+        if self.demo is not None and caller_load(self.demo, key) > self.settings.queue_per_user:
+            raise refuse(
+                f"you already have {self.settings.queue_per_user} generation(s) queued or running "
+                "(QUEUE_PER_USER); wait for one to finish"
+            )
+        return getattr(request, "session_hash", None) or "anonymous"
 
-    def run(self, req: GenerationRequest, session: str, progress: gr.Progress | None) -> GenerationResult:
-        flag = self._cancel[session] = threading.Event()
+    # ---------------------------------------------------------------- running
+    def run(self, req: GenerationRequest, job_id: str, progress: gr.Progress | None) -> GenerationResult:
         total_images = req.total_images
 
-        def report(step: int, total: int, image_index: int) -> None:
+        def report(step: int, total: int, _image: int) -> None:
             if progress is not None:
                 progress(step / max(total, 1), desc=f"{total_images} image(s): step {step}/{total}")
 
         try:
-            return _run_on_device(self.pipeline, req, report, flag.is_set)
+            return _run_on_device(self.runner, req, job_id, report)
         except OutOfMemoryError as exc:
             if exc.partial is None or not exc.partial.images:
-                raise gr.Error(str(exc)) from exc
+                raise refuse(str(exc)) from exc
             gr.Warning(str(exc))  # keep what finished: show it, with the reason it stopped
             exc.partial.warnings.append(str(exc))
             return exc.partial
         except (PipelineError, ValueError) as exc:
-            raise gr.Error(str(exc)) from exc
-        except Exception as exc:  # never a traceback in the browser; the log keeps it
+            raise refuse(str(exc)) from exc
+        except Exception as exc:  # never a traceback or a server path in the browser; the log keeps it
             log.exception("generation failed")
-            raise gr.Error(f"generation failed: {type(exc).__name__}: {exc}") from exc
-        finally:
-            self._cancel.pop(session, None)
+            raise gr.Error(f"generation failed ({type(exc).__name__}); the server log has the details") from exc
 
     def save(self, result: GenerationResult) -> list[str]:
-        folder = self.settings.output_dir / time.strftime("%Y-%m-%d")
-        return [str(p) for p in save_images(result, folder, prefix=time.strftime("%H%M%S"))]
+        """Write the PNGs; hand Gradio the files (it serves its own copies, only to this caller)."""
+        saved = self.store.save(result)
+        if saved.warning:
+            result.warnings.append(saved.warning)
+            gr.Warning(saved.warning)
+        return saved.paths
+
+    def generate(self, raw: dict[str, Any], request: gr.Request | None, progress: gr.Progress | None):
+        job_id = self.admit(request)
+        try:
+            req = inputs.generation_request(raw, self.limits)
+        except ValueError as exc:
+            raise refuse(str(exc)) from exc
+        result = self.run(req, job_id, progress)
+        paths = self.save(result)
+        gallery = [(p, f"seed {s}") for p, s in zip(paths, result.seeds, strict=True)]
+        return gallery, result, paths
+
+    def edit(self, raw: dict[str, Any], files: Any, request: gr.Request | None, progress: gr.Progress | None):
+        job_id = self.admit(request)
+        try:
+            images = inputs.open_images(inputs.upload_paths(files, self.limits), self.limits)
+            req = inputs.generation_request(raw, self.limits, init_images=images)
+        except ValueError as exc:
+            raise refuse(str(exc)) from exc
+        result = self.run(req, job_id, progress)
+        paths = self.save(result)
+        pairs: list[tuple[Any, str]] = []
+        for i, (path, src, s) in enumerate(zip(paths, result.inputs, result.seeds, strict=True)):
+            pairs += [(src, f"input {i + 1}"), (path, f"result {i + 1} · seed {s}")]
+        return pairs, result, paths
+
+    async def stop(self, job_id: str | None, request: gr.Request | None) -> dict[str, int]:
+        """Stop the caller's running job after its step and drop its queued ones.
+
+        Without `job_id` it is the caller's session; a REST caller passes the event id that
+        `POST /gradio_api/call/generate` returned to it.
+        """
+        target = (job_id or "").strip() or getattr(request, "session_hash", None)
+        if not target:
+            return {"running": 0, "queued": 0}
+        dropped = await drop_queued(self.demo, target) if self.demo is not None else 0
+        return {"running": int(self.runner.stop(target)), "queued": dropped}
+
+    # ---------------------------------------------------------------- status
+    def status(self):
+        replicas = self.backend.status()
+        return status_markdown(replicas, self.warnings(), self.settings.zero_gpu), self.history.sample(replicas)
+
+    def warnings(self) -> list[str]:
+        notes = []
+        if self.settings.server_name not in ("127.0.0.1", "localhost", "::1") and not self.settings.on_spaces:
+            notes.append(f"listening on {self.settings.server_name} without sign-in: anyone on the network can use it")
+        return notes
 
 
 @gpu
-def _run_on_device(pipeline: ImagePipeline, req: GenerationRequest, progress, should_cancel) -> GenerationResult:
-    return pipeline.generate(req, progress=progress, should_cancel=should_cancel)
-
-
-def _prompts(text: str | None) -> str | list[str]:
-    """One prompt per non-empty line; "" stays "" so that validation names it."""
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[0] if len(lines) == 1 else lines or ""
-
-
-def _session(request: gr.Request | None) -> str:
-    return getattr(request, "session_hash", None) or "default"
-
-
-def _seed(seed: float | None, random_seed: bool) -> int | None:
-    if random_seed or seed is None or seed < 0:
-        return None
-    return int(seed)
-
-
-def _gallery(paths: list[str], result: GenerationResult) -> list[tuple[str, str]]:
-    return [(p, f"seed {s}") for p, s in zip(paths, result.seeds, strict=True)]
+def _run_on_device(runner: JobRunner, req: GenerationRequest, job_id: str, progress) -> GenerationResult:
+    return runner.run(req, job_id, progress)
 
 
 # ------------------------------------------------------------------ the UI
-def create_demo(pipeline: ImagePipeline, device_manager: DeviceManager, settings: AppSettings = SETTINGS) -> gr.Blocks:
-    """Build the Blocks for a loaded pipeline. Launch it with `demo.queue(...).launch(...)`."""
-    dm = device_manager
-    gen = Generator(pipeline, settings)
-    history = MemoryHistory(settings.history_seconds)
-    vocab = pipeline.vocabulary
-    default_w, default_h = pipeline.default_size
-    size_step = pipeline.size_multiple
-    max_batch = min(settings.max_batch, pipeline.options.max_batch)
-    default_steps = int(vocab.get("default_steps", 30))
-    default_cfg = float(vocab.get("default_guidance_scale", 7.0))
-    lora_names = sorted(pipeline.loras.available())
-    examples = vocab.get("examples") or ["an astronaut riding a horse, photograph", "a watercolor fox in the snow"]
+def _header(backend: GenerationBackend, info: ModelInfo) -> str:
+    replicas = backend.status()
+    first = replicas[0]
+    devices = first.device if len(replicas) == 1 else f"{len(replicas)} replicas ({first.backend})"
+    return (
+        f"## Diffusion Anywhere  \n<small>{info.model_name} on {first.device_name} · `{devices}` · "
+        f"{first.dtype} · {first.attention} attention</small>"
+    )
 
-    def make_request(
-        prompt, negative, num_images, steps, guidance, width, height, seed, loras, images=None, strength=0.6
-    ) -> GenerationRequest:
-        return GenerationRequest(
-            prompt=_prompts(prompt),
-            negative_prompt=negative or None,
-            num_images=int(num_images),
-            steps=int(steps),
-            guidance_scale=float(guidance),
-            width=int(width),
-            height=int(height),
-            seed=seed,
-            init_images=images,
-            strength=float(strength),
-            loras=loras,
-        )
+
+def _sampling_controls(info: ModelInfo) -> dict[str, Any]:
+    """Steps, guidance and size with the model's defaults and exactly the limits the server enforces."""
+    step = info.size_multiple
+    return {
+        "steps": gr.Slider(1, 150, value=info.default_steps, step=1, label="Steps"),
+        "guidance_scale": gr.Slider(0, 50, value=info.default_guidance, step=0.5, label="Guidance (CFG)"),
+        "width": gr.Slider(step, info.max_side, value=info.default_width, step=step, label="Width"),
+        "height": gr.Slider(step, info.max_side, value=info.default_height, step=step, label="Height"),
+    }
+
+
+def _generate_tab(studio: Studio) -> dict[str, Any]:
+    info = studio.info
+    examples = list(info.examples) or ["an astronaut riding a horse, photograph", "a watercolor fox in the snow"]
+    c: dict[str, Any] = {}
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=300):
+            c["prompt"] = gr.Textbox(
+                label="Prompt", lines=2, elem_id="prompt", placeholder=examples[0], info="one prompt per line"
+            )
+            if info.vocabulary:
+                gr.Markdown(vocabulary_markdown(info.vocabulary), elem_id="vocabulary")
+            c["negative_prompt"] = gr.Textbox(value="", label="Negative prompt", lines=1)
+            c["num_images"] = gr.Slider(
+                1, info.max_batch, value=min(4, info.max_batch), step=1, label="Number of images", elem_id="num-images"
+            )
+            with gr.Row():
+                c["seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=-1, min_width=100)
+                c["random_seed"] = gr.Checkbox(label="Random seed", value=True, min_width=100)
+            with gr.Row():
+                c["run"] = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+                c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+            with gr.Accordion("Advanced", open=False):
+                c.update(_sampling_controls(info))
+                c["loras"] = gr.CheckboxGroup(
+                    list(info.loras), label="LoRAs", visible=bool(info.loras), info="from the server's LoRA folder"
+                )
+                c["scales"] = [
+                    gr.Slider(-2, 2, value=1.0, step=0.05, label=f"{n} scale", visible=False) for n in info.loras
+                ]
+        with gr.Column(scale=3, min_width=360):
+            c["gallery"] = gr.Gallery(
+                label="Images", elem_id="gallery", columns=4, height=430, format="png",
+                object_fit="contain", buttons=["download", "fullscreen"],
+            )  # fmt: skip
+            c["info"] = gr.Markdown(elem_id="info-line")
+            c["downloads"] = gr.File(label="PNG downloads (with metadata)", file_count="multiple", height=80)
+            c["info_json"] = gr.JSON(visible=False)
+    gr.Examples([[e] for e in examples], inputs=[c["prompt"]], label="Examples")
+    return c
+
+
+def _edit_tab(studio: Studio) -> dict[str, Any]:
+    info = studio.info
+    c: dict[str, Any] = {}
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=300):
+            c["files"] = gr.File(label="Input images", file_count="multiple", file_types=["image"], height=140)
+            c["prompt"] = gr.Textbox(label="Instruction / prompt", lines=2, placeholder=(info.examples or ("",))[0])
+            c["strength"] = gr.Slider(
+                0.05, 1.0, value=0.6, step=0.05, label="Strength", info="how much of each input is re-drawn"
+            )
+            c["num_images"] = gr.Slider(1, info.max_batch, value=1, step=1, label="Images per input")
+            with gr.Row():
+                c["seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=-1)
+                c["random_seed"] = gr.Checkbox(label="Random seed", value=True)
+            with gr.Accordion("Advanced", open=False):
+                controls = _sampling_controls(info)
+                c["steps"], c["guidance_scale"] = controls["steps"], controls["guidance_scale"]
+            with gr.Row():
+                c["run"] = gr.Button("Edit", variant="primary", elem_id="edit-btn")
+                c["stop"] = gr.Button("Stop", variant="stop")
+        with gr.Column(scale=3, min_width=360):
+            c["gallery"] = gr.Gallery(
+                label="Inputs and results", elem_id="edit-gallery", columns=4, height=430, format="png",
+                buttons=["download", "fullscreen"],
+            )  # fmt: skip
+            c["info"] = gr.Markdown()
+            c["downloads"] = gr.File(label="PNG downloads", file_count="multiple", height=80)
+    return c
+
+
+def _status_panel() -> tuple[gr.Markdown, gr.LinePlot]:
+    gr.Markdown("### Device & memory")
+    status_md = gr.Markdown(elem_id="status")
+    plot = gr.LinePlot(
+        x="seconds", y="MiB", color="memory", height=220, x_title="seconds ago", y_title="MiB",
+        label="Memory, last minutes", elem_id="memory-plot",
+    )  # fmt: skip
+    return status_md, plot
+
+
+def _wire_generate(studio: Studio, g: dict[str, Any]) -> None:
+    """Generate button: `v` maps each input component to its value (no coupling to argument order)."""
+    names = ("prompt", "negative_prompt", "num_images", "steps", "guidance_scale", "width", "height", "seed")
+    lora_names = list(studio.info.loras)
 
     def ui_generate(v: dict, request: gr.Request, progress=gr.Progress()):
-        """UI click: `v` maps each input component to its value (no coupling to argument order)."""
-        chosen_loras = v[chosen] or []
-        loras = {
-            name: float(v[slider]) for name, slider in zip(lora_names, scales, strict=True) if name in chosen_loras
-        }
-        seed_value = _seed(v[seed], v[random_seed])
-        req = make_request(
-            v[prompt], v[negative], v[num_images], v[steps], v[guidance], v[width], v[height], seed_value, loras
-        )
-        result = gen.run(req, _session(request), progress)
-        paths = gen.save(result)
-        return _gallery(paths, result), info_line(result), paths, result.info()
+        raw = {name: v[g[name]] for name in names}
+        chosen = v[g["loras"]] or []
+        raw["loras"] = {n: v[s] for n, s in zip(lora_names, g["scales"], strict=True) if n in chosen}
+        raw["random_seed"] = v[g["random_seed"]]
+        gallery, result, paths = studio.generate(raw, request, progress)
+        return gallery, info_line(result), paths, result.info()
+
+    for name, slider in zip(lora_names, g["scales"], strict=True):
+        g["loras"].change(
+            lambda c, n=name: gr.update(visible=n in (c or [])), g["loras"], slider,
+            api_visibility="private", queue=False,
+        )  # fmt: skip
+    g["run"].click(
+        ui_generate,
+        {*(g[n] for n in names), g["random_seed"], g["loras"], *g["scales"]},
+        [g["gallery"], g["info"], g["downloads"], g["info_json"]],
+        api_visibility="private",
+        concurrency_id="gpu",
+        concurrency_limit=studio.backend.concurrency,
+    )
+
+
+def _wire_edit(studio: Studio, e: dict[str, Any]) -> None:
+    names = ("prompt", "strength", "num_images", "steps", "guidance_scale", "seed", "random_seed")
+
+    def ui_edit(files, prompt, strength, num_images, steps, guidance, seed, random_seed, request: gr.Request,
+                progress=gr.Progress()):  # fmt: skip
+        values = dict(zip(names, (prompt, strength, num_images, steps, guidance, seed, random_seed), strict=True))
+        raw = {**values, "width": studio.info.default_width, "height": studio.info.default_height}
+        pairs, result, paths = studio.edit(raw, files, request, progress)
+        return pairs, info_line(result), paths
+
+    e["run"].click(
+        ui_edit,
+        [e["files"], *(e[n] for n in names)],
+        [e["gallery"], e["info"], e["downloads"]],
+        api_name="edit",
+        concurrency_id="gpu",
+        concurrency_limit=studio.backend.concurrency,
+    )
+
+
+def _wire_api(studio: Studio) -> None:
+    """The public API: keyword parameters taken as raw JSON (checked by ui.inputs, not by UI sliders)."""
 
     def api_generate(
         prompt: str,
         negative_prompt: str,
-        num_images: int,
-        steps: int,
-        guidance_scale: float,
-        width: int,
-        height: int,
-        seed: int,
-        loras: dict | None,
+        num_images: Any,
+        steps: Any,
+        guidance_scale: Any,
+        width: Any,
+        height: Any,
+        seed: Any,
+        loras: Any,
         request: gr.Request,
         progress=gr.Progress(),
     ):
         """Generate images. seed < 0 means random; loras maps LoRA names to scales."""
-        req = make_request(
-            prompt,
-            negative_prompt,
-            num_images,
-            steps,
-            guidance_scale,
-            width,
-            height,
-            _seed(seed, False),
-            {k: float(v) for k, v in (loras or {}).items()},
-        )
-        result = gen.run(req, _session(request), progress)
-        paths = gen.save(result)
-        return _gallery(paths, result), result.info()
+        raw = dict(prompt=prompt, negative_prompt=negative_prompt, num_images=num_images, steps=steps,
+                   guidance_scale=guidance_scale, width=width, height=height, seed=seed, loras=loras)  # fmt: skip
+        gallery, result, _ = studio.generate(raw, request, progress)
+        return gallery, result.info()
 
-    def ui_edit(
-        files,
-        prompt,
-        strength,
-        num_images,
-        steps,
-        guidance,
-        seed,
-        random_seed,
-        request: gr.Request,
-        progress=gr.Progress(),
-    ):
-        from PIL import Image
+    info = studio.info
+    defaults = [("", "Prompt"), ("", "Negative prompt")]
+    numbers = [(4, "num_images"), (info.default_steps, "steps"), (info.default_guidance, "guidance_scale"),
+               (info.default_width, "width"), (info.default_height, "height"), (-1, "seed (-1: random)"),
+               ({}, "loras (name -> scale)")]  # fmt: skip
+    api_inputs = [gr.Textbox(value=v, label=label, visible=False) for v, label in defaults]
+    api_inputs += [gr.JSON(value=json.dumps(v), label=label, visible=False) for v, label in numbers]
+    api_btn = gr.Button(visible=False)
+    api_btn.click(
+        api_generate,
+        api_inputs,
+        [gr.Gallery(visible=False, format="png"), gr.JSON(visible=False)],
+        api_name="generate",
+        concurrency_id="gpu",
+        concurrency_limit=studio.backend.concurrency,
+    )
+    job_id = gr.Textbox(value="", visible=False, label="job_id")
+    stopped = gr.JSON(visible=False)
 
-        if not files:
-            raise gr.Error("upload at least one image to edit")
-        images = []
-        for f in files:
-            try:
-                with Image.open(f) as im:
-                    images.append(im.convert("RGB"))
-            except OSError as exc:
-                raise gr.Error(f"{Path(f).name} is not an image: {exc}") from exc
-        req = make_request(
-            prompt,
-            "",
-            num_images,
-            steps,
-            guidance,
-            default_w,
-            default_h,
-            _seed(seed, random_seed),
-            {},
-            images=images,
-            strength=strength,
-        )
-        result = gen.run(req, _session(request), progress)
-        paths = gen.save(result)
-        pairs: list[tuple[Any, str]] = []
-        for i, (path, src, s) in enumerate(zip(paths, result.inputs, result.seeds, strict=True)):
-            pairs += [(src, f"input {i + 1}"), (path, f"result {i + 1} · seed {s}")]
-        return pairs, info_line(result), paths
+    async def stop(job_id: str, request: gr.Request) -> dict[str, int]:
+        """Stop a generation: the caller's session, or the REST job whose event id is `job_id`."""
+        return await studio.stop(job_id, request)
 
-    def stop(request: gr.Request) -> None:
-        """Stop this session's running generation after the current step."""
-        gen.stop(_session(request))
+    gr.Button(visible=False).click(stop, job_id, stopped, api_name="stop", queue=False)
+    def status() -> dict:
+        """Every replica's device, dtype, attention, memory and what it does now."""
+        return status_json(studio.backend.status())
 
-    def status():
-        stats = dm.memory_stats()
-        return status_markdown(dm, stats), history.sample(stats)
+    gr.api(status, api_name="status", queue=False)
 
-    def api_status() -> dict:
-        """DeviceManager.memory_stats() plus device, dtype and attention."""
-        return {
-            **dm.memory_stats(),
-            "device": str(dm.device),
-            "dtype": str(dm.dtype).removeprefix("torch."),
-            "attention": dm.attention,
-            "fallback_reason": dm.fallback_reason,
-        }
 
-    with gr.Blocks(title="Diffusion Anywhere") as demo:
-        gr.Markdown(
-            f"## Diffusion Anywhere  \n<small>{pipeline.model_name} on {dm.device_name} · "
-            f"`{dm.device}` · {str(dm.dtype).removeprefix('torch.')} · {dm.attention} attention</small>"
-        )
+def create_demo(backend: GenerationBackend, settings: AppSettings | None = None) -> gr.Blocks:
+    """Build the Blocks for a ready backend. Launch it with `launch(demo, settings)`."""
+    settings = settings or AppSettings()
+    studio = Studio(backend, settings)
+    age = settings.cache_minutes * 60
+    with gr.Blocks(title="Diffusion Anywhere", delete_cache=(min(age, 600), age)) as demo:
+        gr.Markdown(_header(backend, studio.info))
         with gr.Row(equal_height=False):
             with gr.Column(scale=5), gr.Tabs():
                 with gr.Tab("Generate"):
-                    with gr.Row(equal_height=False):
-                        with gr.Column(scale=2, min_width=300):
-                            prompt = gr.Textbox(
-                                label="Prompt",
-                                lines=2,
-                                elem_id="prompt",
-                                placeholder=examples[0],
-                                info="one prompt per line",
-                            )
-                            if vocab:
-                                gr.Markdown(vocabulary_markdown(vocab), elem_id="vocabulary")
-                            negative = gr.Textbox(value="", label="Negative prompt", lines=1)
-                            num_images = gr.Slider(
-                                1,
-                                max_batch,
-                                value=min(4, max_batch),
-                                step=1,
-                                label="Number of images",
-                                elem_id="num-images",
-                            )
-                            with gr.Row():
-                                seed = gr.Number(label="Seed", value=0, precision=0, minimum=-1, min_width=100)
-                                random_seed = gr.Checkbox(label="Random seed", value=True, min_width=100)
-                            with gr.Row():
-                                run_btn = gr.Button("Generate", variant="primary", elem_id="generate-btn")
-                                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
-                            with gr.Accordion("Advanced", open=False):
-                                steps = gr.Slider(1, 150, value=default_steps, step=1, label="Steps")
-                                guidance = gr.Slider(0, 20, value=default_cfg, step=0.5, label="Guidance (CFG)")
-                                width = gr.Slider(size_step * 4, 2048, value=default_w, step=size_step, label="Width")
-                                height = gr.Slider(size_step * 4, 2048, value=default_h, step=size_step, label="Height")
-                                chosen = gr.CheckboxGroup(
-                                    lora_names,
-                                    label="LoRAs",
-                                    visible=bool(lora_names),
-                                    info=f"from {pipeline.loras.lora_dir}",
-                                )
-                                scales = [
-                                    gr.Slider(-2, 2, value=1.0, step=0.05, label=f"{n} scale", visible=False)
-                                    for n in lora_names
-                                ]
-                        with gr.Column(scale=3, min_width=360):
-                            gallery = gr.Gallery(
-                                label="Images",
-                                elem_id="gallery",
-                                columns=4,
-                                height=430,
-                                format="png",
-                                object_fit="contain",
-                                buttons=["download", "fullscreen"],
-                            )
-                            info = gr.Markdown(elem_id="info-line")
-                            downloads = gr.File(label="PNG downloads (with metadata)", file_count="multiple", height=80)
-                            info_json = gr.JSON(visible=False)
-                    gr.Examples([[e] for e in examples], inputs=[prompt], label="Examples")
-                with gr.Tab("Edit"), gr.Row(equal_height=False):
-                    with gr.Column(scale=2, min_width=300):
-                        edit_files = gr.File(
-                            label="Input images", file_count="multiple", file_types=["image"], height=140
-                        )
-                        edit_prompt = gr.Textbox(label="Instruction / prompt", lines=2, placeholder=examples[0])
-                        edit_strength = gr.Slider(
-                            0.05, 1.0, value=0.6, step=0.05, label="Strength", info="how much of each input is re-drawn"
-                        )
-                        edit_num = gr.Slider(1, max_batch, value=1, step=1, label="Images per input")
-                        with gr.Row():
-                            edit_seed = gr.Number(label="Seed", value=0, precision=0, minimum=-1)
-                            edit_random = gr.Checkbox(label="Random seed", value=True)
-                        with gr.Accordion("Advanced", open=False):
-                            edit_steps = gr.Slider(1, 150, value=default_steps, step=1, label="Steps")
-                            edit_guidance = gr.Slider(0, 20, value=default_cfg, step=0.5, label="Guidance (CFG)")
-                        with gr.Row():
-                            edit_btn = gr.Button("Edit", variant="primary", elem_id="edit-btn")
-                            edit_stop = gr.Button("Stop", variant="stop")
-                    with gr.Column(scale=3, min_width=360):
-                        edit_gallery = gr.Gallery(
-                            label="Inputs and results",
-                            elem_id="edit-gallery",
-                            columns=4,
-                            height=430,
-                            format="png",
-                            buttons=["download", "fullscreen"],
-                        )
-                        edit_info = gr.Markdown()
-                        edit_downloads = gr.File(label="PNG downloads", file_count="multiple", height=80)
+                    g = _generate_tab(studio)
+                with gr.Tab("Edit"):
+                    e = _edit_tab(studio)
             with gr.Column(scale=2, min_width=280, elem_id="status-panel"):
-                gr.Markdown("### Device & memory")
-                status_md = gr.Markdown(elem_id="status")
-                plot = gr.LinePlot(
-                    x="seconds",
-                    y="MiB",
-                    color="memory",
-                    height=220,
-                    x_title="seconds ago",
-                    y_title="MiB",
-                    label="Memory, last minutes",
-                    elem_id="memory-plot",
-                )
+                status_md, plot = _status_panel()
+        _wire_generate(studio, g)
+        _wire_edit(studio, e)
 
-        # events ---------------------------------------------------------------
-        for name, slider in zip(lora_names, scales, strict=True):
-            chosen.change(
-                lambda c, n=name: gr.update(visible=n in (c or [])),
-                chosen,
-                slider,
-                api_visibility="private",
-                queue=False,
-            )
-        run_btn.click(
-            ui_generate,
-            {prompt, negative, num_images, steps, guidance, width, height, seed, random_seed, chosen, *scales},
-            [gallery, info, downloads, info_json],
-            api_visibility="private",
-            concurrency_id="gpu",
-        )
-        edit_btn.click(
-            ui_edit,
-            [edit_files, edit_prompt, edit_strength, edit_num, edit_steps, edit_guidance, edit_seed, edit_random],
-            [edit_gallery, edit_info, edit_downloads],
-            api_name="edit",
-            concurrency_id="gpu",
-        )
-        for btn in (stop_btn, edit_stop):
-            btn.click(stop, None, None, api_name="stop" if btn is stop_btn else False, queue=False)
-        # The public API: keyword parameters, images + a JSON info dict.
-        api_btn = gr.Button(visible=False)
-        api_loras = gr.JSON(value={}, visible=False, label="LoRA name -> scale")
-        api_gallery = gr.Gallery(visible=False, format="png")
-        api_seed = gr.Number(value=-1, visible=False, precision=0, label="Seed (-1: random)")
-        api_btn.click(
-            api_generate,
-            [prompt, negative, num_images, steps, guidance, width, height, api_seed, api_loras],
-            [api_gallery, info_json],
-            api_name="generate",
-            concurrency_id="gpu",
-        )
-        gr.api(api_status, api_name="status", queue=False)
+        async def ui_stop(request: gr.Request) -> None:
+            await studio.stop(None, request)
+
+        for btn in (g["stop"], e["stop"]):
+            btn.click(ui_stop, None, None, api_visibility="private", queue=False)
+        _wire_api(studio)
         # Status: outside the queue, so it keeps updating while a generation runs.
         timer = gr.Timer(settings.status_interval)
-        timer.tick(status, None, [status_md, plot], api_visibility="private", queue=False, show_progress="hidden")
-        demo.load(status, None, [status_md, plot], api_visibility="private", queue=False)
+        timer.tick(studio.status, None, [status_md, plot], api_visibility="private", queue=False, show_progress="hidden")
+        demo.load(studio.status, None, [status_md, plot], api_visibility="private", queue=False)
+    studio.demo = demo
+    demo.studio = studio  # for tests and embedding
     return demo
 
 
-def launch(demo: gr.Blocks, settings: AppSettings = SETTINGS, **kwargs: Any) -> gr.Blocks:
-    """Queue (one generation per device at a time, bounded) and launch without blocking."""
+def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
+    """One bounded queue for every route (REST included: api_open=False), then launch without blocking."""
     settings.output_dir.mkdir(parents=True, exist_ok=True)
-    demo.queue(max_size=settings.queue_size, default_concurrency_limit=1)
+    demo.queue(max_size=settings.queue_size, default_concurrency_limit=1, api_open=False)
     options = dict(
         server_name=settings.server_name,
         server_port=settings.server_port,
         max_file_size=settings.max_file_size,
-        allowed_paths=[str(settings.output_dir)],
+        enable_monitoring=settings.monitoring,
         theme=gr.themes.Soft(primary_hue="indigo", secondary_hue="slate"),
         css=CSS,
         show_error=True,
@@ -542,31 +441,56 @@ def launch(demo: gr.Blocks, settings: AppSettings = SETTINGS, **kwargs: Any) -> 
     return demo
 
 
-def main(argv: list[str] | None = None) -> None:
+def make_backend(settings: AppSettings, model: str | None = None, device: str | None = None) -> GenerationBackend:
+    """The in-process device pool, or a Ray Serve deployment (GENERATION_BACKEND=ray)."""
+    model = model or settings.model_id
+    device = device if device is not None else settings.preferred_device
+    options = dict(lora_dir=settings.lora_dir, max_batch=settings.max_batch)
+    if settings.generation_backend == "ray":
+        from serving.ray_backend import RayBackend
+
+        return RayBackend.start(model=model, address=settings.ray_address, devices=device, **options)
+    from pipelines.pool import DevicePool
+
+    return DevicePool.from_pretrained(model, devices=device, **options)
+
+
+def _check_settings(argv: list[str] | None) -> tuple[AppSettings, argparse.Namespace]:
+    """Read and validate every setting before anything heavy happens; exit 2 with the message otherwise."""
+    from devices.options import DeviceOptions
+    from pipelines.options import PipelineOptions
+
+    try:
+        settings = AppSettings.from_env()
+        PipelineOptions.from_env()
+        DeviceOptions.resolve()
+    except (SettingsError, ValueError) as exc:
+        sys.exit(f"error: {exc}")
     parser = argparse.ArgumentParser(description="Diffusion Anywhere web app")
-    parser.add_argument("--model", default=SETTINGS.model_id, help="diffusers folder, Hub id or .safetensors")
-    parser.add_argument("--device", default=SETTINGS.preferred_device, help="auto|cpu|cuda[:N]|rocm|npu[:N]|xpu|mps")
-    parser.add_argument("--port", type=int, default=SETTINGS.server_port)
-    parser.add_argument("--host", default=SETTINGS.server_name)
+    parser.add_argument("--model", default=settings.model_id, help="diffusers folder, Hub id or .safetensors")
+    parser.add_argument("--device", default=settings.preferred_device, help="auto|cpu|cuda[:N]|npu[:N]|all|cuda:0,cuda:1")
+    parser.add_argument("--port", type=int, default=settings.server_port)
+    parser.add_argument("--host", default=settings.server_name)
     args = parser.parse_args(argv)
+    return settings.replace(server_port=args.port, server_name=args.host), args
+
+
+def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings, args = _check_settings(argv)
     for noisy in ("httpx", "diffusers", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from pipelines.loading import quiet_load_progress_bars
+
     quiet_load_progress_bars()
-    settings = AppSettings(**{**SETTINGS.__dict__, "server_port": args.port, "server_name": args.host})
-    dm = DeviceManager(args.device)
-    pipeline = ImagePipeline.from_pretrained(args.model, dm, lora_dir=settings.lora_dir, max_batch=settings.max_batch)
-    demo = launch(create_demo(pipeline, dm, settings), settings)
+    backend = make_backend(settings, args.model, args.device)
+    demo = launch(create_demo(backend, settings), settings)
+    first = backend.status()[0]
     log.info(
-        "ready at %s | device %s (%s) | dtype %s | attention %s | model %s loaded in %.2f s",
-        demo.local_url,
-        dm.device,
-        dm.device_name,
-        str(dm.dtype).removeprefix("torch."),
-        dm.attention,
-        pipeline.model_name,
-        pipeline.load_seconds,
-    )
+        "ready at %s | device %s (%s) x%d | dtype %s | attention %s | model %s",
+        demo.local_url, first.device, first.device_name, len(backend.status()), first.dtype,
+        first.attention, backend.model_info().model_name,
+    )  # fmt: skip
     demo.block_thread()
 
 

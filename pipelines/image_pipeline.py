@@ -27,7 +27,7 @@ import torch
 
 from devices import DeviceManager
 
-from .backend import ModelInfo
+from .backend import ModelInfo, ReplicaStatus
 from .errors import OutOfMemoryError
 from .loading import load_diffusers_pipeline
 from .lora import LoraInfo, LoraManager
@@ -156,6 +156,7 @@ class ImagePipeline:
         self._lock = threading.RLock()  # one generation at a time per pipeline
         self._micro_batch_limit: dict[tuple[int, int], int] = {}  # learned from out-of-memory errors
         self.vocabulary = read_vocabulary(source)
+        self.activity = "idle"  # what it does now, for the status panel
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -252,6 +253,33 @@ class ImagePipeline:
     def scheduler_name(self) -> str:
         return type(self.pipe.scheduler).__name__
 
+    # ------------------------------------------------------------------ as a GenerationBackend
+    @property
+    def concurrency(self) -> int:
+        """One generation at a time: a pipeline is one device (pipelines.pool spreads over several)."""
+        return 1
+
+    def status(self) -> list[ReplicaStatus]:
+        dm = self.dm
+        return [
+            ReplicaStatus(
+                name=str(dm.device),
+                device=str(dm.device),
+                backend=dm.backend,
+                device_name=dm.device_name,
+                dtype=str(dm.dtype).removeprefix("torch."),
+                attention=dm.attention,
+                busy=self.activity != "idle",
+                activity=self.activity,
+                memory=dm.memory_stats(),
+            )
+        ]
+
+    def close(self) -> None:
+        """Drop the weights and give the device memory back."""
+        self.pipe = self._img2img = None
+        self.dm.empty_cache()
+
     # ------------------------------------------------------------------ LoRA
     def load_lora(self, path: str | Path, name: str | None = None, allow_outside: bool = False) -> str:
         with self._lock:
@@ -315,8 +343,19 @@ class ImagePipeline:
         request.validate(
             self.size_multiple, self.options.max_batch, self.max_pixels, count=count, max_side=self.max_side
         )
+        count_now = count if count is not None else request.total_images
+
+        def report(step: int, total: int, image: int) -> None:
+            self.activity = f"{count_now} image(s), step {step}/{total}"
+            if progress is not None:
+                progress(step, total, image)
+
         with self._lock:
-            return self._generate(request, progress, should_cancel, item_range)
+            self.activity = f"{count_now} image(s), starting"
+            try:
+                return self._generate(request, report, should_cancel, item_range)
+            finally:
+                self.activity = "idle"
 
     def _generate(
         self,

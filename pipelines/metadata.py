@@ -12,7 +12,9 @@ The `diffusion_anywhere` chunk holds the full metadata dict (device, dtype, atte
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -81,17 +83,40 @@ def png_info(meta: dict[str, Any]) -> PngImagePlugin.PngInfo:
     return info
 
 
+TEMP_SUFFIX = ".part"  # files being written; never read, listed or pruned as outputs
+
+
+def save_png(image: Image.Image, meta: dict[str, Any], path: str | Path) -> Path:
+    """Write one PNG with its metadata atomically: a temporary file in the same folder, then a rename.
+
+    A process killed mid-write leaves only a `*.part` file, never a truncated PNG under the final
+    name, and readers never see a half-written image.
+    """
+    path = Path(path)
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+    try:
+        image.save(temp, format="PNG", pnginfo=png_info(meta))
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def save_images(result: GenerationResult, out_dir: str | Path, prefix: str | None = None) -> list[Path]:
-    """Write each image as PNG with its metadata; returns the paths."""
+    """Write each image as PNG with its metadata; returns the paths.
+
+    Names are `<prefix>-<request id>-<index>-<seed>.png`: the random request id keeps two requests
+    with the same seed in the same second from overwriting each other, and makes names unguessable.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stamp = prefix or time.strftime("%Y%m%d-%H%M%S")
-    paths = []
-    for i, (image, meta) in enumerate(zip(result.images, result.metadata, strict=True)):
-        path = out / f"{stamp}-{i:02d}-{meta['seed']}.png"
-        image.save(path, pnginfo=png_info(meta))
-        paths.append(path)
-    return paths
+    request_id = secrets.token_hex(8)
+    return [
+        save_png(image, meta, out / f"{stamp}-{request_id}-{i:02d}-{meta['seed']}.png")
+        for i, (image, meta) in enumerate(zip(result.images, result.metadata, strict=True))
+    ]
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from app import SETTINGS, AppSettings, create_demo, launch
+from app import create_demo, launch
 from devices import DeviceManager
 from pipelines import ImagePipeline
 from pipelines.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
+from ui.settings import AppSettings
 
 
 def free_port() -> int:
@@ -25,20 +25,22 @@ def embedded_model_available() -> bool:
 
 
 @contextmanager
-def running_app(model: Path, output_dir: Path, lora_dir: Path = DEFAULT_LORA_DIR, **settings) -> Iterator:
-    """Yield (demo, pipeline) for an app serving `model` on 127.0.0.1:<free port>."""
-    dm = DeviceManager("cpu")
-    pipeline = ImagePipeline.from_pretrained(model, dm, lora_dir=lora_dir)
-    config: AppSettings = dataclasses.replace(
-        SETTINGS,
-        output_dir=output_dir,
+def running_app(model: Path, output_dir: Path, lora_dir: Path = DEFAULT_LORA_DIR, backend=None, **settings) -> Iterator:
+    """Yield (demo, backend) for an app serving `model` (or `backend`) on 127.0.0.1:<free port>.
+
+    The backend is one ImagePipeline on the CPU unless given (a DevicePool, a Ray backend).
+    """
+    if backend is None:
+        backend = ImagePipeline.from_pretrained(model, DeviceManager("cpu"), lora_dir=lora_dir)
+    config = AppSettings(
+        output_dir=Path(output_dir),
         lora_dir=lora_dir,
         server_name="127.0.0.1",
         server_port=free_port(),
         **settings,
     )
-    demo = launch(create_demo(pipeline, dm, config), config, quiet=True)
+    demo = launch(create_demo(backend, config), config, quiet=True)
     try:
-        yield demo, pipeline
+        yield demo, backend
     finally:
         demo.close()

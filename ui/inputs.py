@@ -1,0 +1,187 @@
+"""Every value a caller sends, checked in one place before any conversion or model work.
+
+The browser and the API both arrive here with raw JSON-ish values. Each function raises
+`InputError` (a ValueError) whose message names the field and the bad value, so a caller sees
+"steps: must be a whole number, got nan" rather than "cannot convert float NaN to integer".
+Uploads are checked from their header (count, pixel count) before any image is decoded.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from pipelines import GenerationRequest
+from pipelines.backend import ModelInfo
+
+ALLOWED_CONTROL = {"\n", "\t", "\r"}
+
+
+class InputError(ValueError):
+    """A caller's value was refused; the message is shown to the caller as is."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the server accepts (the model's limits plus the operator's settings)."""
+
+    model: ModelInfo
+    max_prompt_chars: int
+    max_edit_files: int
+    max_upload_pixels: int
+
+    @property
+    def max_batch(self) -> int:
+        return self.model.max_batch
+
+
+def whole_number(name: str, value: Any, low: int, high: int) -> int:
+    """An integer given as int, integral float or digit string; NaN, inf, fractions and bools refused."""
+    if isinstance(value, bool) or value is None:
+        raise InputError(f"{name}: must be a whole number, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise InputError(f"{name}: must be a whole number, got {value!r}") from None
+    if not isinstance(value, int | float):
+        raise InputError(f"{name}: must be a whole number, got {type(value).__name__}")
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        raise InputError(f"{name}: must be a whole number, got {value!r}")
+    number = int(value)
+    if not low <= number <= high:
+        raise InputError(f"{name}: {number} is out of range {low}..{high}")
+    return number
+
+
+def finite_number(name: str, value: Any, low: float, high: float) -> float:
+    if isinstance(value, bool) or value is None:
+        raise InputError(f"{name}: must be a number, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise InputError(f"{name}: must be a number, got {value!r}") from None
+    if not isinstance(value, int | float):
+        raise InputError(f"{name}: must be a number, got {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise InputError(f"{name}: must be a finite number, got {value!r}")
+    if not low <= number <= high:
+        raise InputError(f"{name}: {number:g} is out of range {low:g}..{high:g}")
+    return number
+
+
+def clean_text(name: str, value: Any, max_chars: int, required: bool) -> str:
+    """Text without lone surrogates or control characters, at most `max_chars` long."""
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise InputError(f"{name}: must be text, got {type(value).__name__}")
+    if len(value) > max_chars:
+        raise InputError(f"{name}: {len(value)} characters, more than the limit of {max_chars} (MAX_PROMPT_CHARS)")
+    for i, ch in enumerate(value):
+        category = unicodedata.category(ch)
+        if category == "Cs":
+            raise InputError(f"{name}: invalid character (a lone UTF-16 surrogate) at position {i}")
+        if category == "Cc" and ch not in ALLOWED_CONTROL:
+            raise InputError(f"{name}: control character U+{ord(ch):04X} at position {i} is not allowed")
+    if required and not value.strip():
+        raise InputError(f"{name}: must be non-empty text")
+    return value
+
+
+def prompts(value: Any, max_chars: int) -> str | list[str]:
+    """One prompt per non-empty line; "" stays "" so that validation names it."""
+    text = clean_text("prompt", value, max_chars, required=True)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if len(lines) == 1 else lines
+
+
+def seed(value: Any, random: bool = False) -> int | None:
+    """None (random) for the random toggle or a negative seed."""
+    if random or value is None or value == "":
+        return None
+    number = whole_number("seed", value, -(2**63), 2**32 - 1)
+    return None if number < 0 else number
+
+
+def loras(value: Any, known: Sequence[str]) -> dict[str, float]:
+    """{name: scale} with names from LORA_DIR only."""
+    if value in (None, ""):
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"loras: must be an object of LoRA name -> scale, got {type(value).__name__}")
+    chosen = {}
+    for name, scale in value.items():
+        if name not in known:
+            offered = ", ".join(known) or "none"
+            raise InputError(f"loras: unknown LoRA {str(name)[:80]!r}; available: {offered}")
+        chosen[name] = finite_number(f"loras[{name!r}]", scale, -4.0, 4.0)
+    return chosen
+
+
+def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) -> GenerationRequest:
+    """A GenerationRequest from raw caller values; the pipeline then checks model-specific rules."""
+    m = limits.model
+    return GenerationRequest(
+        prompt=prompts(raw.get("prompt"), limits.max_prompt_chars),
+        negative_prompt=clean_text("negative_prompt", raw.get("negative_prompt"), limits.max_prompt_chars, False)
+        or None,
+        num_images=whole_number("num_images", raw.get("num_images", 1), 1, m.max_batch),
+        steps=whole_number("steps", raw.get("steps", m.default_steps), 1, 150),
+        guidance_scale=finite_number("guidance_scale", raw.get("guidance_scale", m.default_guidance), 0.0, 50.0),
+        width=whole_number("width", raw.get("width", m.default_width), m.size_multiple, m.max_side),
+        height=whole_number("height", raw.get("height", m.default_height), m.size_multiple, m.max_side),
+        seed=seed(raw.get("seed"), bool(raw.get("random_seed"))),
+        loras=loras(raw.get("loras"), m.loras),
+        init_images=init_images,
+        strength=finite_number("strength", raw.get("strength", 0.6), 0.01, 1.0),
+    )
+
+
+def upload_paths(files: Any, limits: Limits) -> list[Path]:
+    """Paths of uploaded files, checked for count before anything is opened."""
+    if not files:
+        raise InputError("images: upload at least one image to edit")
+    items = files if isinstance(files, list) else [files]
+    if len(items) > limits.max_edit_files:
+        raise InputError(f"images: {len(items)} files, more than the limit of {limits.max_edit_files} (MAX_EDIT_FILES)")
+    paths = []
+    for item in items:
+        path = item.get("path") if isinstance(item, dict) else getattr(item, "name", item)
+        if not isinstance(path, str | Path):
+            raise InputError(f"images: expected uploaded files, got {type(item).__name__}")
+        paths.append(Path(path))
+    return paths
+
+
+def open_images(paths: list[Path], limits: Limits) -> list[Image.Image]:
+    """Decode uploads only after every header passed the pixel check (a 120 KB PNG can be 10000x10000)."""
+    sizes = []
+    for i, path in enumerate(paths):
+        try:
+            with Image.open(path) as im:  # reads the header only
+                sizes.append(im.size)
+        except (OSError, Image.DecompressionBombError, ValueError):
+            raise InputError(f"images[{i}] ({path.name[:60]}): not an image this server can read") from None
+    for i, (w, h) in enumerate(sizes):
+        if w * h > limits.max_upload_pixels:
+            raise InputError(
+                f"images[{i}]: {w}x{h} = {w * h} pixels, more than the limit of "
+                f"{limits.max_upload_pixels} (MAX_UPLOAD_PIXELS)"
+            )
+    images = []
+    for i, path in enumerate(paths):
+        try:
+            with Image.open(path) as im:
+                images.append(im.convert("RGB"))
+        except (OSError, ValueError):
+            raise InputError(f"images[{i}] ({path.name[:60]}): the file is damaged") from None
+    return images

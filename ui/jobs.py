@@ -1,0 +1,150 @@
+"""Running generations for callers: cancel flags per caller, the time budget, the per-caller queue limit.
+
+Who is a caller: the Gradio session (browser tab or gradio_client), which for a plain REST call
+(`POST /gradio_api/call/generate`) is that call's own event id, returned to the caller and
+accepted by `/stop` as `job_id`. Nobody can stop a job whose id they were not given.
+
+The queue itself is Gradio's (bounded by QUEUE_SIZE, REST included since the app queues with
+`api_open=False`). Gradio has no per-caller limit and no public way to drop a queued event, so
+`queued_events`/`drop_queued` read its queue objects; tests/test_reliability.py fails if that
+internal shape changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines import GenerationRequest, GenerationResult
+from pipelines.backend import GenerationBackend
+
+log = logging.getLogger(__name__)
+
+ProgressReport = Callable[[int, int, int], None]
+
+
+@dataclass
+class _Job:
+    cancel: threading.Event = field(default_factory=threading.Event)
+    deadline: float = 0.0
+    timed_out: bool = False
+
+    def should_stop(self) -> bool:
+        if not self.timed_out and time.monotonic() > self.deadline:
+            self.timed_out = True
+        return self.timed_out or self.cancel.is_set()
+
+
+def caller_key(request: Any) -> str:
+    """Who counts as one caller for the per-caller queue limit: user, else session, else address."""
+    user = getattr(request, "username", None)
+    if user:
+        return f"user:{user}"
+    session = getattr(request, "session_hash", None)
+    if session:
+        return f"session:{session}"
+    client = getattr(request, "client", None)
+    return f"address:{getattr(client, 'host', 'unknown')}"
+
+
+class JobRunner:
+    """Runs requests on the backend with a cancel flag per job and the time budget."""
+
+    def __init__(self, backend: GenerationBackend, time_budget: float):
+        self.backend = backend
+        self.time_budget = time_budget
+        self._jobs: dict[str, list[_Job]] = {}
+        self._lock = threading.Lock()
+
+    def stop(self, job_id: str) -> bool:
+        """Ask every running job of `job_id` to stop after its current step. True if one was running."""
+        with self._lock:
+            jobs = list(self._jobs.get(job_id, ()))
+        for job in jobs:
+            job.cancel.set()
+        return bool(jobs)
+
+    def running(self, job_id: str) -> int:
+        with self._lock:
+            return len(self._jobs.get(job_id, ()))
+
+    def run(self, request: GenerationRequest, job_id: str, progress: ProgressReport | None) -> GenerationResult:
+        job = _Job(deadline=time.monotonic() + self.time_budget)
+        with self._lock:
+            self._jobs.setdefault(job_id, []).append(job)
+        try:
+            result = self.backend.generate(request, progress=progress, should_cancel=job.should_stop)
+        finally:
+            with self._lock:
+                jobs = self._jobs.get(job_id, [])
+                if job in jobs:
+                    jobs.remove(job)
+                if not jobs:
+                    self._jobs.pop(job_id, None)
+        if job.timed_out:
+            result.warnings.append(
+                f"stopped after the time budget of {self.time_budget:g} s (TIME_BUDGET): "
+                f"{len(result.images)} of {request.total_images} image(s) finished"
+            )
+        return result
+
+
+# ---------------------------------------------------------------- Gradio's queue
+def queued_events(demo: Any) -> list[Any]:
+    """Events waiting in Gradio's queue (not yet running)."""
+    queue = demo._queue
+    return [event for q in queue.event_queue_per_concurrency_id.values() for event in list(q.queue)]
+
+
+def running_events(demo: Any) -> list[Any]:
+    return [event for events in demo._queue.active_jobs if events for event in events]
+
+
+def event_caller(event: Any) -> str:
+    request = getattr(event, "request", None)
+    return caller_key(
+        _CallerView(
+            username=event.username,
+            session_hash=event.session_hash,
+            client=getattr(request, "client", None),
+        )
+    )
+
+
+@dataclass
+class _CallerView:
+    username: str | None
+    session_hash: str | None
+    client: Any
+
+
+def caller_load(demo: Any, key: str) -> int:
+    """Queued + running generations of one caller."""
+    return sum(1 for e in queued_events(demo) + running_events(demo) if event_caller(e) == key)
+
+
+async def drop_queued(demo: Any, session_hash: str) -> int:
+    """Remove a caller's waiting events from Gradio's queue and end their streams (as Gradio's /cancel does)."""
+    from gradio.server_messages import ProcessCompletedMessage
+
+    queue = demo._queue
+    dropped = 0
+    for event in queued_events(demo):
+        if event.session_hash != session_hash:
+            continue
+        await queue.remove_from_queue(event._id)
+        messages = queue.pending_messages_per_session.get(session_hash)
+        if messages is not None:
+            messages.put_nowait(
+                ProcessCompletedMessage(
+                    output={"error": "cancelled before it started"}, success=False, event_id=event._id
+                )
+            )
+        dropped += 1
+    if dropped:
+        log.info("stop: removed %d queued job(s)", dropped)
+    return dropped

@@ -1,0 +1,98 @@
+"""Where results are written: OUTPUT_DIR, bounded by size and age, never losing an image.
+
+- Names are unique and unguessable (`save_images`: a random request id per request), writes are
+  atomic (temp file + rename), so two requests never overwrite each other and a kill leaves no
+  truncated PNG.
+- OUTPUT_DIR is NOT served by the web server: the app hands Gradio each result, and Gradio serves
+  its own copy under a content-hash folder, only to the caller it returned it to.
+- When OUTPUT_DIR cannot be written (full disk, permissions), the images still reach the user from
+  a private temporary folder, with a warning that names no server path.
+- Retention: after each save the oldest PNGs are deleted while the folder is over OUTPUT_MAX_GB or
+  older than OUTPUT_MAX_DAYS. Files being written (`*.part`) are never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipelines import GenerationResult, save_images
+from pipelines.metadata import TEMP_SUFFIX
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SavedImages:
+    paths: list[str]
+    warning: str | None = None  # set when OUTPUT_DIR could not be written
+
+
+@dataclass
+class OutputStore:
+    """Saves results under `root/<date>/` and keeps the folder within its limits."""
+
+    root: Path
+    max_bytes: int  # 0: no size limit
+    max_age_seconds: float  # 0: no age limit
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _fallback: Path | None = None
+
+    @classmethod
+    def from_settings(cls, root: Path, max_gb: float, max_days: float) -> OutputStore:
+        return cls(root=Path(root), max_bytes=int(max_gb * 2**30), max_age_seconds=max_days * 86400)
+
+    def save(self, result: GenerationResult) -> SavedImages:
+        """Write the result's PNGs; on an OS error write them to a private temp folder instead."""
+        folder = self.root / time.strftime("%Y-%m-%d")
+        prefix = time.strftime("%H%M%S")
+        try:
+            paths = save_images(result, folder, prefix=prefix)
+        except OSError as exc:
+            log.error("cannot write to OUTPUT_DIR (%s): %s", folder, exc)
+            paths = save_images(result, self._fallback_dir(), prefix=prefix)
+            reason = exc.strerror or type(exc).__name__
+            return SavedImages(
+                [str(p) for p in paths],
+                f"the images were not saved on the server ({reason}); download them now",
+            )
+        self.prune()
+        return SavedImages([str(p) for p in paths])
+
+    def _fallback_dir(self) -> Path:
+        if self._fallback is None:
+            self._fallback = Path(tempfile.mkdtemp(prefix="diffusion-anywhere-unsaved-"))
+        return self._fallback
+
+    def files(self) -> list[Path]:
+        """Finished PNGs, oldest first (files being written are excluded)."""
+        found = [p for p in self.root.rglob("*.png") if p.is_file() and not p.name.endswith(TEMP_SUFFIX)]
+        return sorted(found, key=lambda p: p.stat().st_mtime)
+
+    def usage(self) -> int:
+        return sum(p.stat().st_size for p in self.files())
+
+    def prune(self) -> list[Path]:
+        """Delete the oldest PNGs until the folder is within OUTPUT_MAX_GB and OUTPUT_MAX_DAYS."""
+        if not self.max_bytes and not self.max_age_seconds:
+            return []
+        removed: list[Path] = []
+        with self._lock:
+            files = [(p, p.stat()) for p in self.files()]
+            total = sum(st.st_size for _, st in files)
+            cutoff = time.time() - self.max_age_seconds if self.max_age_seconds else None
+            for path, st in files:
+                too_old = cutoff is not None and st.st_mtime < cutoff
+                too_big = bool(self.max_bytes) and total > self.max_bytes
+                if not (too_old or too_big):
+                    break  # oldest first: everything after is newer and the folder fits
+                path.unlink(missing_ok=True)
+                total -= st.st_size
+                removed.append(path)
+        if removed:
+            log.info("retention: removed %d old output file(s)", len(removed))
+        return removed

@@ -1,0 +1,135 @@
+"""Settings of the app, read from the environment once, in `main()`, and validated before the model loads.
+
+Every variable is read here and nowhere else in the UI. A bad value stops the start with a message
+naming the variable and the values it accepts (`SettingsError`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pipelines.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
+
+T = TypeVar("T")
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb)\s*$", re.IGNORECASE)
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+BACKENDS = ("local", "ray")
+
+
+class SettingsError(ValueError):
+    """A setting has a value the app cannot use; the message names the variable and what it accepts."""
+
+
+def on_spaces(env: Mapping[str, str]) -> bool:
+    return bool(env.get("SPACE_ID"))
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """Everything the app takes from the environment (see README, "Settings" and "Security and limits")."""
+
+    model_id: str = str(DEFAULT_MODEL)
+    lora_dir: Path = DEFAULT_LORA_DIR
+    preferred_device: str | None = None
+    max_batch: int = 16
+    output_dir: Path = Path("outputs")
+    server_name: str = "127.0.0.1"
+    server_port: int = 7860
+    queue_size: int = 16
+    queue_per_user: int = 4  # queued + running generations of one session / user / address
+    max_file_size: str = "10mb"
+    max_prompt_chars: int = 2000
+    max_edit_files: int = 16
+    max_upload_pixels: int = 4096 * 4096
+    time_budget: float = 600.0  # seconds one generation may run before it stops with what finished
+    output_max_gb: float = 5.0
+    output_max_days: float = 30.0
+    cache_minutes: int = 60  # Gradio's copies of results are deleted after this
+    monitoring: bool = False
+    generation_backend: str = "local"
+    ray_address: str | None = None
+    status_interval: float = 2.0
+    history_seconds: int = 300
+    on_spaces: bool = False
+    zero_gpu: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:
+        """Read and check every variable; raise SettingsError naming the first bad one."""
+        env = os.environ if env is None else env
+        spaces = on_spaces(env)
+        return cls(
+            model_id=_text(env, "MODEL_ID") or str(DEFAULT_MODEL),
+            lora_dir=Path(_text(env, "LORA_DIR") or DEFAULT_LORA_DIR),
+            preferred_device=_text(env, "PREFERRED_DEVICE"),
+            max_batch=_number(env, "MAX_BATCH", int, 16, 1, 256),
+            output_dir=Path(_text(env, "OUTPUT_DIR") or "outputs").resolve(),
+            server_name=_text(env, "GRADIO_SERVER_NAME") or ("0.0.0.0" if spaces else "127.0.0.1"),
+            server_port=_number(env, "GRADIO_SERVER_PORT", int, 7860, 1, 65535),
+            queue_size=_number(env, "QUEUE_SIZE", int, 16, 1, 10_000),
+            queue_per_user=_number(env, "QUEUE_PER_USER", int, 4, 1, 10_000),
+            max_file_size=_file_size(env),
+            max_prompt_chars=_number(env, "MAX_PROMPT_CHARS", int, 2000, 1, 1_000_000),
+            max_edit_files=_number(env, "MAX_EDIT_FILES", int, 16, 1, 1000),
+            max_upload_pixels=_number(env, "MAX_UPLOAD_PIXELS", int, 4096 * 4096, 64, 2**31),
+            time_budget=_number(env, "TIME_BUDGET", float, 600.0, 1.0, 86_400.0),
+            output_max_gb=_number(env, "OUTPUT_MAX_GB", float, 5.0, 0.0, 1e6),
+            output_max_days=_number(env, "OUTPUT_MAX_DAYS", float, 30.0, 0.0, 1e5),
+            cache_minutes=_number(env, "CACHE_MINUTES", int, 60, 1, 100_000),
+            monitoring=_flag(env, "MONITORING"),
+            generation_backend=_choice(env, "GENERATION_BACKEND", BACKENDS),
+            ray_address=_text(env, "RAY_ADDRESS"),
+            on_spaces=spaces,
+            zero_gpu=_flag(env, "SPACES_ZERO_GPU"),
+        )
+
+    def replace(self, **changes: Any) -> AppSettings:
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+
+def _text(env: Mapping[str, str], name: str) -> str | None:
+    return (env.get(name) or "").strip() or None
+
+
+def _number(env: Mapping[str, str], name: str, kind: Callable[[str], T], default: T, low: T, high: T) -> T:
+    raw = _text(env, name)
+    if raw is None:
+        return default
+    accepted = f"{'an integer' if kind is int else 'a number'} from {low} to {high}"
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not valid: expected {accepted}") from None
+    if value != value or not low <= value <= high:  # NaN or out of range
+        raise SettingsError(f"{name}={raw!r} is out of range: expected {accepted}")
+    return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise SettingsError(f"{name}={raw!r} is not valid: expected 1/true/yes/on or 0/false/no/off")
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    raw = (_text(env, name) or choices[0]).lower()
+    if raw not in choices:
+        raise SettingsError(f"{name}={raw!r} is not valid: expected one of {', '.join(choices)}")
+    return raw
+
+
+def _file_size(env: Mapping[str, str]) -> str:
+    raw = _text(env, "MAX_FILE_SIZE") or "10mb"
+    if not _SIZE_RE.match(raw):
+        raise SettingsError(f"MAX_FILE_SIZE={raw!r} is not valid: expected a size such as 500kb, 10mb or 1gb")
+    return raw.replace(" ", "").lower()
