@@ -91,14 +91,19 @@ class Studio:
         self.demo: gr.Blocks | None = None
 
     # ---------------------------------------------------------------- admission
-    def admit(self, request: gr.Request | None) -> str:
-        """The caller's job id, after the per-caller limit (QUEUE_PER_USER) was checked."""
+    def admission(self, request: gr.Request | None, n_inputs: int) -> list[dict]:
+        """Gradio validator, run when a call joins the queue: one caller may hold QUEUE_PER_USER places."""
         key = caller_key(request)
-        if self.demo is not None and caller_load(self.demo, key) > self.settings.queue_per_user:
-            raise refuse(
-                f"you already have {self.settings.queue_per_user} generation(s) queued or running "
-                "(QUEUE_PER_USER); wait for one to finish"
-            )
+        limit = self.settings.queue_per_user
+        ok = self.demo is None or caller_load(self.demo, key) < limit
+        message = "" if ok else f"you already have {limit} generation(s) queued or running (QUEUE_PER_USER)"
+        if not ok:
+            log.info("refused: %s for %s", message, key.split(":")[0])
+        return [gr.validate(ok, message)] + [gr.validate(True, "")] * (n_inputs - 1)
+
+    @staticmethod
+    def job_id(request: gr.Request | None) -> str:
+        """The id `/stop` takes: the session, which for a plain REST call is its own event id."""
         return getattr(request, "session_hash", None) or "anonymous"
 
     # ---------------------------------------------------------------- running
@@ -132,7 +137,7 @@ class Studio:
         return saved.paths
 
     def generate(self, raw: dict[str, Any], request: gr.Request | None, progress: gr.Progress | None):
-        job_id = self.admit(request)
+        job_id = self.job_id(request)
         try:
             req = inputs.generation_request(raw, self.limits)
         except ValueError as exc:
@@ -143,7 +148,7 @@ class Studio:
         return gallery, result, paths
 
     def edit(self, raw: dict[str, Any], files: Any, request: gr.Request | None, progress: gr.Progress | None):
-        job_id = self.admit(request)
+        job_id = self.job_id(request)
         try:
             images = inputs.open_images(inputs.upload_paths(files, self.limits), self.limits)
             req = inputs.generation_request(raw, self.limits, init_images=images)
@@ -301,6 +306,9 @@ def _wire_generate(studio: Studio, g: dict[str, Any]) -> None:
         gallery, result, paths = studio.generate(raw, request, progress)
         return gallery, info_line(result), paths, result.info()
 
+    def admit(v: dict, request: gr.Request):
+        return studio.admission(request, len(v))
+
     for name, slider in zip(lora_names, g["scales"], strict=True):
         g["loras"].change(
             lambda c, n=name: gr.update(visible=n in (c or [])), g["loras"], slider,
@@ -310,6 +318,7 @@ def _wire_generate(studio: Studio, g: dict[str, Any]) -> None:
         ui_generate,
         {*(g[n] for n in names), g["random_seed"], g["loras"], *g["scales"]},
         [g["gallery"], g["info"], g["downloads"], g["info_json"]],
+        validator=admit,
         api_visibility="private",
         concurrency_id="gpu",
         concurrency_limit=studio.backend.concurrency,
@@ -326,10 +335,14 @@ def _wire_edit(studio: Studio, e: dict[str, Any]) -> None:
         pairs, result, paths = studio.edit(raw, files, request, progress)
         return pairs, info_line(result), paths
 
+    def admit(files, prompt, strength, num_images, steps, guidance, seed, random_seed, request: gr.Request):
+        return studio.admission(request, 1 + len(names))
+
     e["run"].click(
         ui_edit,
         [e["files"], *(e[n] for n in names)],
         [e["gallery"], e["info"], e["downloads"]],
+        validator=admit,
         api_name="edit",
         concurrency_id="gpu",
         concurrency_limit=studio.backend.concurrency,
@@ -358,6 +371,10 @@ def _wire_api(studio: Studio) -> None:
         gallery, result, _ = studio.generate(raw, request, progress)
         return gallery, result.info()
 
+    def admit(prompt, negative_prompt, num_images, steps, guidance_scale, width, height, seed, loras,
+              request: gr.Request):  # fmt: skip
+        return studio.admission(request, 9)
+
     info = studio.info
     defaults = [("", "Prompt"), ("", "Negative prompt")]
     numbers = [(4, "num_images"), (info.default_steps, "steps"), (info.default_guidance, "guidance_scale"),
@@ -370,6 +387,7 @@ def _wire_api(studio: Studio) -> None:
         api_generate,
         api_inputs,
         [gr.Gallery(visible=False, format="png"), gr.JSON(visible=False)],
+        validator=admit,
         api_name="generate",
         concurrency_id="gpu",
         concurrency_limit=studio.backend.concurrency,
