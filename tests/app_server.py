@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from app import create_demo, launch
 from devices import DeviceManager
 from pipelines import ImagePipeline
 from pipelines.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
+from ui.demo import create_demo, launch
 from ui.settings import AppSettings
 
 

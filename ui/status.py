@@ -8,6 +8,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import gradio as gr
 import pandas as pd
 
 from devices.memory import human_bytes
@@ -74,3 +75,13 @@ def status_json(replicas: list[ReplicaStatus]) -> dict[str, Any]:
     top["replicas"] = [r.to_dict() for r in replicas]
     top["healthy_replicas"] = sum(r.healthy for r in replicas)
     return top
+
+
+def panel() -> tuple[gr.Markdown, gr.LinePlot]:
+    gr.Markdown("### Device & memory")
+    status_md = gr.Markdown(elem_id="status")
+    plot = gr.LinePlot(
+        x="seconds", y="MiB", color="memory", height=220, x_title="seconds ago", y_title="MiB",
+        label="Memory, last minutes", elem_id="memory-plot",
+    )  # fmt: skip
+    return status_md, plot

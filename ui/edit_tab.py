@@ -1,0 +1,65 @@
+"""The Edit tab: many input images x one instruction/prompt; results paired with their inputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from ui.generate_tab import sampling_controls
+from ui.studio import Studio
+from ui.text import info_line
+
+
+def build(studio: Studio) -> dict[str, Any]:
+    info = studio.info
+    c: dict[str, Any] = {}
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=300):
+            c["files"] = gr.File(label="Input images", file_count="multiple", file_types=["image"], height=140)
+            c["prompt"] = gr.Textbox(label="Instruction / prompt", lines=2, placeholder=(info.examples or ("",))[0])
+            c["strength"] = gr.Slider(
+                0.05, 1.0, value=0.6, step=0.05, label="Strength", info="how much of each input is re-drawn"
+            )
+            c["num_images"] = gr.Slider(1, info.max_batch, value=1, step=1, label="Images per input")
+            with gr.Row():
+                c["seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=-1)
+                c["random_seed"] = gr.Checkbox(label="Random seed", value=True)
+            with gr.Accordion("Advanced", open=False):
+                controls = sampling_controls(info)
+                c["steps"], c["guidance_scale"] = controls["steps"], controls["guidance_scale"]
+            with gr.Row():
+                c["run"] = gr.Button("Edit", variant="primary", elem_id="edit-btn")
+                c["stop"] = gr.Button("Stop", variant="stop")
+        with gr.Column(scale=3, min_width=360):
+            c["gallery"] = gr.Gallery(
+                label="Inputs and results", elem_id="edit-gallery", columns=4, height=430, format="png",
+                buttons=["download", "fullscreen"],
+            )  # fmt: skip
+            c["info"] = gr.Markdown()
+            c["downloads"] = gr.File(label="PNG downloads", file_count="multiple", height=80)
+    return c
+
+
+def wire(studio: Studio, e: dict[str, Any]) -> None:
+    names = ("prompt", "strength", "num_images", "steps", "guidance_scale", "seed", "random_seed")
+
+    def ui_edit(files, prompt, strength, num_images, steps, guidance, seed, random_seed, request: gr.Request,
+                progress=gr.Progress()):  # fmt: skip
+        values = dict(zip(names, (prompt, strength, num_images, steps, guidance, seed, random_seed), strict=True))
+        raw = {**values, "width": studio.info.default_width, "height": studio.info.default_height}
+        pairs, result, paths = studio.edit(raw, files, request, progress)
+        return pairs, info_line(result), paths
+
+    def admit(files, prompt, strength, num_images, steps, guidance, seed, random_seed, request: gr.Request):
+        return studio.admission(request, 1 + len(names))
+
+    e["run"].click(
+        ui_edit,
+        [e["files"], *(e[n] for n in names)],
+        [e["gallery"], e["info"], e["downloads"]],
+        validator=admit,
+        api_name="edit",
+        concurrency_id="gpu",
+        concurrency_limit=studio.backend.concurrency,
+    )

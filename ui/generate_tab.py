@@ -1,0 +1,95 @@
+"""The Generate tab: prompt(s), settings within the model's limits, gallery, downloads; and its events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from pipelines.backend import ModelInfo
+from ui.studio import Studio
+from ui.text import info_line, vocabulary_markdown
+
+
+def sampling_controls(info: ModelInfo) -> dict[str, Any]:
+    """Steps, guidance and size with the model's defaults and exactly the limits the server enforces."""
+    step = info.size_multiple
+    return {
+        "steps": gr.Slider(1, 150, value=info.default_steps, step=1, label="Steps"),
+        "guidance_scale": gr.Slider(0, 50, value=info.default_guidance, step=0.5, label="Guidance (CFG)"),
+        "width": gr.Slider(step, info.max_side, value=info.default_width, step=step, label="Width"),
+        "height": gr.Slider(step, info.max_side, value=info.default_height, step=step, label="Height"),
+    }
+
+
+def build(studio: Studio) -> dict[str, Any]:
+    info = studio.info
+    examples = list(info.examples) or ["an astronaut riding a horse, photograph", "a watercolor fox in the snow"]
+    c: dict[str, Any] = {}
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=300):
+            c["prompt"] = gr.Textbox(
+                label="Prompt", lines=2, elem_id="prompt", placeholder=examples[0], info="one prompt per line"
+            )
+            if info.vocabulary:
+                gr.Markdown(vocabulary_markdown(info.vocabulary), elem_id="vocabulary")
+            c["negative_prompt"] = gr.Textbox(value="", label="Negative prompt", lines=1)
+            c["num_images"] = gr.Slider(
+                1, info.max_batch, value=min(4, info.max_batch), step=1, label="Number of images", elem_id="num-images"
+            )
+            with gr.Row():
+                c["seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=-1, min_width=100)
+                c["random_seed"] = gr.Checkbox(label="Random seed", value=True, min_width=100)
+            with gr.Row():
+                c["run"] = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+                c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+            with gr.Accordion("Advanced", open=False):
+                c.update(sampling_controls(info))
+                c["loras"] = gr.CheckboxGroup(
+                    list(info.loras), label="LoRAs", visible=bool(info.loras), info="from the server's LoRA folder"
+                )
+                c["scales"] = [
+                    gr.Slider(-2, 2, value=1.0, step=0.05, label=f"{n} scale", visible=False) for n in info.loras
+                ]
+        with gr.Column(scale=3, min_width=360):
+            c["gallery"] = gr.Gallery(
+                label="Images", elem_id="gallery", columns=4, height=430, format="png",
+                object_fit="contain", buttons=["download", "fullscreen"],
+            )  # fmt: skip
+            c["info"] = gr.Markdown(elem_id="info-line")
+            c["downloads"] = gr.File(label="PNG downloads (with metadata)", file_count="multiple", height=80)
+            c["info_json"] = gr.JSON(visible=False)
+    gr.Examples([[e] for e in examples], inputs=[c["prompt"]], label="Examples")
+    return c
+
+
+def wire(studio: Studio, g: dict[str, Any]) -> None:
+    """Generate button: `v` maps each input component to its value (no coupling to argument order)."""
+    names = ("prompt", "negative_prompt", "num_images", "steps", "guidance_scale", "width", "height", "seed")
+    lora_names = list(studio.info.loras)
+
+    def ui_generate(v: dict, request: gr.Request, progress=gr.Progress()):
+        raw = {name: v[g[name]] for name in names}
+        chosen = v[g["loras"]] or []
+        raw["loras"] = {n: v[s] for n, s in zip(lora_names, g["scales"], strict=True) if n in chosen}
+        raw["random_seed"] = v[g["random_seed"]]
+        gallery, result, paths = studio.generate(raw, request, progress)
+        return gallery, info_line(result), paths, result.info()
+
+    def admit(v: dict, request: gr.Request):
+        return studio.admission(request, len(v))
+
+    for name, slider in zip(lora_names, g["scales"], strict=True):
+        g["loras"].change(
+            lambda c, n=name: gr.update(visible=n in (c or [])), g["loras"], slider,
+            api_visibility="private", queue=False,
+        )  # fmt: skip
+    g["run"].click(
+        ui_generate,
+        {*(g[n] for n in names), g["random_seed"], g["loras"], *g["scales"]},
+        [g["gallery"], g["info"], g["downloads"], g["info_json"]],
+        validator=admit,
+        api_visibility="private",
+        concurrency_id="gpu",
+        concurrency_limit=studio.backend.concurrency,
+    )

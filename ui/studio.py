@@ -1,0 +1,147 @@
+"""The handlers behind every tab and the API: parse, admit, run, save, answer.
+
+Knows the backend only through `GenerationBackend` and the model only through its `ModelInfo`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import gradio as gr
+
+from pipelines import GenerationRequest, GenerationResult, OutOfMemoryError, PipelineError
+from pipelines.backend import GenerationBackend, ModelInfo
+from ui import inputs
+from ui.jobs import JobRunner, caller_key, caller_load, drop_queued
+from ui.outputs import OutputStore
+from ui.settings import AppSettings
+from ui.status import MemoryHistory, status_markdown
+from ui.text import refuse
+
+try:  # ZeroGPU Spaces only
+    import spaces
+except ImportError:
+    spaces = None
+
+log = logging.getLogger("diffusion_anywhere")
+
+
+def gpu(fn):
+    """`spaces.GPU` on Hugging Face ZeroGPU; the function itself everywhere else."""
+    return spaces.GPU(duration=120)(fn) if spaces is not None else fn
+
+
+class Studio:
+    """The handlers behind the UI and the API: parse, admit, run, save, answer."""
+
+    def __init__(self, backend: GenerationBackend, settings: AppSettings):
+        self.backend = backend
+        self.settings = settings
+        self.info: ModelInfo = backend.model_info()
+        self.limits = inputs.Limits(
+            self.info, settings.max_prompt_chars, settings.max_edit_files, settings.max_upload_pixels
+        )
+        self.runner = JobRunner(backend, settings.time_budget)
+        self.store = OutputStore.from_settings(settings.output_dir, settings.output_max_gb, settings.output_max_days)
+        self.history = MemoryHistory(settings.history_seconds)
+        self.demo: gr.Blocks | None = None
+
+    # ---------------------------------------------------------------- admission
+    def admission(self, request: gr.Request | None, n_inputs: int) -> list[dict]:
+        """Gradio validator, run when a call joins the queue: one caller may hold QUEUE_PER_USER places."""
+        key = caller_key(request)
+        limit = self.settings.queue_per_user
+        ok = self.demo is None or caller_load(self.demo, key) < limit
+        message = "" if ok else f"you already have {limit} generation(s) queued or running (QUEUE_PER_USER)"
+        if not ok:
+            log.info("refused: %s for %s", message, key.split(":")[0])
+        return [gr.validate(ok, message)] + [gr.validate(True, "")] * (n_inputs - 1)
+
+    @staticmethod
+    def job_id(request: gr.Request | None) -> str:
+        """The id `/stop` takes: the session, which for a plain REST call is its own event id."""
+        return getattr(request, "session_hash", None) or "anonymous"
+
+    # ---------------------------------------------------------------- running
+    def run(self, req: GenerationRequest, job_id: str, progress: gr.Progress | None) -> GenerationResult:
+        total_images = req.total_images
+
+        def report(step: int, total: int, _image: int) -> None:
+            if progress is not None:
+                progress(step / max(total, 1), desc=f"{total_images} image(s): step {step}/{total}")
+
+        try:
+            return _run_on_device(self.runner, req, job_id, report)
+        except OutOfMemoryError as exc:
+            if exc.partial is None or not exc.partial.images:
+                raise refuse(str(exc)) from exc
+            gr.Warning(str(exc))  # keep what finished: show it, with the reason it stopped
+            exc.partial.warnings.append(str(exc))
+            return exc.partial
+        except (PipelineError, ValueError) as exc:
+            raise refuse(str(exc)) from exc
+        except Exception as exc:  # never a traceback or a server path in the browser; the log keeps it
+            log.exception("generation failed")
+            raise gr.Error(f"generation failed ({type(exc).__name__}); the server log has the details") from exc
+
+    def save(self, result: GenerationResult) -> list[str]:
+        """Write the PNGs; hand Gradio the files (it serves its own copies, only to this caller)."""
+        saved = self.store.save(result)
+        if saved.warning:
+            result.warnings.append(saved.warning)
+            gr.Warning(saved.warning)
+        return saved.paths
+
+    def generate(self, raw: dict[str, Any], request: gr.Request | None, progress: gr.Progress | None):
+        job_id = self.job_id(request)
+        try:
+            req = inputs.generation_request(raw, self.limits)
+        except ValueError as exc:
+            raise refuse(str(exc)) from exc
+        result = self.run(req, job_id, progress)
+        paths = self.save(result)
+        gallery = [(p, f"seed {s}") for p, s in zip(paths, result.seeds, strict=True)]
+        return gallery, result, paths
+
+    def edit(self, raw: dict[str, Any], files: Any, request: gr.Request | None, progress: gr.Progress | None):
+        job_id = self.job_id(request)
+        try:
+            images = inputs.open_images(inputs.upload_paths(files, self.limits), self.limits)
+            req = inputs.generation_request(raw, self.limits, init_images=images)
+        except ValueError as exc:
+            raise refuse(str(exc)) from exc
+        result = self.run(req, job_id, progress)
+        paths = self.save(result)
+        pairs: list[tuple[Any, str]] = []
+        for i, (path, src, s) in enumerate(zip(paths, result.inputs, result.seeds, strict=True)):
+            pairs += [(src, f"input {i + 1}"), (path, f"result {i + 1} · seed {s}")]
+        return pairs, result, paths
+
+    async def stop(self, job_id: str | None, request: gr.Request | None) -> dict[str, int]:
+        """Stop the caller's running job after its step and drop its queued ones.
+
+        Without `job_id` it is the caller's session; a REST caller passes the event id that
+        `POST /gradio_api/call/generate` returned to it.
+        """
+        target = (job_id or "").strip() or getattr(request, "session_hash", None)
+        if not target:
+            return {"running": 0, "queued": 0}
+        dropped = await drop_queued(self.demo, target) if self.demo is not None else 0
+        return {"running": int(self.runner.stop(target)), "queued": dropped}
+
+    # ---------------------------------------------------------------- status
+    def status(self):
+        replicas = self.backend.status()
+        return status_markdown(replicas, self.warnings(), self.settings.zero_gpu), self.history.sample(replicas)
+
+    def warnings(self) -> list[str]:
+        notes = []
+        if self.settings.server_name not in ("127.0.0.1", "localhost", "::1") and not self.settings.on_spaces:
+            notes.append(f"listening on {self.settings.server_name} without sign-in: anyone on the network can use it")
+        return notes
+
+
+@gpu
+def _run_on_device(runner: JobRunner, req: GenerationRequest, job_id: str, progress) -> GenerationResult:
+    return runner.run(req, job_id, progress)

@@ -1,0 +1,41 @@
+"""Text shown to people: the info line under a result, the model's vocabulary, refusals."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import gradio as gr
+
+from pipelines import GenerationResult
+
+log = logging.getLogger("diffusion_anywhere")
+
+
+def refuse(message: str) -> gr.Error:
+    """A refused request: one log line, the message to the caller, no traceback anywhere."""
+    log.info("refused: %s", message)
+    return gr.Error(message, print_exception=False)
+
+
+def info_line(result: GenerationResult) -> str:
+    t = result.timings
+    peak = f"{result.peak_memory / 2**20:.1f} MiB" if result.peak_memory else "n/a"
+    text = (
+        f"{len(result.images)} image(s) in {t['total']:.2f} s · {t['steps_per_second']:.1f} it/s · "
+        f"peak {peak} · {result.device} · {result.dtype} · {result.attention}"
+    )
+    if result.warnings:
+        text += " · ⚠️ " + "; ".join(result.warnings)
+    return text
+
+
+def vocabulary_markdown(vocab: dict[str, Any]) -> str:
+    if not vocab.get("pattern"):
+        return ""
+    return (
+        "**This model only knows its own small world.** Prompt pattern: "
+        f"`{vocab['pattern']}`  \n"
+        f"colors: {', '.join(vocab.get('colors', []))}  \n"
+        f"shapes: {', '.join(vocab.get('shapes', []))}"
+    )
