@@ -28,19 +28,15 @@ log = logging.getLogger("diffusion_anywhere")
 def _check_settings(argv: list[str] | None) -> tuple[AppSettings, argparse.Namespace]:
     """Read and validate every setting before anything heavy happens; exit 2 with the message otherwise."""
     from devices.options import DeviceOptions
-    from pipelines.options import PipelineOptions
 
     try:
         settings = AppSettings.from_env()
-        PipelineOptions.from_env()
         DeviceOptions.resolve()
     except (SettingsError, ValueError) as exc:
         sys.exit(f"error: {exc}")
     parser = argparse.ArgumentParser(description="Diffusion Anywhere web app")
-    parser.add_argument("--model", default=settings.model_id, help="diffusers folder, Hub id or .safetensors")
-    parser.add_argument(
-        "--device", default=settings.preferred_device, help="auto|cpu|cuda[:N]|npu[:N]|all|cuda:0,cuda:1"
-    )
+    parser.add_argument("--model", default=settings.pipeline.model_id, help="diffusers folder, Hub id or .safetensors")
+    parser.add_argument("--device", default=None, help="auto|cpu|cuda[:N]|npu[:N]|all|cuda:0,cuda:1")
     parser.add_argument("--port", type=int, default=settings.server_port)
     parser.add_argument("--host", default=settings.server_name)
     args = parser.parse_args(argv)
@@ -55,6 +51,12 @@ def main(argv: list[str] | None = None) -> None:
     from pipelines.loading import quiet_load_progress_bars
 
     quiet_load_progress_bars()
+    if settings.exposed_without_sign_in:
+        log.warning(
+            "listening on %s WITHOUT sign-in: anyone who can reach this address can use the server; "
+            "set AUTH=user:password or AUTH_FILE",
+            settings.server_name,
+        )
     backend = make_backend(settings, args.model, args.device)
     demo = launch(create_demo(backend, settings), settings)
     first = backend.status()[0]

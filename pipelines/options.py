@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -22,16 +23,16 @@ DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-shapes"
 DEFAULT_LORA_DIR = REPO_ROOT / "models" / "loras"
 
 
-def _env_int(name: str, default: int | None) -> int | None:
-    value = os.environ.get(name, "").strip()
+def _env_int(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+    value = env.get(name, "").strip()
     if not value:
         return default
     try:
         number = int(value)
     except ValueError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+        raise ValueError(f"{name}={value!r} is not valid: expected an integer of at least 1") from None
     if number < 1:
-        raise ValueError(f"{name} must be at least 1, got {number}")
+        raise ValueError(f"{name}={value!r} is out of range: expected an integer of at least 1")
     return number
 
 
@@ -47,15 +48,15 @@ class PipelineOptions:
     extra: dict = field(default_factory=dict)  # passed to diffusers' from_pretrained
 
     @classmethod
-    def from_env(cls, **overrides) -> PipelineOptions:
-        env = os.environ
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> PipelineOptions:
+        env = os.environ if environ is None else environ
         base = cls(
             model_id=env.get("MODEL_ID", "").strip() or str(DEFAULT_MODEL),
             lora_dir=Path(env.get("LORA_DIR", "").strip() or DEFAULT_LORA_DIR),
-            max_batch=_env_int("MAX_BATCH", 16),
-            max_pixels=_env_int("MAX_PIXELS", None),
-            max_side=_env_int("MAX_SIDE", None),
-            micro_batch=_env_int("MICRO_BATCH", 8),
+            max_batch=_env_int(env, "MAX_BATCH", 16),
+            max_pixels=_env_int(env, "MAX_PIXELS", None),
+            max_side=_env_int(env, "MAX_SIDE", None),
+            micro_batch=_env_int(env, "MICRO_BATCH", 8),
             memory_mode=env.get("MEMORY_MODE", "").strip() or "auto",
         )
         known = {f.name for f in fields(cls)}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from devices import DeviceManager
 from pipelines import ImagePipeline
-from pipelines.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
+from pipelines.options import DEFAULT_LORA_DIR, DEFAULT_MODEL, PipelineOptions
 from ui.demo import create_demo, launch
 from ui.settings import AppSettings
 
@@ -33,8 +33,8 @@ def running_app(model: Path, output_dir: Path, lora_dir: Path = DEFAULT_LORA_DIR
     if backend is None:
         backend = ImagePipeline.from_pretrained(model, DeviceManager("cpu"), lora_dir=lora_dir)
     config = AppSettings(
+        pipeline=PipelineOptions(lora_dir=lora_dir),
         output_dir=Path(output_dir),
-        lora_dir=lora_dir,
         server_name="127.0.0.1",
         server_port=free_port(),
         **settings,

@@ -55,13 +55,12 @@ def pngs(folder: Path) -> set[Path]:
     return {p for p in folder.rglob("*.png") if not p.name.startswith(".")}
 
 
-def wait_until_busy(url: str, timeout: float = 60) -> None:
-    """Poll /status until the replica reports a running generation (tests may sleep-poll)."""
+def wait_until_busy(url: str, timeout: float = 60, auth: tuple[str, str] | None = None) -> None:
+    """Poll /status until a replica reports a running generation (tests may sleep-poll)."""
+    status = Client(url, auth=auth, verbose=False)
     deadline = time.time() + timeout
     while time.time() < deadline:
-        status = httpx.post(f"{url}gradio_api/call/status", json={"data": []}).json()
-        stream = httpx.get(f"{url}gradio_api/call/status/{status['event_id']}").text
-        if '"busy": true' in stream:
+        if any(r["busy"] for r in status.predict(api_name="/status")["replicas"]):
             return
         time.sleep(0.1)
     raise AssertionError("no generation started")
@@ -205,9 +204,13 @@ def test_one_caller_cannot_fill_the_queue_and_stop_drops_its_queued_jobs(app):
     other = Client(demo.local_url, verbose=False).submit(**args(seed=41), api_name="/generate")
     stopped = hog.predict("", api_name="/stop")
     assert stopped == {"running": 1, "queued": 1}
-    assert jobs[0].result(timeout=120)[1]["cancelled"] is True
-    with pytest.raises(Exception, match="cancelled before it started"):
-        jobs[1].result(timeout=60)
+    outcomes = []
+    for job in jobs:  # which of the two ran first is up to the client's threads
+        try:
+            outcomes.append("cancelled while running" if job.result(timeout=120)[1]["cancelled"] else "finished")
+        except Exception as exc:
+            outcomes.append(str(exc))
+    assert sorted(outcomes) == ["cancelled before it started", "cancelled while running"]
     assert other.result(timeout=120)[1]["seeds"] == [41]  # the other caller was served
 
 
@@ -265,7 +268,7 @@ def test_bad_settings_stop_the_start_with_the_variable_named():
     env = {**os.environ, "MAX_BATCH": "abc"}
     run = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode != 0
-    assert "MAX_BATCH='abc' is not valid: expected an integer from 1 to 256" in run.stderr
+    assert "MAX_BATCH='abc' is not valid: expected an integer of at least 1" in run.stderr
     assert "Traceback" not in run.stderr and "loaded" not in run.stderr
 
 

@@ -72,6 +72,7 @@ def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
         server_port=settings.server_port,
         max_file_size=settings.max_file_size,
         enable_monitoring=settings.monitoring,
+        auth=settings.users,
         theme=gr.themes.Soft(primary_hue="indigo", secondary_hue="slate"),
         css=CSS,
         show_error=True,
@@ -84,9 +85,9 @@ def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
 
 def make_backend(settings: AppSettings, model: str | None = None, device: str | None = None) -> GenerationBackend:
     """The in-process device pool, or a Ray Serve deployment (GENERATION_BACKEND=ray)."""
-    model = model or settings.model_id
-    device = device if device is not None else settings.preferred_device
-    options = dict(lora_dir=settings.lora_dir, max_batch=settings.max_batch)
+    model = model or settings.pipeline.model_id
+    opts = settings.pipeline
+    options = dict(lora_dir=opts.lora_dir, max_batch=opts.max_batch, max_pixels=opts.max_pixels, max_side=opts.max_side)
     if settings.generation_backend == "ray":
         from serving.ray_backend import RayBackend
 

@@ -127,14 +127,17 @@ def caller_load(demo: Any, key: str) -> int:
     return sum(1 for e in queued_events(demo) + running_events(demo) if event_caller(e) == key)
 
 
-async def drop_queued(demo: Any, session_hash: str) -> int:
-    """Remove a caller's waiting events from Gradio's queue and end their streams (as Gradio's /cancel does)."""
+async def drop_queued(demo: Any, session_hash: str, username: str | None = None) -> int:
+    """Remove a caller's waiting events from Gradio's queue and end their streams (as Gradio's /cancel does).
+
+    With sign-in, only events of the same user match, whatever session id is given.
+    """
     from gradio.server_messages import ProcessCompletedMessage
 
     queue = demo._queue
     dropped = 0
     for event in queued_events(demo):
-        if event.session_hash != session_hash:
+        if event.session_hash != session_hash or (username is not None and event.username != username):
             continue
         await queue.remove_from_queue(event._id)
         messages = queue.pending_messages_per_session.get(session_hash)

@@ -46,9 +46,13 @@ class OutputStore:
     def from_settings(cls, root: Path, max_gb: float, max_days: float) -> OutputStore:
         return cls(root=Path(root), max_bytes=int(max_gb * 2**30), max_age_seconds=max_days * 86400)
 
-    def save(self, result: GenerationResult) -> SavedImages:
+    def folder(self, owner: str | None) -> Path:
+        """Where a user's outputs live: `users/<name>/` with sign-in, the root without."""
+        return self.root / "users" / owner if owner else self.root
+
+    def save(self, result: GenerationResult, owner: str | None = None) -> SavedImages:
         """Write the result's PNGs; on an OS error write them to a private temp folder instead."""
-        folder = self.root / time.strftime("%Y-%m-%d")
+        folder = self.folder(owner) / time.strftime("%Y-%m-%d")
         prefix = time.strftime("%H%M%S")
         try:
             paths = save_images(result, folder, prefix=prefix)

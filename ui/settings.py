@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pipelines.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
+from pipelines.options import PipelineOptions
+from ui.auth import Users
 
 T = TypeVar("T")
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb)\s*$", re.IGNORECASE)
@@ -33,10 +34,7 @@ def on_spaces(env: Mapping[str, str]) -> bool:
 class AppSettings:
     """Everything the app takes from the environment (see README, "Settings" and "Security and limits")."""
 
-    model_id: str = str(DEFAULT_MODEL)
-    lora_dir: Path = DEFAULT_LORA_DIR
-    preferred_device: str | None = None
-    max_batch: int = 16
+    pipeline: PipelineOptions = field(default_factory=PipelineOptions)  # MODEL_ID, LORA_DIR, MAX_BATCH, ...
     output_dir: Path = Path("outputs")
     server_name: str = "127.0.0.1"
     server_port: int = 7860
@@ -57,6 +55,7 @@ class AppSettings:
     history_seconds: int = 300
     on_spaces: bool = False
     zero_gpu: bool = False
+    users: Users | None = None  # AUTH / AUTH_FILE: sign-in required when set
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:
@@ -64,10 +63,7 @@ class AppSettings:
         env = os.environ if env is None else env
         spaces = on_spaces(env)
         return cls(
-            model_id=_text(env, "MODEL_ID") or str(DEFAULT_MODEL),
-            lora_dir=Path(_text(env, "LORA_DIR") or DEFAULT_LORA_DIR),
-            preferred_device=_text(env, "PREFERRED_DEVICE"),
-            max_batch=_number(env, "MAX_BATCH", int, 16, 1, 256),
+            pipeline=_pipeline_options(env),
             output_dir=Path(_text(env, "OUTPUT_DIR") or "outputs").resolve(),
             server_name=_text(env, "GRADIO_SERVER_NAME") or ("0.0.0.0" if spaces else "127.0.0.1"),
             server_port=_number(env, "GRADIO_SERVER_PORT", int, 7860, 1, 65535),
@@ -86,12 +82,27 @@ class AppSettings:
             ray_address=_text(env, "RAY_ADDRESS"),
             on_spaces=spaces,
             zero_gpu=_flag(env, "SPACES_ZERO_GPU"),
+            users=Users.parse(_text(env, "AUTH"), _text(env, "AUTH_FILE")),
         )
+
+    @property
+    def exposed_without_sign_in(self) -> bool:
+        """Listening beyond this machine with no AUTH (Spaces have their own visibility settings)."""
+        local = self.server_name in ("127.0.0.1", "localhost", "::1")
+        return not local and self.users is None and not self.on_spaces
 
     def replace(self, **changes: Any) -> AppSettings:
         from dataclasses import replace
 
         return replace(self, **changes)
+
+
+def _pipeline_options(env: Mapping[str, str]) -> PipelineOptions:
+    """The pipeline layer reads its own variables (MODEL_ID, LORA_DIR, MAX_BATCH, MAX_PIXELS, ...)."""
+    try:
+        return PipelineOptions.from_env(environ=env)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def _text(env: Mapping[str, str], name: str) -> str | None:

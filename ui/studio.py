@@ -59,9 +59,16 @@ class Studio:
         return [gr.validate(ok, message)] + [gr.validate(True, "")] * (n_inputs - 1)
 
     @staticmethod
-    def job_id(request: gr.Request | None) -> str:
-        """The id `/stop` takes: the session, which for a plain REST call is its own event id."""
-        return getattr(request, "session_hash", None) or "anonymous"
+    def user(request: gr.Request | None) -> str | None:
+        """The signed-in user (AUTH), or None when sign-in is off."""
+        return getattr(request, "username", None) or None
+
+    def job_id(self, request: gr.Request | None, given: str | None = None) -> str:
+        """Whose job: the session (for a plain REST call, its own event id) or the id a caller was
+        given, always inside the signed-in user's own space, so nobody reaches another user's jobs."""
+        job = (given or "").strip() or getattr(request, "session_hash", None) or "anonymous"
+        user = self.user(request)
+        return f"{user}/{job}" if user else job
 
     # ---------------------------------------------------------------- running
     def run(self, req: GenerationRequest, job_id: str, progress: gr.Progress | None) -> GenerationResult:
@@ -85,9 +92,10 @@ class Studio:
             log.exception("generation failed")
             raise gr.Error(f"generation failed ({type(exc).__name__}); the server log has the details") from exc
 
-    def save(self, result: GenerationResult) -> list[str]:
-        """Write the PNGs; hand Gradio the files (it serves its own copies, only to this caller)."""
-        saved = self.store.save(result)
+    def save(self, result: GenerationResult, request: gr.Request | None) -> list[str]:
+        """Write the PNGs (in the user's own folder when sign-in is on); Gradio serves its own copies
+        of them, only to this caller."""
+        saved = self.store.save(result, owner=self.user(request))
         if saved.warning:
             result.warnings.append(saved.warning)
             gr.Warning(saved.warning)
@@ -100,7 +108,7 @@ class Studio:
         except ValueError as exc:
             raise refuse(str(exc)) from exc
         result = self.run(req, job_id, progress)
-        paths = self.save(result)
+        paths = self.save(result, request)
         gallery = [(p, f"seed {s}") for p, s in zip(paths, result.seeds, strict=True)]
         return gallery, result, paths
 
@@ -112,7 +120,7 @@ class Studio:
         except ValueError as exc:
             raise refuse(str(exc)) from exc
         result = self.run(req, job_id, progress)
-        paths = self.save(result)
+        paths = self.save(result, request)
         pairs: list[tuple[Any, str]] = []
         for i, (path, src, s) in enumerate(zip(paths, result.inputs, result.seeds, strict=True)):
             pairs += [(src, f"input {i + 1}"), (path, f"result {i + 1} · seed {s}")]
@@ -124,11 +132,12 @@ class Studio:
         Without `job_id` it is the caller's session; a REST caller passes the event id that
         `POST /gradio_api/call/generate` returned to it.
         """
-        target = (job_id or "").strip() or getattr(request, "session_hash", None)
-        if not target:
+        session = (job_id or "").strip() or getattr(request, "session_hash", None)
+        if not session:
             return {"running": 0, "queued": 0}
-        dropped = await drop_queued(self.demo, target) if self.demo is not None else 0
-        return {"running": int(self.runner.stop(target)), "queued": dropped}
+        user = self.user(request)
+        dropped = await drop_queued(self.demo, session, user) if self.demo is not None else 0
+        return {"running": int(self.runner.stop(self.job_id(request, job_id))), "queued": dropped}
 
     # ---------------------------------------------------------------- status
     def status(self):
@@ -137,7 +146,7 @@ class Studio:
 
     def warnings(self) -> list[str]:
         notes = []
-        if self.settings.server_name not in ("127.0.0.1", "localhost", "::1") and not self.settings.on_spaces:
+        if self.settings.exposed_without_sign_in:
             notes.append(f"listening on {self.settings.server_name} without sign-in: anyone on the network can use it")
         return notes
 
