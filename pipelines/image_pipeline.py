@@ -228,6 +228,19 @@ class ImagePipeline:
         side = self.options.max_side or 4 * max(self.default_size)
         return max(self.size_multiple, side - side % self.size_multiple)
 
+    def _hashes(self, loras: dict[str, float]) -> dict[str, Any]:
+        """`model_hash` and `lora_hashes` (A1111/Civitai short SHA-256) for a result's metadata."""
+        from .pnginfo import model_weights_file, short_hash
+
+        if not hasattr(self, "_model_hash"):
+            weights = model_weights_file(self.source)
+            self._model_hash = short_hash(weights) if weights else None
+        files = self.loras.available()
+        out: dict[str, Any] = {"model_hash": self._model_hash}
+        if loras:
+            out["lora_hashes"] = {n: short_hash(files[n]) for n in loras if n in files}
+        return out
+
     def model_info(self) -> ModelInfo:
         """Defaults and limits of the loaded model, as the UI and the API enforce them."""
         vocab = self.vocabulary
@@ -491,6 +504,7 @@ class ImagePipeline:
         total["steps_per_second"] = steps / total["denoise"] if total["denoise"] > 0 else 0.0
         for meta in metas:
             meta["timings"] = {k: round(v, 4) for k, v in total.items()}
+            meta.update(self._hashes(meta.get("loras", {})))
         return GenerationResult(
             images=images,
             seeds=[m["seed"] for m in metas],

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import time
 from pathlib import Path
@@ -24,10 +23,16 @@ from PIL import Image, PngImagePlugin
 from .request import GenerationResult
 
 JSON_KEY = "diffusion_anywhere"
-_LORA_RE = re.compile(r"\s*<lora:([^:>]+):([-0-9.eE]+)>")
+
+
+def _quote(value: Any) -> str:
+    """A1111's `quote`: a value holding a comma, colon or newline is written as a JSON string."""
+    text = str(value)
+    return json.dumps(text, ensure_ascii=False) if any(c in text for c in ",:\n\"") else text
 
 
 def a1111_parameters(meta: dict[str, Any]) -> str:
+    """A1111's infotext, in its field order; hashes (`Model hash`, `Lora hashes`) when known."""
     prompt = meta["prompt"] + "".join(f" <lora:{n}:{s:g}>" for n, s in meta.get("loras", {}).items())
     fields = [
         ("Steps", meta["steps"]),
@@ -35,45 +40,27 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         ("CFG scale", meta["guidance_scale"]),
         ("Seed", meta["seed"]),
         ("Size", f"{meta['width']}x{meta['height']}"),
+        ("Model hash", meta.get("model_hash")),
         ("Model", meta.get("model", "")),
+        ("Denoising strength", meta.get("strength")),
     ]
-    if meta.get("strength") is not None:
-        fields.append(("Denoising strength", meta["strength"]))
+    hashes = meta.get("lora_hashes") or {}
+    if hashes:
+        fields.append(("Lora hashes", ", ".join(f"{n}: {h}" for n, h in hashes.items())))
     lines = [prompt]
     if meta.get("negative_prompt"):
         lines.append(f"Negative prompt: {meta['negative_prompt']}")
-    lines.append(", ".join(f"{k}: {v}" for k, v in fields))
+    lines.append(", ".join(f"{k}: {_quote(v)}" for k, v in fields if v is not None and v != ""))
     return "\n".join(lines)
 
 
 def parse_a1111_parameters(text: str) -> dict[str, Any]:
-    """Inverse of `a1111_parameters` (enough of A1111's grammar for our own files)."""
-    lines = text.split("\n")
-    settings = lines[-1]
-    negative = ""
-    prompt_lines = lines[:-1]
-    if prompt_lines and prompt_lines[-1].startswith("Negative prompt: "):
-        negative = prompt_lines.pop().removeprefix("Negative prompt: ")
-    prompt = "\n".join(prompt_lines)
-    loras = {name: float(scale) for name, scale in _LORA_RE.findall(prompt)}
-    prompt = _LORA_RE.sub("", prompt)
-    values = dict(part.split(": ", 1) for part in settings.split(", ") if ": " in part)
-    width, height = (int(v) for v in values["Size"].split("x"))
-    parsed: dict[str, Any] = {
-        "prompt": prompt,
-        "negative_prompt": negative,
-        "steps": int(values["Steps"]),
-        "sampler": values.get("Sampler", ""),
-        "guidance_scale": float(values["CFG scale"]),
-        "seed": int(values["Seed"]),
-        "width": width,
-        "height": height,
-        "model": values.get("Model", ""),
-        "loras": loras,
-    }
-    if "Denoising strength" in values:
-        parsed["strength"] = float(values["Denoising strength"])
-    return parsed
+    """The fields of an A1111 infotext (see pipelines.pnginfo, which reads other tools' PNGs too)."""
+    from .pnginfo import parse_a1111
+
+    fields = parse_a1111(text)
+    fields.pop("extra")
+    return fields
 
 
 def png_info(meta: dict[str, Any]) -> PngImagePlugin.PngInfo:

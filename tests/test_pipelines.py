@@ -24,6 +24,7 @@ from pipelines import (
     read_metadata,
     save_images,
 )
+from pipelines.pnginfo import short_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "a red circle on a blue background"
@@ -359,7 +360,9 @@ def test_png_metadata_round_trip(pipeline, tmp_path):
         "height": 32,
         "model": "model",
         "loras": {"style_a": 0.8},
+        "model_hash": short_hash(pipeline.source + "/unet/diffusion_pytorch_model.safetensors"),
     }
+    assert meta["json"]["lora_hashes"] == {"style_a": short_hash(pipeline.loras.available()["style_a"])}
     assert meta["json"]["device"] == "cpu" and meta["json"]["dtype"] == "float32"
     assert meta["json"]["attention"] == "sdpa" and meta["json"]["timings"]["total"] > 0
     with Image.open(paths[1]) as png:
