@@ -46,10 +46,16 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory, tiny_model_dir):
+def served(tmp_path_factory, tiny_model_dir):
     model = DEFAULT_MODEL if embedded_model_available() else tiny_model_dir
-    with running_app(model, tmp_path_factory.mktemp("outputs")) as (demo, _):
-        yield demo.local_url
+    out = tmp_path_factory.mktemp("outputs")
+    with running_app(model, out) as (demo, _):
+        yield demo.local_url, out
+
+
+@pytest.fixture(scope="module")
+def app_url(served):
+    return served[0]
 
 
 def status_text(page) -> str:
@@ -60,7 +66,7 @@ def test_generate_four_images_in_the_browser(browser, app_url):
     from playwright.sync_api import expect
 
     page = browser.new_page(viewport={"width": 1280, "height": 800})
-    page.goto(app_url, wait_until="networkidle")
+    page.goto(app_url, wait_until="load")  # gr.State keeps a heartbeat stream open: never "networkidle"
     expect(page.locator("#status")).to_contain_text("cpu", timeout=30_000)
     first_status = status_text(page)
     assert MEMORY_FIGURE.search(first_status), first_status
@@ -87,3 +93,63 @@ def test_generate_four_images_in_the_browser(browser, app_url):
     print(f"\nscreenshot: {shot}")
     assert shot.stat().st_size > 10_000
     page.close()
+
+
+def test_history_lists_the_run_and_sends_it_back(browser, served):
+    """Runs after the generate test: its four images are in the history; one goes back to the form."""
+    from playwright.sync_api import expect
+
+    url, out = served
+    assert len(list(out.rglob("*.png"))) >= 4, "run test_generate_four_images_in_the_browser first"
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(url, wait_until="load")
+    page.get_by_role("tab", name="History").click()
+    expect(page.locator("#history-page")).to_contain_text("image(s) · page 1 of 1", timeout=30_000)
+    expect(page.locator("#history-gallery img").first).to_be_visible(timeout=30_000)
+    page.locator("#history-gallery img").first.click()
+    expect(page.locator("#history-details")).to_contain_text("a yellow triangle on a purple background")
+    page.get_by_role("button", name="Send to Generate").first.click()
+    expect(page.locator("#prompt textarea")).to_have_value("a yellow triangle on a purple background", timeout=10_000)
+    page.close()
+
+
+def test_png_info_fills_the_form(browser, served, tmp_path):
+    from playwright.sync_api import expect
+
+    from pipelines.metadata import png_info
+
+    url, _ = served
+    png = tmp_path / "a1111.png"
+    meta = {"prompt": "a green square on a white background", "negative_prompt": "blurry", "steps": 12,
+            "guidance_scale": 5.5, "seed": 4242, "width": 64, "height": 64, "sampler": "Euler a"}  # fmt: skip
+    from PIL import Image
+
+    Image.new("RGB", (64, 64), "white").save(png, pnginfo=png_info(meta))
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(url, wait_until="load")
+    page.get_by_role("tab", name="PNG info").click()
+    page.locator("#pnginfo-file input[type=file]").set_input_files(str(png))
+    expect(page.locator("#pnginfo-details")).to_contain_text("4242", timeout=30_000)
+    page.locator("#pnginfo-send").click()
+    expect(page.locator("#prompt textarea")).to_have_value("a green square on a white background", timeout=10_000)
+    expect(page.get_by_label("Seed").first).to_have_value("4242")
+    page.close()
+
+
+def test_sign_in_in_the_browser(browser, tmp_path, tiny_model_dir):
+    from playwright.sync_api import expect
+
+    from ui.auth import Users
+
+    with running_app(tiny_model_dir, tmp_path, users=Users({"alice": "wonder"})) as (demo, _):
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(demo.local_url, wait_until="load")
+        page.get_by_label("username").fill("alice")
+        page.get_by_label("password").fill("nope")
+        page.get_by_role("button", name="Login").click()
+        expect(page.get_by_text("Incorrect Credentials")).to_be_visible(timeout=10_000)
+        page.get_by_label("username").fill("alice")
+        page.get_by_label("password").fill("wonder")
+        page.get_by_role("button", name="Login").click()
+        expect(page.locator("#status")).to_contain_text("cpu", timeout=30_000)
+        page.close()

@@ -7,7 +7,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import GenerationBackend, ModelInfo
-from ui import api, edit_tab, generate_tab, status
+from ui import api, edit_tab, generate_tab, history, pnginfo_tab, status
 from ui.settings import AppSettings
 from ui.studio import Studio
 
@@ -36,11 +36,15 @@ def create_demo(backend: GenerationBackend, settings: AppSettings | None = None)
     with gr.Blocks(title="Diffusion Anywhere", delete_cache=(min(age, 600), age)) as demo:
         gr.Markdown(_header(backend, studio.info))
         with gr.Row(equal_height=False):
-            with gr.Column(scale=5), gr.Tabs():
-                with gr.Tab("Generate"):
+            with gr.Column(scale=5), gr.Tabs() as tabs:
+                with gr.Tab("Generate", id="generate"):
                     g = generate_tab.build(studio)
-                with gr.Tab("Edit"):
+                with gr.Tab("Edit", id="edit"):
                     e = edit_tab.build(studio)
+                with gr.Tab("History", id="history") as history_tab:
+                    history_refresh = history.build(studio, g, tabs)
+                with gr.Tab("PNG info", id="pnginfo"):
+                    pnginfo_tab.build(studio, g, e, tabs)
             with gr.Column(scale=2, min_width=280, elem_id="status-panel"):
                 status_md, plot = status.panel()
         generate_tab.wire(studio, g)
@@ -52,6 +56,7 @@ def create_demo(backend: GenerationBackend, settings: AppSettings | None = None)
         for btn in (g["stop"], e["stop"]):
             btn.click(ui_stop, None, None, api_visibility="private", queue=False)
         api.wire(studio)
+        history_tab.select(None, None, None, js=f"() => document.getElementById('{history_refresh.elem_id}').click()")
         # Status: outside the queue, so it keeps updating while a generation runs.
         timer = gr.Timer(settings.status_interval)
         timer.tick(

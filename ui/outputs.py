@@ -72,6 +72,12 @@ class OutputStore:
             self._fallback = Path(tempfile.mkdtemp(prefix="diffusion-anywhere-unsaved-"))
         return self._fallback
 
+    def history(self, owner: str | None) -> list[Path]:
+        """One user's finished PNGs (everyone's when sign-in is off), newest first."""
+        folder = self.folder(owner)
+        found = [p for p in folder.glob("*/*.png") if p.is_file() and not p.name.startswith(".")]
+        return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
     def files(self) -> list[Path]:
         """Finished PNGs, oldest first (files being written are excluded)."""
         found = [p for p in self.root.rglob("*.png") if p.is_file() and not p.name.endswith(TEMP_SUFFIX)]

@@ -99,7 +99,18 @@ class Studio:
         if saved.warning:
             result.warnings.append(saved.warning)
             gr.Warning(saved.warning)
-        return saved.paths
+        return self.publish(saved.paths)
+
+    def publish(self, paths: list[str]) -> list[str]:
+        """Gradio's own copies of files (content-hash folders in its cache, pruned by CACHE_MINUTES).
+
+        Served files come only from there: OUTPUT_DIR can live anywhere (not only under the working
+        directory or /tmp, which Gradio would require) and is never itself reachable by URL.
+        """
+        from gradio.processing_utils import save_file_to_cache
+
+        cache = self.demo.GRADIO_CACHE if self.demo is not None else None
+        return [save_file_to_cache(p, cache) for p in paths] if cache else paths
 
     def generate(self, raw: dict[str, Any], request: gr.Request | None, progress: gr.Progress | None):
         job_id = self.job_id(request)

@@ -1,0 +1,74 @@
+"""The History tab: what this user made, newest first, a page at a time, with reuse and delete.
+
+Read from OUTPUT_DIR (the PNGs carry their parameters): no database. The page's file list stays on
+the server (gr.State); the browser only ever names an index on the page it was shown, so nobody
+can delete or read a file by naming a path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from pipelines.pnginfo import read_png_info
+from ui.send import generate_targets, generate_updates
+from ui.studio import Studio
+
+PAGE = 24
+
+
+def params_markdown(info: dict[str, Any], notes: list[str] | None = None) -> str:
+    p = info["parameters"]
+    rows = [f"| {k} | {str(v)[:300]} |" for k, v in p.items() if k != "extra" and v not in ("", {}, None)]
+    text = f"**{info['source']}**\n\n| parameter | value |\n|---|---|\n" + "\n".join(rows)
+    return text + "".join(f"\n\n⚠️ {n}" for n in notes or [])
+
+
+def build(studio: Studio, g: dict[str, Any], tabs: gr.Tabs) -> None:
+    with gr.Row():
+        refresh = gr.Button("Refresh", size="sm", elem_id="history-refresh")
+        previous = gr.Button("◀ Newer", size="sm")
+        following = gr.Button("Older ▶", size="sm")
+        where = gr.Markdown(elem_id="history-page")
+    gallery = gr.Gallery(label="History", elem_id="history-gallery", columns=6, height=360, format="png")
+    details = gr.Markdown(elem_id="history-details")
+    with gr.Row():
+        send = gr.Button("Send to Generate", size="sm", elem_id="history-send")
+        delete = gr.Button("Delete", size="sm", variant="stop")
+    page, files, selected = gr.State(0), gr.State([]), gr.State(None)
+
+    def show(number: int, request: gr.Request):
+        listing = studio.store.history(studio.user(request))
+        pages = max(1, -(-len(listing) // PAGE))
+        number = min(max(0, number), pages - 1)
+        chunk = listing[number * PAGE : (number + 1) * PAGE]
+        shown = studio.publish([str(p) for p in chunk])
+        label = f"{len(listing)} image(s) · page {number + 1} of {pages}"
+        return shown, label, number, [str(p) for p in chunk], None, ""
+
+    def choose(chunk: list[str], evt: gr.SelectData):
+        path = Path(chunk[evt.index])
+        return evt.index, params_markdown(read_png_info(path))
+
+    def send_to_generate(chunk: list[str], index: int | None):
+        if index is None:
+            raise gr.Error("select an image first", print_exception=False)
+        params = read_png_info(chunk[index])["parameters"]
+        return [*generate_updates(params, studio.info, g["scales"]), gr.Tabs(selected="generate")]
+
+    def remove(number: int, chunk: list[str], index: int | None, request: gr.Request):
+        if index is not None:
+            Path(chunk[index]).unlink(missing_ok=True)
+        return show(number, request)
+
+    listing = [gallery, where, page, files, selected, details]
+    events = dict(api_visibility="private", queue=False)
+    refresh.click(lambda n, request: show(n, request), page, listing, **events)
+    previous.click(lambda n, request: show(n - 1, request), page, listing, **events)
+    following.click(lambda n, request: show(n + 1, request), page, listing, **events)
+    gallery.select(choose, files, [selected, details], **events)
+    send.click(send_to_generate, [files, selected], [*generate_targets(g), tabs], **events)
+    delete.click(remove, [page, files, selected], listing, **events)
+    return refresh

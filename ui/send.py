@@ -1,0 +1,65 @@
+""" "Send to Generate / Edit": fill a tab's form from parameters read out of a PNG.
+
+Values are fitted to the loaded model's limits (size step, largest side, steps, guidance) and
+LoRAs the server does not have are left out; what had to change is returned as notes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from pipelines.backend import ModelInfo
+
+FORM = ("prompt", "negative_prompt", "seed", "random_seed", "steps", "guidance_scale", "width", "height", "loras")
+
+
+def _fit_size(value: Any, info: ModelInfo, default: int) -> int:
+    if not isinstance(value, int):
+        return default
+    step = info.size_multiple
+    return max(step, min(info.max_side, round(value / step) * step))
+
+
+def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any], list[str]]:
+    """The Generate form's values for `params`, and notes on what was adjusted."""
+    notes = []
+    values: dict[str, Any] = {
+        "prompt": params.get("prompt", ""),
+        "negative_prompt": params.get("negative_prompt", ""),
+        "seed": params.get("seed", 0),
+        "random_seed": "seed" not in params,
+        "steps": min(150, max(1, int(params.get("steps") or info.default_steps))),
+        "guidance_scale": min(50.0, max(0.0, float(params.get("guidance_scale", info.default_guidance)))),
+        "width": _fit_size(params.get("width"), info, info.default_width),
+        "height": _fit_size(params.get("height"), info, info.default_height),
+    }
+    if (values["width"], values["height"]) != (params.get("width"), params.get("height")) and "width" in params:
+        notes.append(f"size {params['width']}x{params['height']} fitted to {values['width']}x{values['height']}")
+    loras = params.get("loras") or {}
+    values["loras"] = {n: s for n, s in loras.items() if n in info.loras}
+    missing = sorted(set(loras) - set(values["loras"]))
+    if missing:
+        notes.append("LoRA(s) not on this server: " + ", ".join(missing))
+    if params.get("model") and params["model"] != info.model_name:
+        notes.append(f"made with model {params['model']}; this server runs {info.model_name}")
+    return values, notes
+
+
+def generate_updates(params: dict[str, Any], info: ModelInfo, scales: list) -> list[Any]:
+    """gr.update()s for the Generate tab's FORM components, then one per LoRA scale slider."""
+    values, _ = form_values(params, info)
+    chosen = values.pop("loras")
+    updates = [gr.update(value=values[name]) for name in FORM if name != "loras"]
+    updates.append(gr.update(value=list(chosen)))
+    updates += [
+        gr.update(value=chosen.get(name, 1.0), visible=name in chosen)
+        for name, _slider in zip(info.loras, scales, strict=True)
+    ]
+    return updates
+
+
+def generate_targets(g: dict[str, Any]) -> list[Any]:
+    """The components `generate_updates` fills, in its order."""
+    return [g[name] for name in FORM] + list(g["scales"])
