@@ -32,12 +32,14 @@ from .errors import OutOfMemoryError
 from .loading import load_diffusers_pipeline
 from .lora import LoraInfo, LoraManager
 from .options import PipelineOptions
+from .preview import PreviewDecoder
 from .request import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int, int], None]
 CancelFn = Callable[[], bool]
+PreviewFn = Callable[[int, list[Any]], None]  # (index of the first image, preview images of this chunk)
 
 # Default pixel budget per image: the model's native area times this factor (MAX_PIXELS overrides).
 # CPU and MPS get 4 (2x each side: a 64x64 model stops at 128x128, SD 1.5 at 1024x1024) because
@@ -139,6 +141,28 @@ class _CallMonitor:
         }
 
 
+class _Previews:
+    """The step callback with previews: the monitor's callback, then every `every` steps a preview."""
+
+    def __init__(self, monitor: _CallMonitor, decoder: PreviewDecoder, preview: PreviewFn, first: int, every: int):
+        self.monitor, self.decoder, self.preview = monitor, decoder, preview
+        self.first_image, self.every = first, every
+        self.latents = None
+
+    def __call__(self, pipe: Any, step: int, timestep: Any, tensors: dict) -> dict:
+        result = self.monitor(pipe, step, timestep, tensors)
+        self.latents = tensors.get("latents")
+        if self.every and (step + 1) % self.every == 0 and not self.monitor.cancelled:
+            images = self.decoder.decode(self.latents)
+            if images:
+                self.preview(self.first_image, images)
+        return result
+
+    def learn(self, images: list[Any]) -> None:
+        if self.latents is not None:
+            self.decoder.learn(self.latents, images)
+
+
 class ImagePipeline:
     """Loads a diffusers pipeline through a DeviceManager and runs validated, batched requests."""
 
@@ -157,6 +181,7 @@ class ImagePipeline:
         self._micro_batch_limit: dict[tuple[int, int], int] = {}  # learned from out-of-memory errors
         self.vocabulary = read_vocabulary(source)
         self.activity = "idle"  # what it does now, for the status panel
+        self._previews = PreviewDecoder(pipe)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -338,8 +363,12 @@ class ImagePipeline:
         progress: ProgressFn | None = None,
         should_cancel: CancelFn | None = None,
         item_range: tuple[int, int] | None = None,
+        preview: PreviewFn | None = None,
     ) -> GenerationResult:
         """Run a request; returns what finished (also when cancelled).
+
+        `preview(first_image, images)` receives cheap previews of the chunk being denoised every
+        PREVIEW_EVERY steps (pipelines.preview), where the model's latents allow one.
 
         `item_range=(start, stop)` runs only those work items (see `work_items`): how a device
         pool or a batch job splits one request without changing any image. It needs a fixed
@@ -366,7 +395,7 @@ class ImagePipeline:
         with self._lock:
             self.activity = f"{count_now} image(s), starting"
             try:
-                return self._generate(request, report, should_cancel, item_range)
+                return self._generate(request, report, should_cancel, item_range, preview)
             finally:
                 self.activity = "idle"
 
@@ -376,6 +405,7 @@ class ImagePipeline:
         progress: ProgressFn | None,
         should_cancel: CancelFn | None,
         item_range: tuple[int, int] | None = None,
+        preview: PreviewFn | None = None,
     ) -> GenerationResult:
         # 2-3. pipeline and LoRAs
         pipe = self._pipeline_for(request)
@@ -410,11 +440,18 @@ class ImagePipeline:
             total_steps = steps_done + steps_per_call * -(-(len(items) - done) // micro)
             call = self._call_kwargs(request, chunk, width, height, accepted)
             timer = _CallMonitor(pipe, self.dm, progress, should_cancel, steps_done, total_steps, first + done)
-            call["callback_on_step_end"] = timer
+            callback = (
+                timer
+                if preview is None
+                else _Previews(timer, self._previews, preview, first + done, self.options.preview_every)
+            )
+            call["callback_on_step_end"] = callback
             try:
                 timer.begin()
                 output = pipe(**call)
                 timing = timer.finish()
+                if preview is not None:
+                    callback.learn(output.images)
             except Exception as exc:
                 timer.finish()
                 if not is_out_of_memory(exc):

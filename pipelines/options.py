@@ -8,6 +8,7 @@
   PIXEL_BUDGET_FACTOR of the device: 4 on CPU/MPS, 9 on CUDA/ROCm/NPU/XPU)
 - MAX_SIDE: largest width or height (default: 4 x the model's native side)
 - MICRO_BATCH: most images denoised together (default 8); halves itself on out-of-memory
+- PREVIEW_EVERY: steps between live previews in the UI (default 5)
 - MEMORY_MODE: off | auto | balanced | max (default auto; see DeviceManager.set_memory_efficient_mode)
 """
 
@@ -45,6 +46,7 @@ class PipelineOptions:
     max_side: int | None = None  # None: 4 x the model's native side
     micro_batch: int = 8
     memory_mode: str = "auto"
+    preview_every: int = 5  # steps between live previews (README "Live previews": chosen by measurement)
     extra: dict = field(default_factory=dict)  # passed to diffusers' from_pretrained
 
     @classmethod
@@ -58,6 +60,7 @@ class PipelineOptions:
             max_side=_env_int(env, "MAX_SIDE", None),
             micro_batch=_env_int(env, "MICRO_BATCH", 8),
             memory_mode=env.get("MEMORY_MODE", "").strip() or "auto",
+            preview_every=_env_int(env, "PREVIEW_EVERY", 5),
         )
         known = {f.name for f in fields(cls)}
         extra = {k: v for k, v in overrides.items() if k not in known}

@@ -87,7 +87,18 @@ def test_generate_four_images_in_the_browser(browser, app_url):
     assert later_status != first_status, "the status panel did not update"
     expect(page.locator("#memory-plot")).to_be_visible()
 
+    # Live previews: a longer run shows the batch forming (captioned "preview") before the final images.
+    steps = page.get_by_label("Steps").first
+    page.get_by_role("button", name="Advanced").first.click()
+    steps.fill("60")
+    steps.press("Enter")
+    page.get_by_role("button", name="Generate").click()
+    expect(page.locator("#gallery")).to_contain_text("preview", timeout=60_000)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "app-preview.png"))
+    expect(page.locator("#gallery")).not_to_contain_text("preview", timeout=120_000)
+    expect(page.locator("#gallery img")).to_have_count(4)
+
     shot = ARTIFACTS / "app-1280x800.png"
     page.screenshot(path=str(shot))
     print(f"\nscreenshot: {shot}")

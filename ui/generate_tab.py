@@ -73,8 +73,12 @@ def wire(studio: Studio, g: dict[str, Any]) -> None:
         chosen = v[g["loras"]] or []
         raw["loras"] = {n: v[s] for n, s in zip(lora_names, g["scales"], strict=True) if n in chosen}
         raw["random_seed"] = v[g["random_seed"]]
-        gallery, result, paths = studio.generate(raw, request, progress)
-        return gallery, info_line(result), paths, result.info()
+        for kind, value in studio.generate_live(raw, request, progress):
+            if kind == "preview":  # the batch forming, every PREVIEW_EVERY steps
+                yield [(im, "preview") for im in value], gr.skip(), gr.skip(), gr.skip()
+            else:
+                gallery, result, paths = value
+                yield gallery, info_line(result), paths, result.info()
 
     def admit(v: dict, request: gr.Request):
         return studio.admission(request, len(v))
@@ -89,6 +93,7 @@ def wire(studio: Studio, g: dict[str, Any]) -> None:
         {*(g[n] for n in names), g["random_seed"], g["loras"], *g["scales"]},
         [g["gallery"], g["info"], g["downloads"], g["info_json"]],
         validator=admit,
+        show_progress_on=[g["info"]],  # the gallery stays visible: it shows the live previews
         api_visibility="private",
         concurrency_id="gpu",
         concurrency_limit=studio.backend.concurrency,

@@ -12,6 +12,7 @@ internal shape changes.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -72,12 +73,16 @@ class JobRunner:
         with self._lock:
             return len(self._jobs.get(job_id, ()))
 
-    def run(self, request: GenerationRequest, job_id: str, progress: ProgressReport | None) -> GenerationResult:
+    def run(
+        self, request: GenerationRequest, job_id: str, progress: ProgressReport | None, preview: Any = None
+    ) -> GenerationResult:
+        """Run on the backend; `preview` (if given and the backend takes one) gets live previews."""
         job = _Job(deadline=time.monotonic() + self.time_budget)
         with self._lock:
             self._jobs.setdefault(job_id, []).append(job)
         try:
-            result = self.backend.generate(request, progress=progress, should_cancel=job.should_stop)
+            extra = {"preview": preview} if preview is not None and takes_previews(self.backend) else {}
+            result = self.backend.generate(request, progress=progress, should_cancel=job.should_stop, **extra)
         finally:
             with self._lock:
                 jobs = self._jobs.get(job_id, [])
@@ -91,6 +96,11 @@ class JobRunner:
                 f"{len(result.images)} of {request.total_images} image(s) finished"
             )
         return result
+
+
+def takes_previews(backend: GenerationBackend) -> bool:
+    """In-process backends stream previews; a remote one (Ray) may not."""
+    return "preview" in inspect.signature(backend.generate).parameters
 
 
 # ---------------------------------------------------------------- Gradio's queue

@@ -5,7 +5,10 @@ Knows the backend only through `GenerationBackend` and the model only through it
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import queue
+import threading
 from typing import Any
 
 import gradio as gr
@@ -71,7 +74,7 @@ class Studio:
         return f"{user}/{job}" if user else job
 
     # ---------------------------------------------------------------- running
-    def run(self, req: GenerationRequest, job_id: str, progress: gr.Progress | None) -> GenerationResult:
+    def run(self, req: GenerationRequest, job_id: str, progress: gr.Progress | None, preview=None) -> GenerationResult:
         total_images = req.total_images
 
         def report(step: int, total: int, _image: int) -> None:
@@ -79,7 +82,7 @@ class Studio:
                 progress(step / max(total, 1), desc=f"{total_images} image(s): step {step}/{total}")
 
         try:
-            return _run_on_device(self.runner, req, job_id, report)
+            return _run_on_device(self.runner, req, job_id, report, preview)
         except OutOfMemoryError as exc:
             if exc.partial is None or not exc.partial.images:
                 raise refuse(str(exc)) from exc
@@ -112,16 +115,45 @@ class Studio:
         cache = self.demo.GRADIO_CACHE if self.demo is not None else None
         return [save_file_to_cache(p, cache) for p in paths] if cache else paths
 
-    def generate(self, raw: dict[str, Any], request: gr.Request | None, progress: gr.Progress | None):
+    def generate(self, raw: dict[str, Any], request: gr.Request | None, progress: gr.Progress | None, preview=None):
         job_id = self.job_id(request)
         try:
             req = inputs.generation_request(raw, self.limits)
         except ValueError as exc:
             raise refuse(str(exc)) from exc
-        result = self.run(req, job_id, progress)
+        result = self.run(req, job_id, progress, preview)
         paths = self.save(result, request)
         gallery = [(p, f"seed {s}") for p, s in zip(paths, result.seeds, strict=True)]
         return gallery, result, paths
+
+    def generate_live(self, raw: dict[str, Any], request: gr.Request | None, progress: gr.Progress | None):
+        """`generate` that yields ("preview", images) while denoising, then ("done", result tuple).
+
+        The generation runs in a worker thread; this generator blocks on a queue of its previews
+        (no polling), so Gradio streams each frame to the browser as it arrives.
+        """
+        frames: queue.Queue = queue.Queue()
+        shown: dict[int, Any] = {}
+
+        def on_preview(first: int, images: list[Any]) -> None:
+            shown.update({first + i: im for i, im in enumerate(images)})
+            frames.put(("preview", [shown[k] for k in sorted(shown)]))
+
+        def work() -> None:
+            try:
+                frames.put(("done", self.generate(raw, request, progress, on_preview)))
+            except BaseException as exc:  # handed to the generator, which raises it in Gradio's thread
+                frames.put(("error", exc))
+
+        context = contextvars.copy_context()  # Gradio's progress and warnings live in context variables
+        threading.Thread(target=context.run, args=(work,), name="generate", daemon=True).start()
+        while True:
+            kind, value = frames.get()
+            if kind == "error":
+                raise value
+            yield kind, value
+            if kind == "done":
+                return
 
     def edit(self, raw: dict[str, Any], files: Any, request: gr.Request | None, progress: gr.Progress | None):
         job_id = self.job_id(request)
@@ -163,5 +195,5 @@ class Studio:
 
 
 @gpu
-def _run_on_device(runner: JobRunner, req: GenerationRequest, job_id: str, progress) -> GenerationResult:
-    return runner.run(req, job_id, progress)
+def _run_on_device(runner: JobRunner, req: GenerationRequest, job_id: str, progress, preview) -> GenerationResult:
+    return runner.run(req, job_id, progress, preview)
