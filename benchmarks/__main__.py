@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": str(dm.device),
         "backend": dm.backend,
         "device_name": dm.device_name,
-        "dtype": str(dm.dtype).removeprefix("torch."),
+        "dtype": dm.dtype_name,
         "attention": dm.attention,
         "torch_threads": torch.get_num_threads(),
         "model": args.model,

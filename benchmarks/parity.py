@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(args.images)]
     ref_pixels = render(reference, prompts, steps, guidance, args.seed)
     cand_pixels = render(candidate, prompts, steps, guidance, args.seed)
-    dtype = str(candidate_dm.dtype).removeprefix("torch.")
+    dtype = candidate_dm.dtype_name
     report = {
         "reference": "cpu float32 sdpa",
         "candidate": f"{candidate_dm.device} {dtype} {candidate_dm.attention}",

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from devices import DeviceManager
+from devices.manager import dtype_name
 from pipelines import GenerationRequest, ImagePipeline
 
 from .measure import alternate, summary, timed
@@ -151,7 +152,7 @@ def dtypes(pipeline: ImagePipeline, images: int, steps: int, repeats: int) -> di
             pixels = as_array(result.images)
             if reference is None:
                 reference = pixels
-            name = str(dtype).removeprefix("torch.")
+            name = dtype_name(dtype)
             results[name] = {
                 "seconds": summary(samples),
                 "peak_memory": max(p or 0 for p in peaks) or None,

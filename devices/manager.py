@@ -77,9 +77,14 @@ class DeviceManager:
             self.device,
             self.backend,
             self.device_name,
-            str(self.dtype).removeprefix("torch."),
+            self.dtype_name,
             self.attention,
         )
+
+    @property
+    def dtype_name(self) -> str:
+        """"bfloat16", not "torch.bfloat16": how reports, metadata and the UI name the dtype."""
+        return dtype_name(self.dtype)
 
     # ------------------------------------------------------------------ selection
     def _select(self) -> tuple[str, int | None]:
@@ -218,7 +223,7 @@ class DeviceManager:
             "device": str(self.device),
             "backend": self.backend,
             "device_name": self.device_name,
-            "dtype": str(self.dtype).removeprefix("torch."),
+            "dtype": self.dtype_name,
             "attention": self.attention,
             "fallback_reason": self.fallback_reason,
             "backends": {
@@ -255,6 +260,10 @@ class DeviceManager:
 
     def __repr__(self) -> str:
         return f"DeviceManager(device={self.device}, backend={self.backend}, dtype={self.dtype}, attention={self.attention})"
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def model_bytes(pipe: Any) -> int:

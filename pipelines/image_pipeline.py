@@ -206,7 +206,7 @@ class ImagePipeline:
             source,
             self.load_seconds,
             dm.device,
-            str(dm.dtype).removeprefix("torch."),
+            dm.dtype_name,
             dm.attention,
         )
         return self
@@ -305,7 +305,7 @@ class ImagePipeline:
                 device=str(dm.device),
                 backend=dm.backend,
                 device_name=dm.device_name,
-                dtype=str(dm.dtype).removeprefix("torch."),
+                dtype=dm.dtype_name,
                 attention=dm.attention,
                 busy=self.activity != "idle",
                 activity=self.activity,
@@ -528,7 +528,7 @@ class ImagePipeline:
             "model": self.model_name,
             "loras": dict(request.loras),
             "device": str(self.dm.device),
-            "dtype": str(self.dm.dtype).removeprefix("torch."),
+            "dtype": self.dm.dtype_name,
             "attention": self.dm.attention,
         }
         if request.init_images is not None:
@@ -549,7 +549,7 @@ class ImagePipeline:
             timings=total,
             peak_memory=self.dm.memory_stats()["peak"],
             device=str(self.dm.device),
-            dtype=str(self.dm.dtype).removeprefix("torch."),
+            dtype=self.dm.dtype_name,
             attention=self.dm.attention,
             warnings=warnings,
             cancelled=cancelled,

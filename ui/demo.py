@@ -89,7 +89,7 @@ def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
 
 
 def make_backend(settings: AppSettings, model: str | None = None, device: str | None = None) -> GenerationBackend:
-    """The in-process device pool, or a Ray Serve deployment (GENERATION_BACKEND=ray)."""
+    """One in-process pipeline (a one-replica backend), or a Ray Serve deployment (GENERATION_BACKEND=ray)."""
     model = model or settings.pipeline.model_id
     opts = settings.pipeline
     options = dict(lora_dir=opts.lora_dir, max_batch=opts.max_batch, max_pixels=opts.max_pixels, max_side=opts.max_side)
@@ -97,6 +97,7 @@ def make_backend(settings: AppSettings, model: str | None = None, device: str | 
         from serving.ray_backend import RayBackend
 
         return RayBackend.start(model=model, address=settings.ray_address, devices=device, **options)
-    from pipelines.pool import DevicePool
+    from devices import DeviceManager
+    from pipelines import ImagePipeline
 
-    return DevicePool.from_pretrained(model, devices=device, **options)
+    return ImagePipeline.from_pretrained(model, DeviceManager(device), **options)
