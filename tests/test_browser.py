@@ -87,6 +87,12 @@ def test_generate_four_images_in_the_browser(browser, app_url):
     assert later_status != first_status, "the status panel did not update"
     expect(page.locator("#memory-plot")).to_be_visible()
 
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.evaluate("window.scrollTo(0, 0)")
+    shot = ARTIFACTS / "app-1280x800.png"
+    page.screenshot(path=str(shot))
+    print(f"\nscreenshot: {shot}")
+    assert shot.stat().st_size > 10_000
     # Live previews: a longer run shows the batch forming (captioned "preview") before the final images.
     steps = page.get_by_label("Steps").first
     page.get_by_role("button", name="Advanced").first.click()
@@ -94,15 +100,10 @@ def test_generate_four_images_in_the_browser(browser, app_url):
     steps.press("Enter")
     page.get_by_role("button", name="Generate").click()
     expect(page.locator("#gallery")).to_contain_text("preview", timeout=60_000)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "app-preview.png"))
     expect(page.locator("#gallery")).not_to_contain_text("preview", timeout=120_000)
     expect(page.locator("#gallery img")).to_have_count(4)
 
-    shot = ARTIFACTS / "app-1280x800.png"
-    page.screenshot(path=str(shot))
-    print(f"\nscreenshot: {shot}")
-    assert shot.stat().st_size > 10_000
     page.close()
 
 
@@ -119,6 +120,8 @@ def test_history_lists_the_run_and_sends_it_back(browser, served):
     expect(page.locator("#history-gallery img").first).to_be_visible(timeout=30_000)
     page.locator("#history-gallery img").first.click()
     expect(page.locator("#history-details")).to_contain_text("a yellow triangle on a purple background")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "app-history.png"))
     page.get_by_role("button", name="Send to Generate").first.click()
     expect(page.locator("#prompt textarea")).to_have_value("a yellow triangle on a purple background", timeout=10_000)
     page.close()
@@ -141,6 +144,8 @@ def test_png_info_fills_the_form(browser, served, tmp_path):
     page.get_by_role("tab", name="PNG info").click()
     page.locator("#pnginfo-file input[type=file]").set_input_files(str(png))
     expect(page.locator("#pnginfo-details")).to_contain_text("4242", timeout=30_000)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "app-pnginfo.png"))
     page.locator("#pnginfo-send").click()
     expect(page.locator("#prompt textarea")).to_have_value("a green square on a white background", timeout=10_000)
     expect(page.get_by_label("Seed").first).to_have_value("4242")
