@@ -28,10 +28,12 @@ log = logging.getLogger("diffusion_anywhere")
 def _check_settings(argv: list[str] | None) -> tuple[AppSettings, argparse.Namespace]:
     """Read and validate every setting before anything heavy happens; exit 2 with the message otherwise."""
     from devices.options import DeviceOptions
+    from devices.pool import expand_devices
 
     try:
         settings = AppSettings.from_env()
-        DeviceOptions.resolve()
+        expand_devices()  # PREFERRED_DEVICE (one device or a list) and CPU_REPLICAS
+        DeviceOptions.resolve(preferred_device="auto")  # TORCH_DTYPE, DIFFUSERS_ATTENTION_TYPE
     except (SettingsError, ValueError) as exc:
         sys.exit(f"error: {exc}")
     parser = argparse.ArgumentParser(description="Diffusion Anywhere web app")

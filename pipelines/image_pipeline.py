@@ -194,6 +194,15 @@ class ImagePipeline:
         dm = device_manager or DeviceManager()
         start = time.perf_counter()
         pipe = load_diffusers_pipeline(source, dm.dtype, **opts.extra)
+        return cls.from_loaded(pipe, dm, opts, source, start)
+
+    @classmethod
+    def from_loaded(
+        cls, pipe: Any, dm: DeviceManager, opts: PipelineOptions, source: str, start: float | None = None
+    ) -> ImagePipeline:
+        """Wrap a diffusers pipeline already in memory (a device pool copies one per device):
+        attention, memory mode, then onto the manager's device (loaded in its dtype)."""
+        start = time.perf_counter() if start is None else start
         pipe.set_progress_bar_config(disable=True)
         self = cls(pipe, dm, opts, source)
         self.attention_applied = dm.apply_attention(pipe)

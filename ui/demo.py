@@ -89,7 +89,7 @@ def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
 
 
 def make_backend(settings: AppSettings, model: str | None = None, device: str | None = None) -> GenerationBackend:
-    """One in-process pipeline (a one-replica backend), or a Ray Serve deployment (GENERATION_BACKEND=ray)."""
+    """The in-process device pool (one replica per device), or Ray Serve (GENERATION_BACKEND=ray)."""
     model = model or settings.pipeline.model_id
     opts = settings.pipeline
     options = dict(lora_dir=opts.lora_dir, max_batch=opts.max_batch, max_pixels=opts.max_pixels, max_side=opts.max_side)
@@ -97,7 +97,6 @@ def make_backend(settings: AppSettings, model: str | None = None, device: str | 
         from serving.ray_backend import RayBackend
 
         return RayBackend.start(model=model, address=settings.ray_address, devices=device, **options)
-    from devices import DeviceManager
-    from pipelines import ImagePipeline
+    from pipelines.pool import DevicePool
 
-    return ImagePipeline.from_pretrained(model, DeviceManager(device), **options)
+    return DevicePool.from_pretrained(model, devices=device, **options)

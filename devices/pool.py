@@ -1,0 +1,66 @@
+"""Which devices a pool of replicas uses: PREFERRED_DEVICE as a list, `all`, `<backend>:all`, CPU_REPLICAS.
+
+    PREFERRED_DEVICE=cuda:0,cuda:1   two GPUs
+    PREFERRED_DEVICE=npu:all         every visible Ascend NPU
+    PREFERRED_DEVICE=all             every device of the best available backend
+    PREFERRED_DEVICE=cpu,cpu         two CPU replicas (or PREFERRED_DEVICE=cpu CPU_REPLICAS=2)
+
+Probed when called (never at import). A single device keeps DeviceManager's own rules (auto,
+fallback with a warning); a list names devices exactly, so an unusable one is an error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from . import backends
+from .options import VALID_DEVICES, parse_device
+
+VALID_LISTS = "a comma-separated list of them (cuda:0,cuda:1), all, cuda:all, npu:all, xpu:all"
+
+
+def _all_of(kind: str) -> list[str]:
+    status = backends.probe(kind)
+    if not status.available:
+        raise ValueError(f"PREFERRED_DEVICE={kind}:all: {status.reason}")
+    if status.name in ("cpu", "mps"):
+        return [status.name]
+    prefix = "cuda" if status.name == "rocm" else status.name
+    return [f"{prefix}:{i}" for i in range(status.device_count)]
+
+
+def _best_backend() -> str:
+    return next(kind for kind in backends.PRIORITY if backends.probe(kind).available)
+
+
+def expand_devices(value: str | None = None, environ: Mapping[str, str] | None = None) -> list[str | None]:
+    """The devices of the replicas: [None] means one replica on DeviceManager's automatic choice."""
+    env = os.environ if environ is None else environ
+    text = (value if value is not None else env.get("PREFERRED_DEVICE", "")).strip().lower()
+    replicas_text = env.get("CPU_REPLICAS", "").strip()
+    if text == "all":
+        devices: list[str | None] = list(_all_of(_best_backend()))
+    elif text.endswith(":all"):
+        devices = list(_all_of(text.removesuffix(":all")))
+    elif "," in text:
+        devices = [item.strip() for item in text.split(",")]
+        for item in devices:
+            try:
+                request = parse_device(item)
+            except ValueError:
+                raise ValueError(
+                    f"PREFERRED_DEVICE={value or text!r}: {item!r} is not a device; "
+                    f"valid values: {VALID_DEVICES}, or {VALID_LISTS}"
+                ) from None
+            if request.kind == "auto":
+                raise ValueError(f"PREFERRED_DEVICE={text!r}: 'auto' cannot be part of a list")
+    else:
+        parse_device(text or None)  # raises with the valid values
+        devices = [text or None]
+    if replicas_text:
+        if not replicas_text.isdigit() or not 1 <= int(replicas_text) <= 64:
+            raise ValueError(f"CPU_REPLICAS={replicas_text!r} is not valid: expected an integer from 1 to 64")
+        if devices in (["cpu"], [None]) and (devices == ["cpu"] or _best_backend() == "cpu"):
+            devices = ["cpu"] * int(replicas_text)
+    return devices

@@ -1,0 +1,275 @@
+"""DevicePool: one ImagePipeline replica per device of this machine, behind the GenerationBackend interface.
+
+- Devices: `PREFERRED_DEVICE=cuda:0,cuda:1 | npu:all | all | cpu,cpu` or `CPU_REPLICAS=N`
+  (devices.pool.expand_devices). Weights are read from disk once; each further replica is a copy
+  of that CPU copy moved to its device, so the disk is read once and no device ever holds two.
+- Scheduling: a request takes the replicas that are free when it starts (waiting on a condition
+  for one to free up, never polling). A request of several images is split over them by
+  contiguous work-item ranges (`ImagePipeline.generate(item_range=...)`), run in threads and merged
+  in order: image i keeps the seed `seed + i`, so the result is the one a single device gives.
+  The Gradio queue runs as many requests at once as there are healthy replicas.
+- Health: a replica that fails with anything but a request error (ValueError, PipelineError) is
+  marked unhealthy with the error, never used again, and its part of the work is retried once on
+  another replica. Out-of-memory is not a device failure: it is passed on with what finished.
+- CPU replicas share the cores: torch's threads are divided between them (process-wide setting).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import os
+import secrets
+import threading
+import time
+from typing import Any
+
+import torch
+
+from devices import DeviceManager
+from devices.pool import expand_devices
+
+from .backend import CancelFn, ModelInfo, ProgressFn, ReplicaStatus
+from .errors import OutOfMemoryError, PipelineError
+from .image_pipeline import ImagePipeline, PreviewFn
+from .loading import load_diffusers_pipeline
+from .options import PipelineOptions
+from .request import GenerationRequest, GenerationResult
+
+log = logging.getLogger(__name__)
+
+
+class _Replica:
+    def __init__(self, name: str, pipeline: ImagePipeline):
+        self.name = name
+        self.pipeline = pipeline
+        self.healthy = True
+        self.error: str | None = None
+        self.busy = False
+
+
+class DevicePool:
+    """Replicas of one model, one per device; `generate` spreads a request over the free ones."""
+
+    def __init__(self, pipelines: list[ImagePipeline]):
+        if not pipelines:
+            raise ValueError("a device pool needs at least one replica")
+        counts: dict[str, int] = {}
+        self._replicas = []
+        for p in pipelines:
+            base = str(p.dm.device)
+            n = counts[base] = counts.get(base, -1) + 1
+            self._replicas.append(_Replica(f"{base}#{n}" if base == "cpu" else base, p))
+        self._changed = threading.Condition()
+
+    # ---------------------------------------------------------------- building
+    @classmethod
+    def from_pretrained(cls, source: str | None = None, devices: str | None = None, **options: Any) -> DevicePool:
+        """Load `source` once and place one replica on each device of `devices` (default PREFERRED_DEVICE)."""
+        targets = expand_devices(devices)
+        managers = [DeviceManager(d) for d in targets]
+        share_cpu_threads(managers)
+        if len(managers) == 1:
+            return cls([ImagePipeline.from_pretrained(source, managers[0], **options)])
+        opts = PipelineOptions.from_env(**options)
+        source = str(source or opts.model_id)
+        start = time.perf_counter()
+        loaded = load_diffusers_pipeline(source, managers[0].dtype, **opts.extra)  # on the CPU, read once
+        replicas = [ImagePipeline.from_loaded(copy.deepcopy(loaded), dm, opts, source, start) for dm in managers[1:]]
+        replicas.insert(0, ImagePipeline.from_loaded(loaded, managers[0], opts, source, start))
+        log.info(
+            "device pool: %d replicas (%s) in %.2f s", len(replicas), ", ".join(targets), time.perf_counter() - start
+        )
+        return cls(replicas)
+
+    # ---------------------------------------------------------------- GenerationBackend
+    @property
+    def concurrency(self) -> int:
+        return max(1, sum(r.healthy for r in self._replicas))
+
+    def model_info(self) -> ModelInfo:
+        return self._replicas[0].pipeline.model_info()
+
+    def status(self) -> list[ReplicaStatus]:
+        rows = []
+        for r in self._replicas:
+            row = r.pipeline.status()[0]
+            rows.append(dataclasses.replace(row, name=r.name, healthy=r.healthy, error=r.error, busy=r.busy))
+        return rows
+
+    def close(self) -> None:
+        for r in self._replicas:
+            r.pipeline.close()
+
+    @property
+    def replicas(self) -> list[ImagePipeline]:
+        return [r.pipeline for r in self._replicas]
+
+    def generate(
+        self,
+        request: GenerationRequest,
+        progress: ProgressFn | None = None,
+        should_cancel: CancelFn | None = None,
+        preview: PreviewFn | None = None,
+    ) -> GenerationResult:
+        """Validate, take the free replicas, split by work item, merge in order."""
+        first = self._replicas[0].pipeline
+        request.validate(first.size_multiple, first.options.max_batch, first.max_pixels, max_side=first.max_side)
+        if request.seed is None:
+            request = dataclasses.replace(request, seed=secrets.randbelow(2**31))
+        total = request.total_images
+        taken = self._acquire(total)
+        ranges = split_range(total, len(taken))
+        run = _Run(request, progress, should_cancel, preview, len(ranges))
+        threads = [
+            threading.Thread(target=self._part, args=(run, i, replica, rng), name=f"pool-{replica.name}")
+            for i, (replica, rng) in enumerate(zip(taken, ranges, strict=True))
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return run.merged()
+
+    # ---------------------------------------------------------------- internals
+    def _acquire(self, wanted: int) -> list[_Replica]:
+        """Block until at least one healthy replica is free; take up to `wanted` of them."""
+        with self._changed:
+            while True:
+                healthy = [r for r in self._replicas if r.healthy]
+                if not healthy:
+                    raise PipelineError("no healthy device is left: " + "; ".join(self._errors()))
+                free = [r for r in healthy if not r.busy]
+                if free:
+                    taken = free[:wanted]
+                    for r in taken:
+                        r.busy = True
+                    return taken
+                self._changed.wait()
+
+    def _release(self, replicas: list[_Replica]) -> None:
+        with self._changed:
+            for r in replicas:
+                r.busy = False
+            self._changed.notify_all()
+
+    def _errors(self) -> list[str]:
+        return [f"{r.name}: {r.error}" for r in self._replicas if r.error]
+
+    def _part(self, run: _Run, index: int, replica: _Replica, item_range: tuple[int, int]) -> None:
+        """Run one part; on a device failure mark the replica and retry the part once elsewhere.
+
+        Each part gives its replica back as soon as it is done with it, so a retry can use a
+        replica that another part of the same request has just finished with.
+        """
+        try:
+            run.results[index] = run.call(replica.pipeline, index, item_range)
+            return
+        except (ValueError, PipelineError) as exc:  # the request's fault (or out of memory): not the device's
+            run.errors[index] = exc
+            return
+        except Exception as exc:
+            self._mark_unhealthy(replica, exc)
+        finally:
+            self._release([replica])
+        try:
+            spare = self._acquire(1)[0]
+        except PipelineError as exc:
+            run.errors[index] = exc
+            return
+        try:
+            run.results[index] = run.call(spare.pipeline, index, item_range)
+        except (ValueError, PipelineError) as exc:
+            run.errors[index] = exc
+        except Exception as exc:
+            self._mark_unhealthy(spare, exc)
+            run.errors[index] = PipelineError(f"generation failed on {replica.name} and again on {spare.name}: {exc}")
+        finally:
+            self._release([spare])
+
+    def _mark_unhealthy(self, replica: _Replica, exc: Exception) -> None:
+        log.error("replica %s failed, marked unhealthy: %s", replica.name, exc, exc_info=exc)
+        with self._changed:
+            replica.healthy = False
+            replica.error = f"{type(exc).__name__}: {exc}"
+            self._changed.notify_all()
+
+
+class _Run:
+    """One request split into parts: merged progress, per-part results, the merged result."""
+
+    def __init__(self, request, progress, should_cancel, preview, parts: int):
+        self.request, self.progress, self.should_cancel, self.preview = request, progress, should_cancel, preview
+        self.results: list[GenerationResult | None] = [None] * parts
+        self.errors: list[BaseException | None] = [None] * parts
+        self._steps = [(0, 1)] * parts
+        self._lock = threading.Lock()
+
+    def call(self, pipeline: ImagePipeline, index: int, item_range: tuple[int, int]) -> GenerationResult:
+        def report(step: int, total: int, image: int) -> None:
+            with self._lock:
+                self._steps[index] = (step, total)
+                done, whole = sum(s for s, _ in self._steps), sum(t for _, t in self._steps)
+            if self.progress is not None:
+                self.progress(done, whole, image)
+
+        extra = {"preview": self.preview} if self.preview is not None else {}
+        return pipeline.generate(self.request, report, self.should_cancel, item_range=item_range, **extra)
+
+    def merged(self) -> GenerationResult:
+        """All parts in order; the first error is raised, with the parts before it as `partial` if OOM."""
+        done = []
+        for result, error in zip(self.results, self.errors, strict=True):
+            if error is not None:
+                if isinstance(error, OutOfMemoryError):
+                    partial = merge_results([*done, *([error.partial] if error.partial else [])])
+                    raise OutOfMemoryError(str(error), partial) from error
+                raise error
+            done.append(result)
+        return merge_results(done)
+
+
+def split_range(total: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous ranges covering 0..total, as equal as possible, no empty one."""
+    parts = max(1, min(parts, total))
+    size, extra = divmod(total, parts)
+    ranges, start = [], 0
+    for i in range(parts):
+        stop = start + size + (1 if i < extra else 0)
+        ranges.append((start, stop))
+        start = stop
+    return ranges
+
+
+def merge_results(results: list[GenerationResult]) -> GenerationResult:
+    """One result from parts run side by side: lists concatenated in order, wall time = the longest part."""
+    if len(results) == 1:
+        return results[0]
+    first = results[0]
+    timings = {k: max(r.timings.get(k, 0.0) for r in results) for k in ("encode", "denoise", "decode", "total")}
+    timings["steps_per_second"] = sum(r.timings.get("steps_per_second", 0.0) for r in results)
+    warnings = list(dict.fromkeys(w for r in results for w in r.warnings))
+    peaks = [r.peak_memory for r in results if r.peak_memory is not None]
+    return GenerationResult(
+        images=[im for r in results for im in r.images],
+        seeds=[s for r in results for s in r.seeds],
+        metadata=[m for r in results for m in r.metadata],
+        timings=timings,
+        peak_memory=max(peaks) if peaks else None,
+        device=", ".join(dict.fromkeys(r.device for r in results)),
+        dtype=first.dtype,
+        attention=first.attention,
+        warnings=warnings,
+        cancelled=any(r.cancelled for r in results),
+        inputs=[i for r in results for i in r.inputs],
+    )
+
+
+def share_cpu_threads(managers: list[DeviceManager]) -> None:
+    """CPU replicas divide the cores: torch's intra-op threads per replica = cores // replicas."""
+    cpu = sum(dm.backend == "cpu" for dm in managers)
+    if cpu > 1:
+        threads = max(1, (os.cpu_count() or 1) // cpu)
+        torch.set_num_threads(threads)
+        log.info("%d CPU replicas: %d torch thread(s) each", cpu, threads)

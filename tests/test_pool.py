@@ -1,0 +1,191 @@
+"""The in-process device pool: same images as one device, parallel replicas, failing devices, device lists."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from devices import DeviceManager
+from devices.pool import expand_devices
+from pipelines import GenerationRequest, ImagePipeline, PipelineError
+from pipelines.pool import DevicePool, split_range
+from tests import fakes
+
+PROMPTS = ["a red circle on a blue background", "a green square on a white background"]
+
+
+@pytest.fixture(scope="module")
+def single(tiny_model_dir):
+    return ImagePipeline.from_pretrained(tiny_model_dir, DeviceManager("cpu"))
+
+
+@pytest.fixture
+def pool(tiny_model_dir):
+    threads = torch.get_num_threads()
+    pool = DevicePool.from_pretrained(str(tiny_model_dir), devices="cpu,cpu")
+    yield pool
+    torch.set_num_threads(threads)
+
+
+def pixels(image) -> np.ndarray:
+    return np.asarray(image, dtype=np.float32) / 255
+
+
+def request(**kwargs) -> GenerationRequest:
+    return GenerationRequest(**{"prompt": PROMPTS, "num_images": 3, "steps": 3, "seed": 11, **kwargs})
+
+
+def test_a_split_request_gives_the_single_device_images_in_order(pool, single):
+    expected = single.generate(request())
+    steps: list[tuple[int, int]] = []
+    result = pool.generate(request(), progress=lambda done, total, _i: steps.append((done, total)))
+    assert result.seeds == expected.seeds == list(range(11, 17))
+    assert [m["prompt"] for m in result.metadata] == [m["prompt"] for m in expected.metadata]
+    for got, want in zip(result.images, expected.images, strict=True):
+        assert np.abs(pixels(got) - pixels(want)).max() <= 1 / 255 + 1e-6  # batched BLAS order
+    assert steps[-1][0] == steps[-1][1]  # progress ends at done == total over both parts
+
+
+def test_two_requests_run_on_two_replicas_at_once(pool):
+    both_running = threading.Barrier(2, timeout=60)
+    met: list[bool] = []
+
+    def progress(done, total, _image):
+        if done == 1:  # first step of each request: both must be denoising at the same time
+            both_running.wait()
+            met.append(True)
+
+    results = []
+    threads = [
+        threading.Thread(target=lambda s=s: results.append(pool.generate(request(seed=s, num_images=1, prompt="a red circle on a blue background"), progress)))
+        for s in (1, 2)
+    ]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert met == [True, True] and sorted(r.seeds[0] for r in results) == [1, 2]
+
+
+def test_a_failing_device_is_marked_and_its_work_retried_elsewhere(pool, single, monkeypatch):
+    broken = pool.replicas[1]
+
+    def lost(*args, **kwargs):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(broken, "generate", lost)
+    result = pool.generate(request())
+    assert result.seeds == list(range(11, 17))
+    expected = single.generate(request())
+    assert np.abs(pixels(result.images[-1]) - pixels(expected.images[-1])).max() <= 1 / 255 + 1e-6
+    rows = {r.name: r for r in pool.status()}
+    assert rows["cpu#1"].healthy is False and "device lost" in rows["cpu#1"].error
+    assert rows["cpu#0"].healthy is True and pool.concurrency == 1
+
+
+def test_no_healthy_device_left_is_a_clear_error(pool, monkeypatch):
+    for replica in pool.replicas:
+        monkeypatch.setattr(replica, "generate", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("device lost")))
+    with pytest.raises(PipelineError, match="device lost"):
+        pool.generate(request())
+    with pytest.raises(PipelineError, match="no healthy device is left"):
+        pool.generate(request())
+
+
+def test_cancel_reaches_every_part(pool):
+    calls = {"n": 0}
+
+    def cancel() -> bool:
+        calls["n"] += 1
+        return calls["n"] > 4
+
+    result = pool.generate(request(steps=50), should_cancel=cancel)
+    assert result.cancelled and len(result.images) < 6
+
+
+def test_bad_requests_fail_before_any_work(pool):
+    with pytest.raises(ValueError, match="width: 33 is not a multiple"):
+        pool.generate(request(width=33))
+    assert all(not r.busy for r in pool.status())
+
+
+def test_status_has_one_row_per_replica(pool):
+    rows = pool.status()
+    assert [r.name for r in rows] == ["cpu#0", "cpu#1"] and all(r.memory["host_total"] for r in rows)
+    assert torch.get_num_threads() >= 1
+
+
+def test_split_range():
+    assert split_range(5, 2) == [(0, 3), (3, 5)]
+    assert split_range(1, 4) == [(0, 1)]
+    assert split_range(6, 3) == [(0, 2), (2, 4), (4, 6)]
+
+
+@pytest.mark.parametrize(
+    ("value", "env", "expected"),
+    [
+        ("cpu,cpu", {}, ["cpu", "cpu"]),
+        ("cpu", {"CPU_REPLICAS": "3"}, ["cpu", "cpu", "cpu"]),
+        ("cpu", {}, ["cpu"]),
+        (None, {}, [None]),
+        ("all", {}, ["cpu"]),
+    ],
+)
+def test_device_lists_on_cpu(monkeypatch, value, env, expected):
+    fakes.no_accelerators(monkeypatch)
+    assert expand_devices(value, env) == expected
+
+
+def test_device_lists_with_simulated_accelerators(monkeypatch):
+    fakes.no_accelerators(monkeypatch)
+    fakes.fake_cuda(monkeypatch, count=4)
+    assert expand_devices("all", {}) == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    assert expand_devices("cuda:0,cuda:2", {}) == ["cuda:0", "cuda:2"]
+    fakes.fake_npu(monkeypatch, count=8)
+    assert expand_devices("npu:all", {}) == [f"npu:{i}" for i in range(8)]
+
+
+@pytest.mark.parametrize(
+    ("value", "env", "message"),
+    [
+        ("cuda:0,gpu", {}, "'gpu' is not a device"),
+        ("auto,cpu", {}, "'auto' cannot be part of a list"),
+        ("npu:all", {}, "PREFERRED_DEVICE=npu:all: torch_npu is not installed"),
+        ("cpu", {"CPU_REPLICAS": "x"}, "CPU_REPLICAS='x' is not valid"),
+    ],
+)
+def test_device_list_errors_name_the_setting(monkeypatch, value, env, message):
+    fakes.no_accelerators(monkeypatch)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        expand_devices(value, env)
+
+
+def test_the_app_serves_two_requests_at_once_on_a_pool(tmp_path, tiny_model_dir):
+    from gradio_client import Client
+
+    from tests.app_server import running_app
+    from tests.test_reliability import args, wait_until_busy
+
+    threads = torch.get_num_threads()
+    pool = DevicePool.from_pretrained(str(tiny_model_dir), devices="cpu,cpu")
+    try:
+        with running_app(tiny_model_dir, tmp_path, backend=pool) as (demo, _):
+            clients = [Client(demo.local_url, verbose=False) for _ in range(2)]
+            jobs = [
+                c.submit(**args(num_images=1, steps=150, seed=s), api_name="/generate") for s, c in enumerate(clients)
+            ]
+            wait_until_busy(demo.local_url)
+            status = Client(demo.local_url, verbose=False)
+            busy = 0
+            for _ in range(100):  # both replicas report work while both jobs run
+                rows = status.predict(api_name="/status")["replicas"]
+                busy = max(busy, sum(r["busy"] for r in rows))
+                if busy == 2:
+                    break
+            assert [r["name"] for r in rows] == ["cpu#0", "cpu#1"] and busy == 2
+            assert sorted(j.result(timeout=300)[1]["seeds"][0] for j in jobs) == [0, 1]
+    finally:
+        torch.set_num_threads(threads)
