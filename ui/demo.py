@@ -96,7 +96,14 @@ def make_backend(settings: AppSettings, model: str | None = None, device: str | 
     if settings.generation_backend == "ray":
         from serving.ray_backend import RayBackend
 
-        return RayBackend.start(model=model, address=settings.ray_address, devices=device, **options)
+        return RayBackend.start(
+            model=model,
+            address=settings.ray_address,
+            replicas=settings.ray_replicas,
+            device=settings.ray_device,
+            cpus_per_replica=settings.ray_cpus_per_replica,
+            **options,
+        )
     from pipelines.pool import DevicePool
 
     return DevicePool.from_pretrained(model, devices=device, **options)

@@ -51,6 +51,9 @@ class AppSettings:
     monitoring: bool = False
     generation_backend: str = "local"
     ray_address: str | None = None
+    ray_replicas: int = 1
+    ray_device: str = "auto"
+    ray_cpus_per_replica: float = 1.0
     status_interval: float = 2.0
     history_seconds: int = 300
     on_spaces: bool = False
@@ -80,6 +83,9 @@ class AppSettings:
             monitoring=_flag(env, "MONITORING"),
             generation_backend=_choice(env, "GENERATION_BACKEND", BACKENDS),
             ray_address=_text(env, "RAY_ADDRESS"),
+            ray_replicas=_number(env, "RAY_REPLICAS", int, 1, 1, 4096),
+            ray_device=_choice(env, "RAY_DEVICE", ("auto", "cpu", "cuda", "xpu", "npu")),
+            ray_cpus_per_replica=_number(env, "RAY_CPUS_PER_REPLICA", float, 1.0, 0.1, 256.0),
             on_spaces=spaces,
             zero_gpu=_flag(env, "SPACES_ZERO_GPU"),
             users=Users.parse(_text(env, "AUTH"), _text(env, "AUTH_FILE")),

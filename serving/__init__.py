@@ -1,0 +1,21 @@
+"""Serving beyond one machine with Ray Serve (optional: `pip install -r requirements-ray.txt`).
+
+- `serving.deployment`: the Serve deployment, one `ImagePipeline` per replica on one accelerator.
+- `serving.ray_backend.RayBackend`: the app's `GenerationBackend` on top of it
+  (`GENERATION_BACKEND=ray`).
+- `python -m serving`: start the deployment on a Ray cluster and keep it running.
+
+Nothing here imports ray at import time of the app: only when the Ray backend is asked for.
+"""
+
+RAY_MISSING = "the Ray backend needs Ray Serve: pip install -r requirements-ray.txt"
+
+
+def import_ray():
+    """`ray` and `ray.serve`, or a clear error naming the requirements file."""
+    try:
+        import ray
+        from ray import serve
+    except ImportError as exc:
+        raise RuntimeError(RAY_MISSING) from exc
+    return ray, serve
