@@ -449,37 +449,15 @@ class ImagePipeline:
             total_steps = steps_done + steps_per_call * -(-(len(items) - done) // micro)
             call = self._call_kwargs(request, chunk, width, height, accepted)
             timer = _CallMonitor(pipe, self.dm, progress, should_cancel, steps_done, total_steps, first + done)
-            callback = (
-                timer
-                if preview is None
-                else _Previews(timer, self._previews, preview, first + done, self.options.preview_every)
-            )
-            call["callback_on_step_end"] = callback
             try:
-                timer.begin()
-                output = pipe(**call)
-                timing = timer.finish()
-                if preview is not None:
-                    callback.learn(output.images)
+                output, timing = self._call(pipe, call, timer, preview, first + done)
             except Exception as exc:
-                timer.finish()
                 if not is_out_of_memory(exc):
                     raise
-                self.dm.empty_cache()
-                if micro == 1:
-                    partial = self._result(images, metas, inputs, timings, warnings, cancelled)
-                    raise OutOfMemoryError(
-                        f"out of memory at {width}x{height} even with one image at a time on {self.dm.device}; "
-                        "try a smaller width/height, or MEMORY_MODE=max to offload weights",
-                        partial,
-                    ) from exc
-                micro = max(1, micro // 2)
+                finished = (images, metas, inputs, timings, warnings, False)  # nothing was cancelled yet
+                micro = self._shrink_after_oom(exc, micro, (width, height), lambda f=finished: self._result(*f))
                 oom_splits += 1
-                self._micro_batch_limit[(width, height)] = micro
-                log.warning("out of memory at micro-batch %d; retrying with %d", micro * 2, micro)
                 continue
-            finally:
-                pipe._interrupt = False
             if timer.cancelled:
                 cancelled = True  # the interrupted chunk is only partly denoised: drop it
                 break
@@ -497,6 +475,39 @@ class ImagePipeline:
         if cancelled:
             warnings.append(f"cancelled: {len(images)} of {len(items)} image(s) finished")
         return self._result(images, metas, inputs, timings, warnings, cancelled)
+
+    def _call(self, pipe: Any, call: dict[str, Any], timer: _CallMonitor, preview: PreviewFn | None, first: int):
+        """One diffusers call with the step callback (and previews); returns (output, phase timings)."""
+        callback = timer
+        if preview is not None:
+            callback = _Previews(timer, self._previews, preview, first, self.options.preview_every)
+        call["callback_on_step_end"] = callback
+        try:
+            timer.begin()
+            output = pipe(**call)
+            timing = timer.finish()
+        except Exception:
+            timer.finish()
+            raise
+        finally:
+            pipe._interrupt = False
+        if preview is not None:
+            callback.learn(output.images)
+        return output, timing
+
+    def _shrink_after_oom(self, exc: Exception, micro: int, size: tuple[int, int], partial) -> int:
+        """The halved micro-batch after an out-of-memory error, or OutOfMemoryError (with what
+        finished) when one image at a time does not fit either."""
+        self.dm.empty_cache()
+        if micro == 1:
+            raise OutOfMemoryError(
+                f"out of memory at {size[0]}x{size[1]} even with one image at a time on {self.dm.device}; "
+                "try a smaller width/height, or MEMORY_MODE=max to offload weights",
+                partial(),
+            ) from exc
+        self._micro_batch_limit[size] = micro // 2
+        log.warning("out of memory at micro-batch %d; retrying with %d", micro, micro // 2)
+        return micro // 2
 
     def _steps_for(self, request: GenerationRequest, accepted: set[str]) -> int:
         """Denoising steps one call runs: image-to-image skips the first (1 - strength) of them."""
