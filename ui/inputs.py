@@ -41,17 +41,22 @@ class Limits:
         return self.model.max_batch
 
 
-def whole_number(name: str, value: Any, low: int, high: int) -> int:
-    """An integer given as int, integral float or digit string; NaN, inf, fractions and bools refused."""
-    if isinstance(value, bool) or value is None:
-        raise InputError(f"{name}: must be a whole number, got {value!r}")
+def _number(name: str, value: Any, what: str) -> int | float:
+    """A JSON-ish number (int, float or numeric string) or InputError "must be <what>"; bools refused."""
     if isinstance(value, str):
         try:
             value = float(value.strip())
         except ValueError:
-            raise InputError(f"{name}: must be a whole number, got {value!r}") from None
-    if not isinstance(value, int | float):
-        raise InputError(f"{name}: must be a whole number, got {type(value).__name__}")
+            raise InputError(f"{name}: must be {what}, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        shown = repr(value) if value is None or isinstance(value, bool) else type(value).__name__
+        raise InputError(f"{name}: must be {what}, got {shown}")
+    return value
+
+
+def whole_number(name: str, value: Any, low: int, high: int) -> int:
+    """An integer given as int, integral float or digit string; NaN, inf, fractions and bools refused."""
+    value = _number(name, value, "a whole number")
     if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
         raise InputError(f"{name}: must be a whole number, got {value!r}")
     number = int(value)
@@ -61,16 +66,7 @@ def whole_number(name: str, value: Any, low: int, high: int) -> int:
 
 
 def finite_number(name: str, value: Any, low: float, high: float) -> float:
-    if isinstance(value, bool) or value is None:
-        raise InputError(f"{name}: must be a number, got {value!r}")
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            raise InputError(f"{name}: must be a number, got {value!r}") from None
-    if not isinstance(value, int | float):
-        raise InputError(f"{name}: must be a number, got {type(value).__name__}")
-    number = float(value)
+    number = float(_number(name, value, "a number"))
     if not math.isfinite(number):
         raise InputError(f"{name}: must be a finite number, got {value!r}")
     if not low <= number <= high:
