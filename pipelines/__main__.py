@@ -70,13 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         loras = {}
         for path, scale in args.lora:
             loras[pipeline.load_lora(path, allow_outside=True)] = scale
-        defaults = pipeline.vocabulary
+        info = pipeline.model_info()  # the same defaults the app shows
         request = GenerationRequest(
             prompt=args.prompt if len(args.prompt) > 1 else args.prompt[0],
             negative_prompt=args.negative,
             num_images=args.num_images,
-            steps=args.steps if args.steps is not None else defaults.get("default_steps", 20),
-            guidance_scale=args.guidance if args.guidance is not None else defaults.get("default_guidance_scale", 4.0),
+            steps=args.steps if args.steps is not None else info.default_steps,
+            guidance_scale=args.guidance if args.guidance is not None else info.default_guidance,
             width=args.width,
             height=args.height,
             seed=args.seed,

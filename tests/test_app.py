@@ -189,3 +189,16 @@ def test_out_of_memory_keeps_what_finished(server, client, monkeypatch):
     assert len(images) == 1 and info["seeds"] == [40]
     assert any("even with one image at a time" in w for w in info["warnings"]), info["warnings"]
     server[1]._micro_batch_limit.clear()
+
+
+def test_ui_limits_and_defaults_are_the_models(server, client):
+    """One set of limits: the sliders stop where validation stops, and /generate accepts all of it."""
+    demo, pipeline = server
+    info = pipeline.model_info()
+    config = httpx.get(f"{demo.local_url}config").json()
+    sliders = {c["props"].get("label"): c["props"] for c in config["components"] if c["type"] == "slider"}
+    assert sliders["Guidance (CFG)"]["maximum"] == 50 and sliders["Steps"]["maximum"] == 150
+    assert sliders["Width"]["maximum"] == info.max_side and sliders["Width"]["step"] == info.size_multiple
+    assert sliders["Steps"]["value"] == info.default_steps and sliders["Guidance (CFG)"]["value"] == info.default_guidance
+    _, result = generate(client, guidance_scale=50.0, steps=2)  # over the old UI's CFG 20
+    assert result["seeds"] == [1]
