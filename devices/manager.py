@@ -83,7 +83,7 @@ class DeviceManager:
 
     @property
     def dtype_name(self) -> str:
-        """"bfloat16", not "torch.bfloat16": how reports, metadata and the UI name the dtype."""
+        """The dtype as reports, metadata and the UI name it: "bfloat16", not "torch.bfloat16"."""
         return dtype_name(self.dtype)
 
     # ------------------------------------------------------------------ selection

@@ -28,7 +28,7 @@ JSON_KEY = "diffusion_anywhere"
 def _quote(value: Any) -> str:
     """A1111's `quote`: a value holding a comma, colon or newline is written as a JSON string."""
     text = str(value)
-    return json.dumps(text, ensure_ascii=False) if any(c in text for c in ",:\n\"") else text
+    return json.dumps(text, ensure_ascii=False) if any(c in text for c in ',:\n"') else text
 
 
 def a1111_parameters(meta: dict[str, Any]) -> str:

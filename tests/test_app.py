@@ -199,6 +199,8 @@ def test_ui_limits_and_defaults_are_the_models(server, client):
     sliders = {c["props"].get("label"): c["props"] for c in config["components"] if c["type"] == "slider"}
     assert sliders["Guidance (CFG)"]["maximum"] == 50 and sliders["Steps"]["maximum"] == 150
     assert sliders["Width"]["maximum"] == info.max_side and sliders["Width"]["step"] == info.size_multiple
-    assert sliders["Steps"]["value"] == info.default_steps and sliders["Guidance (CFG)"]["value"] == info.default_guidance
+    assert (
+        sliders["Steps"]["value"] == info.default_steps and sliders["Guidance (CFG)"]["value"] == info.default_guidance
+    )
     _, result = generate(client, guidance_scale=50.0, steps=2)  # over the old UI's CFG 20
     assert result["seeds"] == [1]
