@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         total = request.total_images
         todo = [k for k in range(total) if not (out / item_name(k, args.seed + k)).is_file()]
+        # Every process must split the same list: none may write before all have looked.
+        state.wait_for_everyone()
         with state.split_between_processes(todo) as mine:
             share = len(mine)  # the main process shows its own share; all shares are about equal
             bar = tqdm(
