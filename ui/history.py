@@ -26,7 +26,8 @@ def params_markdown(info: dict[str, Any], notes: list[str] | None = None) -> str
     return text + "".join(f"\n\n⚠️ {n}" for n in notes or [])
 
 
-def build(studio: Studio, g: dict[str, Any], tabs: gr.Tabs) -> None:
+def build(studio: Studio, g: dict[str, Any], tabs: gr.Tabs) -> gr.Button:
+    """The tab's layout and events; returns its Refresh button (clicked when the tab opens)."""
     with gr.Row():
         refresh = gr.Button("Refresh", size="sm", elem_id="history-refresh")
         previous = gr.Button("◀ Newer", size="sm")

@@ -40,16 +40,20 @@ class _Job:
         return self.timed_out or self.cancel.is_set()
 
 
-def caller_key(request: Any) -> str:
-    """Who counts as one caller for the per-caller queue limit: user, else session, else address."""
-    user = getattr(request, "username", None)
+def _caller(user: str | None, session: str | None, host: str | None) -> str:
     if user:
         return f"user:{user}"
-    session = getattr(request, "session_hash", None)
     if session:
         return f"session:{session}"
+    return f"address:{host or 'unknown'}"
+
+
+def caller_key(request: Any) -> str:
+    """Who counts as one caller for the per-caller queue limit: user, else session, else address."""
     client = getattr(request, "client", None)
-    return f"address:{getattr(client, 'host', 'unknown')}"
+    return _caller(
+        getattr(request, "username", None), getattr(request, "session_hash", None), getattr(client, "host", None)
+    )
 
 
 class JobRunner:
@@ -68,10 +72,6 @@ class JobRunner:
         for job in jobs:
             job.cancel.set()
         return bool(jobs)
-
-    def running(self, job_id: str) -> int:
-        with self._lock:
-            return len(self._jobs.get(job_id, ()))
 
     def run(
         self, request: GenerationRequest, job_id: str, progress: ProgressReport | None, preview: Any = None
@@ -115,21 +115,8 @@ def running_events(demo: Any) -> list[Any]:
 
 
 def event_caller(event: Any) -> str:
-    request = getattr(event, "request", None)
-    return caller_key(
-        _CallerView(
-            username=event.username,
-            session_hash=event.session_hash,
-            client=getattr(request, "client", None),
-        )
-    )
-
-
-@dataclass
-class _CallerView:
-    username: str | None
-    session_hash: str | None
-    client: Any
+    client = getattr(getattr(event, "request", None), "client", None)
+    return _caller(event.username, event.session_hash, getattr(client, "host", None))
 
 
 def caller_load(demo: Any, key: str) -> int:
