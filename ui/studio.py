@@ -98,7 +98,11 @@ class Studio:
     def save(self, result: GenerationResult, request: gr.Request | None) -> list[str]:
         """Write the PNGs (in the user's own folder when sign-in is on); Gradio serves its own copies
         of them, only to this caller."""
-        saved = self.store.save(result, owner=self.user(request))
+        try:
+            saved = self.store.save(result, owner=self.user(request))
+        except OSError as exc:  # not even the temporary folder could be written
+            log.error("cannot save results anywhere: %s", exc)
+            raise refuse(f"the images could not be saved on the server ({exc.strerror or type(exc).__name__})") from exc
         if saved.warning:
             result.warnings.append(saved.warning)
             gr.Warning(saved.warning)
