@@ -60,7 +60,8 @@ class ModelInfo:
     max_batch: int  # most images per request
     default_steps: int
     default_guidance: float
-    scheduler: str
+    scheduler: str  # the model's own sampler, by its A1111 name where one exists
+    samplers: tuple[str, ...] = ()  # every sampler this model can use (pipelines.samplers)
     loras: tuple[str, ...] = ()
     vocabulary: dict[str, Any] = field(default_factory=dict)  # embedded models: pattern, words, examples
     examples: tuple[str, ...] = ()

@@ -27,6 +27,7 @@ import torch
 
 from devices import DeviceManager
 
+from . import samplers
 from .backend import ModelInfo, ReplicaStatus
 from .errors import OutOfMemoryError
 from .loading import load_diffusers_pipeline
@@ -291,6 +292,7 @@ class ImagePipeline:
             default_steps=int(vocab.get("default_steps", defaults.steps)),
             default_guidance=float(vocab.get("default_guidance_scale", defaults.guidance_scale)),
             scheduler=self.scheduler_name,
+            samplers=tuple(s.name for s in samplers.offered(self.pipe.scheduler)),
             loras=tuple(sorted(self.loras.available())),
             vocabulary=dict(vocab),
             examples=tuple(vocab.get("examples") or ()),
@@ -298,7 +300,8 @@ class ImagePipeline:
 
     @property
     def scheduler_name(self) -> str:
-        return type(self.pipe.scheduler).__name__
+        """The model's own sampler, by its A1111 name where one exists (else the scheduler class)."""
+        return samplers.current(self.pipe.scheduler).name
 
     # ------------------------------------------------------------------ as a GenerationBackend
     @property
@@ -394,6 +397,7 @@ class ImagePipeline:
         request.validate(
             self.size_multiple, self.options.max_batch, self.max_pixels, count=count, max_side=self.max_side
         )
+        scheduler = samplers.build(self.pipe.scheduler, request.sampler) if request.sampler else None
         count_now = count if count is not None else request.total_images
 
         def report(step: int, total: int, image: int) -> None:
@@ -401,11 +405,15 @@ class ImagePipeline:
             if progress is not None:
                 progress(step, total, image)
 
-        with self._lock:
+        with self._lock:  # one generation per replica: the sampler swap is seen by this request only
             self.activity = f"{count_now} image(s), starting"
+            own = self.pipe.scheduler
+            if scheduler is not None:
+                self._use_scheduler(scheduler)
             try:
                 return self._generate(request, report, should_cancel, item_range, preview)
             finally:
+                self._use_scheduler(own)
                 self.activity = "idle"
 
     def _generate(
@@ -495,6 +503,12 @@ class ImagePipeline:
             callback.learn(output.images)
         return output, timing
 
+    def _use_scheduler(self, scheduler: Any) -> None:
+        """Point this replica's pipelines (and the image-to-image one built from it) at `scheduler`."""
+        self.pipe.scheduler = scheduler
+        if self._img2img is not None:
+            self._img2img.scheduler = scheduler
+
     def _shrink_after_oom(self, exc: Exception, micro: int, size: tuple[int, int], partial) -> int:
         """The halved micro-batch after an out-of-memory error, or OutOfMemoryError (with what
         finished) when one image at a time does not fit either."""
@@ -540,7 +554,7 @@ class ImagePipeline:
             "prompt": item["prompt"],
             "negative_prompt": request.negative_prompt or "",
             "steps": request.steps,
-            "sampler": self.scheduler_name,
+            "sampler": request.sampler or self.scheduler_name,
             "guidance_scale": request.guidance_scale,
             "seed": item["seed"],
             "width": width,

@@ -33,10 +33,15 @@ def _quote(value: Any) -> str:
 
 def a1111_parameters(meta: dict[str, Any]) -> str:
     """A1111's infotext, in its field order; hashes (`Model hash`, `Lora hashes`) when known."""
+    from .samplers import BY_NAME
+
     prompt = meta["prompt"] + "".join(f" <lora:{n}:{s:g}>" for n, s in meta.get("loras", {}).items())
+    sampler = meta.get("sampler", "")
+    sampler, schedule = BY_NAME[sampler].a1111 if sampler in BY_NAME else (sampler, None)
     fields = [
         ("Steps", meta["steps"]),
-        ("Sampler", meta.get("sampler", "")),
+        ("Sampler", sampler),
+        ("Schedule type", schedule),
         ("CFG scale", meta["guidance_scale"]),
         ("Seed", meta["seed"]),
         ("Size", f"{meta['width']}x{meta['height']}"),

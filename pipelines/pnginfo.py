@@ -20,6 +20,7 @@ from typing import Any
 from PIL import Image
 
 from .metadata import JSON_KEY
+from .samplers import from_a1111
 
 # A1111 modules/infotext_utils.py: `re_param_code`
 _PARAM = re.compile(r'\s*(\w[\w \-/]+):\s*("(?:\\.|[^\\"])+"|[^,]*)(?:,|$)')
@@ -96,6 +97,8 @@ def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
     for field, key in (("sampler", "Sampler"), ("model", "Model"), ("model_hash", "Model hash")):
         if extra.get(key):
             out[field] = extra[key]
+    if "sampler" in out:  # A1111 >= 1.9 writes Karras as "Schedule type: Karras"
+        out["sampler"] = from_a1111(out["sampler"], extra.get("Schedule type"))
     if "Denoising strength" in extra:
         out["strength"] = float(extra["Denoising strength"])
 

@@ -34,6 +34,7 @@ class GenerationRequest:
     strength: float = 0.6  # image-to-image: how much of the input is re-drawn
     image_guidance_scale: float = 1.5  # instruction-edit pipelines only (InstructPix2Pix-style)
     loras: dict[str, float] = field(default_factory=dict)  # adapter name -> scale
+    sampler: str | None = None  # A1111-style name ("DPM++ 2M Karras"); None: the model's own scheduler
 
     @property
     def prompts(self) -> list[str]:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from gradio_client import Client
 from PIL import Image
@@ -204,3 +205,17 @@ def test_ui_limits_and_defaults_are_the_models(server, client):
     )
     _, result = generate(client, guidance_scale=50.0, steps=2)  # over the old UI's CFG 20
     assert result["seeds"] == [1]
+
+
+def test_sampler_per_request_changes_the_image_reproducibly(client):
+    default, _ = generate(client, seed=5, steps=6)
+    euler_a, _ = generate(client, seed=5, steps=6, sampler="Euler a")
+    again, _ = generate(client, seed=5, steps=6, sampler="Euler a")
+    pixels = [np.asarray(Image.open(i[0]["image"]), dtype=np.int16) for i in (default, euler_a, again)]
+    assert np.abs(pixels[0] - pixels[1]).mean() > 1 and np.array_equal(pixels[1], pixels[2])
+    params = read_metadata(euler_a[0]["image"])["parameters"]
+    assert params["sampler"] == "Euler a"
+    with Image.open(euler_a[0]["image"]) as png:
+        assert "Sampler: Euler a," in png.text["parameters"]
+    with pytest.raises(Exception, match="sampler: 'Nope' is not available"):
+        generate(client, sampler="Nope")

@@ -78,3 +78,13 @@ def test_outputs_and_cancel_are_per_user(signed_in_app):
     wait_until_busy(demo.local_url, auth=("alice", "wonder"))
     assert alice.predict("", api_name="/stop")["running"] == 1
     assert job.result(timeout=300)[1]["cancelled"] is True
+
+
+def test_history_is_per_user(signed_in_app):
+    from ui.outputs import OutputStore
+
+    _, out = signed_in_app
+    store = OutputStore(out, 0, 0)
+    alice = store.history("alice")
+    assert alice and all("users/alice/" in str(p) for p in alice)
+    assert store.history("bob") == [] and store.history(None) == []  # the shared root holds nobody's files

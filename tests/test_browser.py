@@ -135,7 +135,7 @@ def test_png_info_fills_the_form(browser, served, tmp_path):
     url, _ = served
     png = tmp_path / "a1111.png"
     meta = {"prompt": "a green square on a white background", "negative_prompt": "blurry", "steps": 12,
-            "guidance_scale": 5.5, "seed": 4242, "width": 64, "height": 64, "sampler": "Euler a"}  # fmt: skip
+            "guidance_scale": 5.5, "seed": 4242, "width": 64, "height": 64, "sampler": "DPM++ 2M Karras"}  # fmt: skip
     from PIL import Image
 
     Image.new("RGB", (64, 64), "white").save(png, pnginfo=png_info(meta))
@@ -149,6 +149,8 @@ def test_png_info_fills_the_form(browser, served, tmp_path):
     page.locator("#pnginfo-send").click()
     expect(page.locator("#prompt textarea")).to_have_value("a green square on a white background", timeout=10_000)
     expect(page.get_by_label("Seed").first).to_have_value("4242")
+    page.get_by_role("button", name="Advanced").first.click()
+    expect(page.locator("#sampler input")).to_have_value("DPM++ 2M Karras")  # read from "Schedule type: Karras"
     page.close()
 
 

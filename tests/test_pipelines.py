@@ -353,7 +353,7 @@ def test_png_metadata_round_trip(pipeline, tmp_path):
         "prompt": PROMPT,
         "negative_prompt": "blurry",
         "steps": 3,
-        "sampler": "DPMSolverMultistepScheduler",
+        "sampler": "DPM++ 2M",
         "guidance_scale": 4.0,
         "seed": 8,
         "width": 32,

@@ -31,7 +31,7 @@ def test_a1111_infotext_with_quoted_values_multiline_negative_and_loras():
     assert p["negative_prompt"] == "blurry, lowres\nbad hands"
     assert p["loras"] == {"add_detail": 0.6, "castle_v2": 1.0}
     assert (p["steps"], p["guidance_scale"], p["seed"]) == (28, 6.5, 3141592653)
-    assert (p["width"], p["height"], p["sampler"]) == (832, 1216, "DPM++ 2M")
+    assert (p["width"], p["height"], p["sampler"]) == (832, 1216, "DPM++ 2M Karras")  # + "Schedule type: Karras"
     assert p["model"] == "sd_xl_base_1.0" and p["model_hash"] == "31e35c80fc" and p["strength"] == 0.35
     assert p["extra"]["Lora hashes"] == "add_detail: 7c6bad76eb54, castle_v2: 0123456789ab"
     assert p["extra"]["Schedule type"] == "Karras" and p["extra"]["Version"] == "v1.10.1"

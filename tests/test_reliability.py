@@ -35,7 +35,7 @@ PROMPT = "a red circle on a blue background"
 
 def args(**kwargs) -> dict:
     base = dict(prompt=PROMPT, negative_prompt="", num_images=1, steps=2, guidance_scale=4.0, width=32, height=32,
-                seed=1, loras={})  # fmt: skip
+                seed=1, loras={}, sampler="")  # fmt: skip
     return {**base, **kwargs}
 
 

@@ -24,24 +24,26 @@ def wire(studio: Studio) -> None:
         height: Any,
         seed: Any,
         loras: Any,
+        sampler: Any,
         request: gr.Request,
         progress=gr.Progress(),
     ):
-        """Generate images. seed < 0 means random; loras maps LoRA names to scales."""
+        """Generate images. seed < 0 means random; loras maps LoRA names to scales; sampler "" is the model's."""
         raw = dict(prompt=prompt, negative_prompt=negative_prompt, num_images=num_images, steps=steps,
-                   guidance_scale=guidance_scale, width=width, height=height, seed=seed, loras=loras)  # fmt: skip
+                   guidance_scale=guidance_scale, width=width, height=height, seed=seed, loras=loras,
+                   sampler=sampler)  # fmt: skip
         gallery, result, _ = studio.generate(raw, request, progress)
         return gallery, result.info()
 
-    def admit(prompt, negative_prompt, num_images, steps, guidance_scale, width, height, seed, loras,
+    def admit(prompt, negative_prompt, num_images, steps, guidance_scale, width, height, seed, loras, sampler,
               request: gr.Request):  # fmt: skip
-        return studio.admission(request, 9)
+        return studio.admission(request, 10)
 
     info = studio.info
     defaults = [("", "Prompt"), ("", "Negative prompt")]
     numbers = [(4, "num_images"), (info.default_steps, "steps"), (info.default_guidance, "guidance_scale"),
                (info.default_width, "width"), (info.default_height, "height"), (-1, "seed (-1: random)"),
-               ({}, "loras (name -> scale)")]  # fmt: skip
+               ({}, "loras (name -> scale)"), ("", "sampler (\"\": the model's)")]  # fmt: skip
     api_inputs = [gr.Textbox(value=v, label=label, visible=False) for v, label in defaults]
     api_inputs += [gr.JSON(value=json.dumps(v), label=label, visible=False) for v, label in numbers]
     api_btn = gr.Button(visible=False)

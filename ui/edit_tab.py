@@ -26,8 +26,9 @@ def build(studio: Studio) -> dict[str, Any]:
                 c["seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=-1)
                 c["random_seed"] = gr.Checkbox(label="Random seed", value=True)
             with gr.Accordion("Advanced", open=False):
-                controls = sampling_controls(info)
-                c["steps"], c["guidance_scale"] = controls["steps"], controls["guidance_scale"]
+                controls = sampling_controls(info, prefix="edit-")
+                c["sampler"], c["steps"] = controls["sampler"], controls["steps"]
+                c["guidance_scale"] = controls["guidance_scale"]
             with gr.Row():
                 c["run"] = gr.Button("Edit", variant="primary", elem_id="edit-btn")
                 c["stop"] = gr.Button("Stop", variant="stop")
@@ -42,16 +43,17 @@ def build(studio: Studio) -> dict[str, Any]:
 
 
 def wire(studio: Studio, e: dict[str, Any]) -> None:
-    names = ("prompt", "strength", "num_images", "steps", "guidance_scale", "seed", "random_seed")
+    names = ("prompt", "strength", "num_images", "steps", "guidance_scale", "seed", "random_seed", "sampler")
 
-    def ui_edit(files, prompt, strength, num_images, steps, guidance, seed, random_seed, request: gr.Request,
-                progress=gr.Progress()):  # fmt: skip
-        values = dict(zip(names, (prompt, strength, num_images, steps, guidance, seed, random_seed), strict=True))
+    def ui_edit(files, prompt, strength, num_images, steps, guidance, seed, random_seed, sampler,
+                request: gr.Request, progress=gr.Progress()):  # fmt: skip
+        given = (prompt, strength, num_images, steps, guidance, seed, random_seed, sampler)
+        values = dict(zip(names, given, strict=True))
         raw = {**values, "width": studio.info.default_width, "height": studio.info.default_height}
         pairs, result, paths = studio.edit(raw, files, request, progress)
         return pairs, info_line(result), paths
 
-    def admit(files, prompt, strength, num_images, steps, guidance, seed, random_seed, request: gr.Request):
+    def admit(files, prompt, strength, num_images, steps, guidance, seed, random_seed, sampler, request: gr.Request):
         return studio.admission(request, 1 + len(names))
 
     e["run"].click(

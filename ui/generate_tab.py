@@ -11,10 +11,11 @@ from ui.studio import Studio
 from ui.text import info_line, vocabulary_markdown
 
 
-def sampling_controls(info: ModelInfo) -> dict[str, Any]:
+def sampling_controls(info: ModelInfo, prefix: str = "") -> dict[str, Any]:
     """Steps, guidance and size with the model's defaults and exactly the limits the server enforces."""
     step = info.size_multiple
     return {
+        "sampler": gr.Dropdown(list(info.samplers), value=info.scheduler, label="Sampler", elem_id=f"{prefix}sampler"),
         "steps": gr.Slider(1, 150, value=info.default_steps, step=1, label="Steps"),
         "guidance_scale": gr.Slider(0, 50, value=info.default_guidance, step=0.5, label="Guidance (CFG)"),
         "width": gr.Slider(step, info.max_side, value=info.default_width, step=step, label="Width"),
@@ -65,7 +66,7 @@ def build(studio: Studio) -> dict[str, Any]:
 
 def wire(studio: Studio, g: dict[str, Any]) -> None:
     """Generate button: `v` maps each input component to its value (no coupling to argument order)."""
-    names = ("prompt", "negative_prompt", "num_images", "steps", "guidance_scale", "width", "height", "seed")
+    names = ("prompt", "negative_prompt", "num_images", "steps", "guidance_scale", "width", "height", "seed", "sampler")
     lora_names = list(studio.info.loras)
 
     def ui_generate(v: dict, request: gr.Request, progress=gr.Progress()):

@@ -66,9 +66,15 @@ def build(studio: Studio, g: dict[str, Any], tabs: gr.Tabs) -> gr.Button:
 
     listing = [gallery, where, page, files, selected, details]
     events = dict(api_visibility="private", queue=False)
-    refresh.click(lambda n, request: show(n, request), page, listing, **events)
-    previous.click(lambda n, request: show(n - 1, request), page, listing, **events)
-    following.click(lambda n, request: show(n + 1, request), page, listing, **events)
+    def newer(number: int, request: gr.Request):
+        return show(number - 1, request)
+
+    def older(number: int, request: gr.Request):
+        return show(number + 1, request)
+
+    refresh.click(show, page, listing, **events)
+    previous.click(newer, page, listing, **events)
+    following.click(older, page, listing, **events)
     gallery.select(choose, files, [selected, details], **events)
     send.click(send_to_generate, [files, selected], [*generate_targets(g), tabs], **events)
     delete.click(remove, [page, files, selected], listing, **events)

@@ -123,6 +123,15 @@ def loras(value: Any, known: Sequence[str]) -> dict[str, float]:
     return chosen
 
 
+def sampler(value: Any, model: ModelInfo) -> str | None:
+    """A sampler the model offers, by name; "" or None: the model's own."""
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str) or value not in model.samplers:
+        raise InputError(f"sampler: {str(value)[:80]!r} is not available; available: {', '.join(model.samplers)}")
+    return None if value == model.scheduler else value
+
+
 def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) -> GenerationRequest:
     """A GenerationRequest from raw caller values; the pipeline then checks model-specific rules."""
     m = limits.model
@@ -137,6 +146,7 @@ def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) ->
         height=whole_number("height", raw.get("height", m.default_height), m.size_multiple, m.max_side),
         seed=seed(raw.get("seed"), bool(raw.get("random_seed"))),
         loras=loras(raw.get("loras"), m.loras),
+        sampler=sampler(raw.get("sampler"), m),
         init_images=init_images,
         strength=finite_number("strength", raw.get("strength", 0.6), 0.01, 1.0),
     )

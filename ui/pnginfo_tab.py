@@ -41,12 +41,12 @@ def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], tabs: gr.Tabs) -
 
     def send_edit(p: dict | None):
         values, _ = form_values(need(p), studio.info)
-        return [gr.update(value=values[k]) for k in ("prompt", "seed", "random_seed", "steps", "guidance_scale")] + [
-            gr.Tabs(selected="edit")
-        ]
+        return [
+            gr.update(value=values[k]) for k in ("prompt", "seed", "random_seed", "steps", "guidance_scale", "sampler")
+        ] + [gr.Tabs(selected="edit")]
 
     events = dict(api_visibility="private", queue=False)
     upload.change(read, upload, [details, raw, params], **events)
     to_generate.click(send_generate, params, [*generate_targets(g), tabs], **events)
-    edit_targets = [e["prompt"], e["seed"], e["random_seed"], e["steps"], e["guidance_scale"], tabs]
+    edit_targets = [e["prompt"], e["seed"], e["random_seed"], e["steps"], e["guidance_scale"], e["sampler"], tabs]
     to_edit.click(send_edit, params, edit_targets, **events)

@@ -12,7 +12,18 @@ import gradio as gr
 
 from pipelines.backend import ModelInfo
 
-FORM = ("prompt", "negative_prompt", "seed", "random_seed", "steps", "guidance_scale", "width", "height", "loras")
+FORM = (
+    "prompt",
+    "negative_prompt",
+    "seed",
+    "random_seed",
+    "steps",
+    "guidance_scale",
+    "width",
+    "height",
+    "sampler",
+    "loras",
+)
 
 
 def _fit_size(value: Any, info: ModelInfo, default: int) -> int:
@@ -37,6 +48,10 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
     }
     if (values["width"], values["height"]) != (params.get("width"), params.get("height")) and "width" in params:
         notes.append(f"size {params['width']}x{params['height']} fitted to {values['width']}x{values['height']}")
+    wanted = params.get("sampler")
+    values["sampler"] = wanted if wanted in info.samplers else info.scheduler
+    if wanted and wanted not in info.samplers:
+        notes.append(f"sampler {wanted} is not available here; using {info.scheduler}")
     loras = params.get("loras") or {}
     values["loras"] = {n: s for n, s in loras.items() if n in info.loras}
     missing = sorted(set(loras) - set(values["loras"]))
