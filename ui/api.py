@@ -35,10 +35,6 @@ def wire(studio: Studio) -> None:
         gallery, result, _ = studio.generate(raw, request, progress)
         return gallery, result.info()
 
-    def admit(prompt, negative_prompt, num_images, steps, guidance_scale, width, height, seed, loras, sampler,
-              request: gr.Request):  # fmt: skip
-        return studio.admission(request, 10)
-
     info = studio.info
     defaults = [("", "Prompt"), ("", "Negative prompt")]
     numbers = [(4, "num_images"), (info.default_steps, "steps"), (info.default_guidance, "guidance_scale"),
@@ -51,7 +47,6 @@ def wire(studio: Studio) -> None:
         api_generate,
         api_inputs,
         [gr.Gallery(visible=False, format="png"), gr.JSON(visible=False)],
-        validator=admit,
         api_name="generate",
         concurrency_id="gpu",
         concurrency_limit=studio.backend.concurrency,

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import gradio as gr
 
 from pipelines.backend import GenerationBackend, ModelInfo
 from ui import api, edit_tab, generate_tab, history, pnginfo_tab, status
+from ui.jobs import guard_admissions
 from ui.settings import AppSettings
 from ui.studio import Studio
+
+log = logging.getLogger("diffusion_anywhere")
 
 CSS = """
 #gallery img, #edit-gallery img { image-rendering: pixelated; }  /* 64x64 images upscaled without blur */
@@ -72,6 +76,7 @@ def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
     """One bounded queue for every route (REST included: api_open=False), then launch without blocking."""
     settings.output_dir.mkdir(parents=True, exist_ok=True)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1, api_open=False)
+    guard_admissions(demo, "gpu", settings.queue_per_user, lambda why: log.info("refused: %s", why))
     options = dict(
         server_name=settings.server_name,
         server_port=settings.server_port,

@@ -53,14 +53,10 @@ def wire(studio: Studio, e: dict[str, Any]) -> None:
         pairs, result, paths = studio.edit(raw, files, request, progress)
         return pairs, info_line(result), paths
 
-    def admit(files, prompt, strength, num_images, steps, guidance, seed, random_seed, sampler, request: gr.Request):
-        return studio.admission(request, 1 + len(names))
-
     e["run"].click(
         ui_edit,
         [e["files"], *(e[n] for n in names)],
         [e["gallery"], e["info"], e["downloads"]],
-        validator=admit,
         api_name="edit",
         concurrency_id="gpu",
         concurrency_limit=studio.backend.concurrency,

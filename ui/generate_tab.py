@@ -81,9 +81,6 @@ def wire(studio: Studio, g: dict[str, Any]) -> None:
                 gallery, result, paths = value
                 yield gallery, info_line(result), paths, result.info()
 
-    def admit(v: dict, request: gr.Request):
-        return studio.admission(request, len(v))
-
     for name, slider in zip(lora_names, g["scales"], strict=True):
         g["loras"].change(
             lambda c, n=name: gr.update(visible=n in (c or [])), g["loras"], slider,
@@ -93,7 +90,6 @@ def wire(studio: Studio, g: dict[str, Any]) -> None:
         ui_generate,
         {*(g[n] for n in names), g["random_seed"], g["loras"], *g["scales"]},
         [g["gallery"], g["info"], g["downloads"], g["info_json"]],
-        validator=admit,
         show_progress_on=[g["info"]],  # the gallery stays visible: it shows the live previews
         api_visibility="private",
         concurrency_id="gpu",

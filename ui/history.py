@@ -66,6 +66,7 @@ def build(studio: Studio, g: dict[str, Any], tabs: gr.Tabs) -> gr.Button:
 
     listing = [gallery, where, page, files, selected, details]
     events = dict(api_visibility="private", queue=False)
+
     def newer(number: int, request: gr.Request):
         return show(number - 1, request)
 

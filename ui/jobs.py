@@ -5,13 +5,15 @@ Who is a caller: the Gradio session (browser tab or gradio_client), which for a 
 accepted by `/stop` as `job_id`. Nobody can stop a job whose id they were not given.
 
 The queue itself is Gradio's (bounded by QUEUE_SIZE, REST included since the app queues with
-`api_open=False`). Gradio has no per-caller limit and no public way to drop a queued event, so
+`api_open=False`). Gradio has no per-caller limit, no public way to drop a queued event, and its
+QUEUE_SIZE check can be raced by simultaneous joins, so `guard_admissions` wraps its `push` and
 `queued_events`/`drop_queued` read its queue objects; tests/test_reliability.py fails if that
 internal shape changes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import threading
@@ -46,14 +48,6 @@ def _caller(user: str | None, session: str | None, host: str | None) -> str:
     if session:
         return f"session:{session}"
     return f"address:{host or 'unknown'}"
-
-
-def caller_key(request: Any) -> str:
-    """Who counts as one caller for the per-caller queue limit: user, else session, else address."""
-    client = getattr(request, "client", None)
-    return _caller(
-        getattr(request, "username", None), getattr(request, "session_hash", None), getattr(client, "host", None)
-    )
 
 
 class JobRunner:
@@ -115,13 +109,42 @@ def running_events(demo: Any) -> list[Any]:
 
 
 def event_caller(event: Any) -> str:
+    """The caller of a queued event; a plain REST call's session id is its own event id: by address."""
     client = getattr(getattr(event, "request", None), "client", None)
-    return _caller(event.username, event.session_hash, getattr(client, "host", None))
+    session = None if event.session_hash == event._id else event.session_hash
+    return _caller(event.username, session, getattr(client, "host", None))
 
 
-def caller_load(demo: Any, key: str) -> int:
-    """Queued + running generations of one caller."""
-    return sum(1 for e in queued_events(demo) + running_events(demo) if event_caller(e) == key)
+def guard_admissions(demo: Any, concurrency_id: str, limit: int, on_refuse: Callable[[str], None]) -> None:
+    """Admit generation events one at a time, refusing a caller over `limit` queued + running.
+
+    Wraps Gradio's `Queue.push`: with admissions serialized, Gradio's own QUEUE_SIZE check cannot be
+    raced by simultaneous calls either (it checks, awaits, then appends). Other events pass straight.
+    """
+    queue = demo._queue
+    push = queue.push
+    lock = asyncio.Lock()
+
+    async def admit(body: Any, request: Any, username: str | None):
+        fn = demo.fns.get(body.fn_index) if body.fn_index is not None else None
+        if fn is None or fn.concurrency_id != concurrency_id:
+            return await push(body, request, username)
+        async with lock:
+            client = getattr(request, "client", None)
+            key = _caller(username, body.session_hash, getattr(client, "host", None))
+            load = sum(
+                1
+                for e in queued_events(demo) + running_events(demo)
+                if e.fn.concurrency_id == concurrency_id and event_caller(e) == key
+            )
+            if load >= limit:
+                message = f"you already have {limit} generation(s) queued or running (QUEUE_PER_USER)"
+                on_refuse(f"{message} for {key.split(':')[0]}")
+                # Gradio's validation-error shape: clients show the message (HTTP 422)
+                return False, [{"__type__": "validate", "is_valid": False, "message": message}], "validator_error"
+            return await push(body, request, username)
+
+    queue.push = admit
 
 
 async def drop_queued(demo: Any, session_hash: str, username: str | None = None) -> int:

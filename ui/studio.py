@@ -16,7 +16,7 @@ import gradio as gr
 from pipelines import GenerationRequest, GenerationResult, OutOfMemoryError, PipelineError
 from pipelines.backend import GenerationBackend, ModelInfo
 from ui import inputs
-from ui.jobs import JobRunner, caller_key, caller_load, drop_queued
+from ui.jobs import JobRunner, drop_queued
 from ui.outputs import OutputStore
 from ui.settings import AppSettings
 from ui.status import MemoryHistory, status_markdown
@@ -49,17 +49,6 @@ class Studio:
         self.store = OutputStore.from_settings(settings.output_dir, settings.output_max_gb, settings.output_max_days)
         self.history = MemoryHistory(settings.history_seconds)
         self.demo: gr.Blocks | None = None
-
-    # ---------------------------------------------------------------- admission
-    def admission(self, request: gr.Request | None, n_inputs: int) -> list[dict]:
-        """Gradio validator, run when a call joins the queue: one caller may hold QUEUE_PER_USER places."""
-        key = caller_key(request)
-        limit = self.settings.queue_per_user
-        ok = self.demo is None or caller_load(self.demo, key) < limit
-        message = "" if ok else f"you already have {limit} generation(s) queued or running (QUEUE_PER_USER)"
-        if not ok:
-            log.info("refused: %s for %s", message, key.split(":")[0])
-        return [gr.validate(ok, message)] + [gr.validate(True, "")] * (n_inputs - 1)
 
     @staticmethod
     def user(request: gr.Request | None) -> str | None:
