@@ -211,6 +211,7 @@ class ImagePipeline:
         if "model_cpu_offload" not in self.memory_savers:
             pipe.to(dm.device)
         self.load_seconds = time.perf_counter() - start
+        threading.Thread(target=self.model_hash, name="model-hash", daemon=True).start()
         log.info(
             "loaded %s in %.2f s on %s (%s, attention %s)",
             source,
@@ -263,15 +264,20 @@ class ImagePipeline:
         side = self.options.max_side or 4 * max(self.default_size)
         return max(self.size_multiple, side - side % self.size_multiple)
 
-    def _hashes(self, loras: dict[str, float]) -> dict[str, Any]:
-        """`model_hash` and `lora_hashes` (A1111/Civitai short SHA-256) for a result's metadata."""
+    def model_hash(self) -> str | None:
+        """A1111's short hash of the checkpoint (or denoiser weights); started in the background at load,
+        so a multi-GB model's first result does not wait for it (a cached result when already done)."""
         from .pnginfo import model_weights_file, short_hash
 
-        if not hasattr(self, "_model_hash"):
-            weights = model_weights_file(self.source)
-            self._model_hash = short_hash(weights) if weights else None
+        weights = model_weights_file(self.source)
+        return short_hash(weights) if weights else None
+
+    def _hashes(self, loras: dict[str, float]) -> dict[str, Any]:
+        """`model_hash` and `lora_hashes` (A1111/Civitai short SHA-256) for a result's metadata."""
+        from .pnginfo import short_hash
+
         files = self.loras.available()
-        out: dict[str, Any] = {"model_hash": self._model_hash}
+        out: dict[str, Any] = {"model_hash": self.model_hash()}
         if loras:
             out["lora_hashes"] = {n: short_hash(files[n]) for n in loras if n in files}
         return out
