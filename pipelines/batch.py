@@ -6,18 +6,30 @@
     torchrun --nproc_per_node 2 -m pipelines.batch --prompts prompts.txt --num-images 4 --out outputs/run1
     # every GPU/NPU of a box (one process each)
     accelerate launch --num_processes 8 -m pipelines.batch --prompts prompts.txt --num-images 4 --out outputs/run1
-    # a 10,000-image job on 4 machines: the same command on each, R = 0..3
-    accelerate launch --num_machines 4 --machine_rank R --main_process_ip IP --main_process_port 29500 \\
+    # a 10,000-image job on 4 machines of 8 devices: the same command on each, R = 0..3,
+    # IP:P = machine 0's address and a free port; --num_processes counts all processes of all machines
+    accelerate launch --num_machines 4 --machine_rank R --main_process_ip IP --main_process_port P \\
         --num_processes 32 -m pipelines.batch --prompts prompts.txt --num-images 4 --out /shared/run1
+
+On several machines `--out` must be one folder they all see (NFS, Lustre...): every process lists
+the finished files there to split the remaining work the same way, and the main process merges
+the manifest there. Threads: torchrun sets OMP_NUM_THREADS=1 per process; without a launcher torch
+uses all cores; `--threads N` overrides both.
 
 Work items, not prompts, are split between processes (`PartialState.split_between_processes`):
 item k is (prompt line k // num_images, copy k % num_images) with seed `seed + k`, the order and
-seeds of `ImagePipeline.work_items`, so every file is the one a single process (or the app) makes.
-Each item is written as `<k:06d>-<seed>.png` atomically, and a re-run skips the files that exist:
-the job is resumable after a kill. Per-run values (seconds, process) go to the JSONL manifest, not
-into the PNGs, so runs with different process counts give byte-identical metadata. Each process
-writes `manifest.part-<rank>.jsonl`; the main process merges them, ordered by item, into
-`manifest.jsonl` (entries of earlier runs are kept).
+seeds of `ImagePipeline.work_items`. Items are run in the app's micro-batches (items
+[0, m), [m, 2m), ... for --micro-batch m) and whole micro-batches are what is split, because the
+batch an image is denoised in can change its pixels (batched BLAS order; 1/255 measured here for
+tiny-shapes, alone vs in a batch of 4): so every file is bit-identical to the one a single process,
+the app or the CLI makes with the same seed and micro-batch on the same kind of device, whatever
+the process count (a resumed run re-makes missing items in smaller batches).
+Each item is written as `<k:06d>-<seed>.png` atomically (temp file + rename), and a re-run skips
+the files that exist: the job is resumable after a kill. Per-run values (seconds, process, device
+index, timings) go to the JSONL manifest, not into the PNGs, so runs with different process counts
+give byte-identical metadata. Each process appends to `manifest.part-<rank>.jsonl` after every
+micro-batch (a killed run keeps the entries of its finished files); after `wait_for_everyone()` the
+main process merges all parts, ordered by item, into `manifest.jsonl` (earlier entries are kept).
 """
 
 from __future__ import annotations
@@ -39,11 +51,11 @@ from devices import DeviceManager
 from .__main__ import parse_lora
 from .errors import PipelineError
 from .image_pipeline import ImagePipeline
-from .metadata import save_png
+from .metadata import TEMP_SUFFIX, save_png
 from .request import GenerationRequest
 
 log = logging.getLogger(__name__)
-RUN_ONLY = ("timings", "device", "dtype", "attention")  # per-run values: manifest only
+RUN_ONLY = ("timings", "device")  # per-run values (cuda:0 vs cuda:1): manifest only; dtype/attention stay
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lora", action="append", type=parse_lora, default=[], metavar="NAME_OR_FILE:SCALE")
     p.add_argument("--micro-batch", type=int, default=None, help="items per pipeline call (default: MICRO_BATCH)")
     p.add_argument("--device", default=None, help="default: this process's device from accelerate")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (torchrun sets 1 per process)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: all cores; 1 per process under torchrun)"
+    )
     return p
 
 
@@ -86,43 +100,66 @@ def item_name(index: int, seed: int) -> str:
 
 
 def chunks(items: list[int], size: int) -> list[list[int]]:
-    """Runs of consecutive items (a gap, left by a finished file, starts a new run), at most `size` long."""
+    """The app's micro-batches of `items`: runs of consecutive items inside each aligned block
+    [b * size, (b + 1) * size); a gap left by a finished file splits a block."""
     runs: list[list[int]] = []
     for k in items:
-        if runs and runs[-1][-1] == k - 1 and len(runs[-1]) < size:
+        if runs and runs[-1][-1] == k - 1 and runs[-1][0] // size == k // size:
             runs[-1].append(k)
         else:
             runs.append([k])
     return runs
 
 
-def run_items(pipeline: ImagePipeline, request: GenerationRequest, todo: list[int], out: Path, rank: int, bar) -> list:
-    """Generate and save `todo` (item indices) in contiguous runs; returns manifest entries."""
-    entries = []
-    micro = pipeline.options.micro_batch
-    for run in chunks(todo, micro):
-        start = time.perf_counter()
-        result = pipeline.generate(request, item_range=(run[0], run[-1] + 1))
-        seconds = (time.perf_counter() - start) / len(run)
-        for k, image, meta in zip(run, result.images, result.metadata, strict=True):
-            kept = {key: v for key, v in meta.items() if key not in RUN_ONLY}
-            path = save_png(image, kept, out / item_name(k, meta["seed"]))
-            entries.append({"item": k, "seed": meta["seed"], "prompt": meta["prompt"], "file": path.name,
-                            "process": rank, "seconds": round(seconds, 4), "device": meta["device"]})  # fmt: skip
-        bar.update(len(run))
-    return entries
+def run_items(
+    pipeline: ImagePipeline, request: GenerationRequest, runs: list[list[int]], out: Path, rank: int, bar
+) -> int:
+    """Generate and save `runs` (contiguous item indices), appending each run's manifest entries
+    to this process's part as soon as its files exist; returns the number of images made."""
+    made = 0
+    with (out / f"manifest.part-{rank}.jsonl").open("a", encoding="utf-8") as part:
+        for run in runs:
+            start = time.perf_counter()
+            result = pipeline.generate(request, item_range=(run[0], run[-1] + 1))
+            seconds = (time.perf_counter() - start) / len(run)
+            for k, image, meta in zip(run, result.images, result.metadata, strict=True):
+                kept = {key: v for key, v in meta.items() if key not in RUN_ONLY}
+                path = save_png(image, kept, out / item_name(k, meta["seed"]))
+                entry = {"item": k, "seed": meta["seed"], "prompt": meta["prompt"], "file": path.name,
+                         "process": rank, "seconds": round(seconds, 4), "device": meta["device"]}  # fmt: skip
+                part.write(json.dumps(entry) + "\n")
+            part.flush()
+            made += len(run)
+            bar.update(len(run))
+    return made
+
+
+def remove_stale_temp_files(out: Path) -> int:
+    """Delete the temp files of writes a killed run left behind (`save_png`'s `.<name>.<hex>.part`).
+    Only safe before the barrier, when no process of this run is writing yet."""
+    stale = list(out.glob(f".*.png.*{TEMP_SUFFIX}"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return len(stale)
 
 
 def merge_manifest(out: Path) -> int:
-    """Merge every `manifest.part-*.jsonl` into `manifest.jsonl` (ordered by item, one entry per item)."""
+    """Merge every `manifest.part-*.jsonl` into `manifest.jsonl` (ordered by item, one entry per
+    item; a part's entry replaces an earlier run's). A line cut short by a kill mid-write is skipped with a warning:
+    its file is either there (made, only its timing is lost) or re-made by this run."""
     entries: dict[int, dict] = {}
     final = out / "manifest.jsonl"
     for path in [final, *sorted(out.glob("manifest.part-*.jsonl"))]:
-        if path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                if line.strip():
-                    entry = json.loads(line)
-                    entries[entry["item"]] = entry
+        if not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                entry = json.loads(line) if line.strip() else None
+            except json.JSONDecodeError as exc:
+                log.warning("%s line %d is cut short (a killed run?), skipped: %s", path.name, number, exc)
+                continue
+            if entry is not None:
+                entries[entry["item"]] = entry
     temp = out / "manifest.jsonl.part"
     temp.write_text("".join(json.dumps(entries[k]) + "\n" for k in sorted(entries)), encoding="utf-8")
     os.replace(temp, final)
@@ -131,46 +168,56 @@ def merge_manifest(out: Path) -> int:
     return len(entries)
 
 
+def load(args: argparse.Namespace, device: str) -> tuple[ImagePipeline, GenerationRequest]:
+    """The pipeline on this process's device (LoRAs from LORA_DIR, or a .safetensors path, as the
+    CLI takes them) and the whole job as one request: the app's defaults where an option is unset."""
+    prompts = read_prompts(args.prompts)
+    options = {"micro_batch": args.micro_batch} if args.micro_batch else {}
+    pipeline = ImagePipeline.from_pretrained(args.model, DeviceManager(device), **options)
+    info = pipeline.model_info()
+    loras = {}
+    for name, scale in args.lora:
+        path = name if name.endswith(".safetensors") else pipeline.loras.available().get(name, name)
+        loras[pipeline.load_lora(path, allow_outside=True)] = scale
+    request = GenerationRequest(
+        prompt=prompts, negative_prompt=args.negative, num_images=args.num_images, seed=args.seed,
+        steps=info.default_steps if args.steps is None else args.steps,
+        guidance_scale=info.default_guidance if args.guidance is None else args.guidance,
+        width=args.width, height=args.height, loras=loras,
+    )  # fmt: skip
+    return pipeline, request
+
+
 def main(argv: list[str] | None = None) -> int:
     from accelerate import PartialState
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # Without cpu=True, CPU processes started by torchrun would each think they are alone.
     state = PartialState(cpu=torch.accelerator.current_accelerator() is None)
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     try:
-        prompts = read_prompts(args.prompts)
-        options = {"micro_batch": args.micro_batch} if args.micro_batch else {}
-        pipeline = ImagePipeline.from_pretrained(
-            args.model, DeviceManager(args.device or process_device(state)), **options
-        )
-        info = pipeline.model_info()
-        for name, _scale in args.lora:
-            pipeline.load_lora(name if name.endswith(".safetensors") else pipeline.loras.available().get(name, name))
-        request = GenerationRequest(
-            prompt=prompts, negative_prompt=args.negative, num_images=args.num_images, seed=args.seed,
-            steps=args.steps or info.default_steps, guidance_scale=args.guidance or info.default_guidance,
-            width=args.width, height=args.height, loras={Path(n).stem: s for n, s in args.lora},
-        )  # fmt: skip
+        out.mkdir(parents=True, exist_ok=True)
+        pipeline, request = load(args, args.device or process_device(state))
         total = request.total_images
         todo = [k for k in range(total) if not (out / item_name(k, args.seed + k)).is_file()]
+        if state.is_main_process:
+            remove_stale_temp_files(out)
         # Every process must split the same list: none may write before all have looked.
         state.wait_for_everyone()
-        with state.split_between_processes(todo) as mine:
-            share = len(mine)  # the main process shows its own share; all shares are about equal
+        with state.split_between_processes(chunks(todo, pipeline.options.micro_batch)) as mine:
             bar = tqdm(
-                total=share, desc=f"images (process 0 of {state.num_processes})", disable=not state.is_main_process
+                total=sum(map(len, mine)),  # the main process's share; shares differ by one micro-batch at most
+                desc=f"images (process 0 of {state.num_processes})",
+                disable=not state.is_main_process,
             )
-            entries = run_items(pipeline, request, list(mine), out, state.process_index, bar)
+            run_items(pipeline, request, list(mine), out, state.process_index, bar)
             bar.close()
     except (PipelineError, ValueError, OSError) as exc:
         print(f"error (process {state.process_index}): {exc}", file=sys.stderr)
         return 2
-    part = out / f"manifest.part-{state.process_index}.jsonl"
-    part.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
     state.wait_for_everyone()
     if state.is_main_process:
         count = merge_manifest(out)
