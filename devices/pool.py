@@ -30,6 +30,15 @@ def _all_of(kind: str) -> list[str]:
     return [f"{prefix}:{i}" for i in range(status.device_count)]
 
 
+def _check_usable(text: str, request) -> None:
+    """A list names devices exactly: an unusable one is an error, never a silent CPU fallback."""
+    status = backends.probe(request.kind)
+    if not status.available:
+        raise ValueError(f"PREFERRED_DEVICE={text!r}: {request} is not usable: {status.reason}")
+    if request.index is not None and request.index >= status.device_count:
+        raise ValueError(f"PREFERRED_DEVICE={text!r}: {request} requested but {status.device_count} device(s) visible")
+
+
 def _best_backend() -> str:
     return next(kind for kind in backends.PRIORITY if backends.probe(kind).available)
 
@@ -55,6 +64,8 @@ def expand_devices(value: str | None = None, environ: Mapping[str, str] | None =
                 ) from None
             if request.kind == "auto":
                 raise ValueError(f"PREFERRED_DEVICE={text!r}: 'auto' cannot be part of a list")
+        for item in devices:  # every entry parsed: now each must be usable
+            _check_usable(text, parse_device(item))
     else:
         parse_device(text or None)  # raises with the valid values
         devices = [text or None]

@@ -144,6 +144,8 @@ def test_device_lists_with_simulated_accelerators(monkeypatch):
     fakes.fake_cuda(monkeypatch, count=4)
     assert expand_devices("all", {}) == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
     assert expand_devices("cuda:0,cuda:2", {}) == ["cuda:0", "cuda:2"]
+    with pytest.raises(ValueError, match="cuda:7 requested but 4 device"):
+        expand_devices("cuda:0,cuda:7", {})
     fakes.fake_npu(monkeypatch, count=8)
     assert expand_devices("npu:all", {}) == [f"npu:{i}" for i in range(8)]
 
@@ -155,6 +157,7 @@ def test_device_lists_with_simulated_accelerators(monkeypatch):
         ("auto,cpu", {}, "'auto' cannot be part of a list"),
         ("npu:all", {}, "PREFERRED_DEVICE=npu:all: torch_npu is not installed"),
         ("cpu", {"CPU_REPLICAS": "x"}, "CPU_REPLICAS='x' is not valid"),
+        ("cuda:1,cpu", {}, "PREFERRED_DEVICE='cuda:1,cpu': cuda:1 is not usable"),
     ],
 )
 def test_device_list_errors_name_the_setting(monkeypatch, value, env, message):
