@@ -3,6 +3,7 @@
 - `serving.deployment`: the Serve deployment, one `ImagePipeline` per replica on one accelerator.
 - `serving.ray_backend.RayBackend`: the app's `GenerationBackend` on top of it
   (`GENERATION_BACKEND=ray`).
+- `serving.wire`: requests, results and errors as plain data (images as PNG bytes).
 - `python -m serving`: start the deployment on a Ray cluster and keep it running.
 
 Nothing here imports ray at import time of the app: only when the Ray backend is asked for.

@@ -1,123 +1,229 @@
-"""The Ray Serve deployment: one ImagePipeline per replica, one generation at a time per replica.
+"""The Ray Serve deployment: one ImagePipeline per replica on one accelerator, one generation at a time.
 
-Each replica reserves one accelerator through Ray's own resources (`num_gpus` for CUDA/ROCm/XPU,
-`resources={"NPU": 1}` for Ascend, which Ray detects itself) or CPUs, and finds its device from what
-Ray assigned (Ray sets CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES, so it is always index 0).
+Each replica reserves one device through Ray's own resources (`num_gpus` for CUDA/ROCm/XPU,
+`resources={"NPU": 1}` for Ascend, which Ray detects itself) or CPUs, and uses what Ray assigned:
+Ray makes only that device visible (CUDA_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES,
+ONEAPI_DEVICE_SELECTOR), so it is index 0 inside the replica. `max_ongoing_requests=1`: a replica
+that owns one accelerator takes one request; Serve queues the rest.
 
-`generate` streams events: ("progress", (done, total, image)) per step, then ("result", result) or
-("error", exception). Cancel is cooperative, as in-process: the caller marks the request in the
-StatusBoard actor and the replica's `should_cancel` sees it at the next step, so what finished is
-returned. The replicas report what they do (and a heartbeat) to the StatusBoard, which answers
-`/status` without queueing behind a busy replica (max_ongoing_requests=1).
+`generate` is an async generator streaming ("progress", (done, total, image)) per step, then
+("result", wire result) or ("error", wire error) (serving.wire: plain data, PNG bytes).
+It is async on purpose: Ray Serve runs a sync generator to its end in a thread and never closes
+it, while an async one gets a CancelledError when the caller cancels or disconnects
+(`ray/serve/_private/replica.py: call_user_generator`), which sets the flag the pipeline's
+`should_cancel` reads. The normal Stop keeps the finished images: the caller marks the request
+in the StatusBoard, which wakes the replica's watcher, and the pipeline stops after the
+current step and returns what finished.
+
+The StatusBoard (a small named async actor) also holds each replica's heartbeat with what it is
+doing, so the status panel never queues behind a busy replica.
+
+`serve run --name diffusion-anywhere serving.deployment:build_app model=models/tiny-shapes replicas=2 device=cpu`
+deploys it from the command line (the same as `python -m serving`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-import queue
 import threading
 import time
 from typing import Any
 
+import ray
 from ray import serve
 
 from devices import DeviceManager
 from pipelines import ImagePipeline
 
+from .wire import error_to_wire, request_from_wire, result_to_wire
+
 log = logging.getLogger(__name__)
 
 APP_NAME = "diffusion-anywhere"
+DEPLOYMENT_NAME = "GenerationReplica"
 BOARD_NAME = "diffusion-anywhere-status"
-HEARTBEAT_S = 2.0
+NAMESPACE = "serve"
+HEARTBEAT_S = 1.0  # the app polls status every 2 s
+FORGET_S = 60.0  # a replica silent this long is dropped from the board (Serve has replaced it)
+TOKEN_TTL_S = 3600.0
 
-
-def replica_device() -> str:
-    """The device Ray gave this replica: its visible accelerator (index 0), else the CPU."""
-    import ray
-
-    if ray.get_gpu_ids():
-        return "xpu" if os.environ.get("RAY_DEVICE_KIND") == "xpu" else "cuda"
-    if os.environ.get("ASCEND_RT_VISIBLE_DEVICES"):
-        return "npu"
-    return "cpu"
+RESOURCES: dict[str, dict[str, Any]] = {  # how a replica reserves one device of each kind
+    "cpu": {},
+    "cuda": {"num_gpus": 1},  # NVIDIA and AMD (ROCm): Ray's "GPU" resource
+    "xpu": {"num_gpus": 1},  # Intel GPUs are Ray "GPU"s too
+    "npu": {"resources": {"NPU": 1}},  # Ascend: detected by Ray (ray/_private/accelerators/npu.py)
+}
 
 
 class StatusBoard:
-    """A tiny Ray actor: what each replica is doing, and which requests were cancelled."""
+    """What each replica is doing (heartbeats), and which requests the app asked to stop.
+
+    An async actor: `watch` calls wait on an asyncio.Event each, so a replica learns of a Stop
+    at once without polling.
+    """
 
     def __init__(self):
         self.rows: dict[str, dict[str, Any]] = {}
-        self.cancelled: dict[str, float] = {}
+        self.tokens: dict[str, tuple[asyncio.Event, list[bool], float]] = {}
 
-    def report(self, replica: str, row: dict[str, Any]) -> None:
+    def _token(self, token: str) -> tuple[asyncio.Event, list[bool], float]:
+        now = time.time()
+        if token not in self.tokens:
+            self.tokens = {k: v for k, v in self.tokens.items() if now - v[2] < TOKEN_TTL_S}
+            self.tokens[token] = (asyncio.Event(), [False], now)
+        return self.tokens[token]
+
+    async def report(self, replica: str, row: dict[str, Any]) -> None:
         self.rows[replica] = {**row, "seen": time.time()}
 
-    def snapshot(self) -> dict[str, dict[str, Any]]:
+    async def snapshot(self) -> dict[str, dict[str, Any]]:
+        now = time.time()
+        self.rows = {k: v for k, v in self.rows.items() if now - v["seen"] < FORGET_S}
         return dict(self.rows)
 
-    def cancel(self, token: str) -> None:
-        now = time.time()
-        self.cancelled = {k: t for k, t in self.cancelled.items() if now - t < 3600}
-        self.cancelled[token] = now
+    async def cancel(self, token: str) -> None:
+        event, cancelled, _ = self._token(token)
+        cancelled[0] = True
+        event.set()
 
-    def is_cancelled(self, token: str) -> bool:
-        return token in self.cancelled
+    async def end(self, token: str) -> None:
+        if token in self.tokens:  # its watch call came first (same caller, in order)
+            self.tokens[token][0].set()
+
+    async def watch(self, token: str) -> bool:
+        """Return when the request is cancelled (True) or has ended (False)."""
+        event, cancelled, _ = self._token(token)
+        await event.wait()
+        self.tokens.pop(token, None)
+        return cancelled[0]
 
 
-@serve.deployment(max_ongoing_requests=1)
+def status_board() -> Any:
+    """The board actor, created by whoever comes first (the app or a replica)."""
+    return (
+        ray.remote(num_cpus=0, max_restarts=-1)(StatusBoard)  # restarted empty; heartbeats refill it
+        .options(name=BOARD_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True)
+        .remote()
+    )
+
+
+def replica_device(kind: str) -> str:
+    """The device Ray assigned this replica (only it is visible here, so index 0), or the CPU."""
+    if kind == "cpu":
+        return "cpu"
+    assigned = ray.get_gpu_ids() if kind in ("cuda", "xpu") else os.environ.get("ASCEND_RT_VISIBLE_DEVICES", "")
+    if not assigned:
+        raise RuntimeError(f"Ray assigned this replica no {kind} device (is the resource in the cluster?)")
+    return f"{kind}:0"
+
+
+@serve.deployment(name=DEPLOYMENT_NAME, max_ongoing_requests=1)
 class GenerationReplica:
     """One model on one device; streams progress, then the result."""
 
-    def __init__(self, model: str | None, options: dict[str, Any], threads: int | None = None):
-        import ray
-        import torch
+    def __init__(self, model: str | None, kind: str = "cpu", cpus: float = 1.0, options: dict | None = None):
+        if kind == "cpu":
+            import torch
 
-        if threads:
-            torch.set_num_threads(threads)
-        self.dm = DeviceManager(replica_device())
-        self.pipeline = ImagePipeline.from_pretrained(model, self.dm, **options)
+            torch.set_num_threads(max(1, int(cpus)))  # the cores Ray reserved for this replica
+        self.pipeline = ImagePipeline.from_pretrained(model, DeviceManager(replica_device(kind)), **(options or {}))
         self.replica = serve.get_replica_context().replica_id.unique_id
-        self.board = ray.get_actor(BOARD_NAME, namespace="serve")
-        self._stop = threading.Event()
-        threading.Thread(target=self._heartbeat, daemon=True, name="heartbeat").start()
+        self.board = status_board()
+        self._closed = threading.Event()
+        self._report()
+        threading.Thread(target=self._heartbeat, daemon=True, name="status-heartbeat").start()
 
-    def _row(self) -> dict[str, Any]:
-        return self.pipeline.status()[0].to_dict()
+    def __del__(self):
+        self._closed.set()
+
+    def _report(self) -> None:
+        row = self.pipeline.status()[0].to_dict()
+        self.board.report.remote(self.replica, {**row, "name": f"ray:{self.replica}"})
 
     def _heartbeat(self) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
-            self.board.report.remote(self.replica, self._row())
+        while not self._closed.wait(HEARTBEAT_S):
+            self._report()
 
     def model_info(self):
         return self.pipeline.model_info()
 
-    def generate(self, request, token: str):
-        """Events for one request (see the module docstring)."""
-        import ray
+    async def _watch(self, token: str, cancel: threading.Event) -> None:
+        try:
+            if await self.board.watch.remote(token):
+                cancel.set()
+        except ray.exceptions.RayActorError as exc:  # the board restarted: Stop is lost, a disconnect still stops
+            log.warning("status board lost while request %s ran: %s", token, exc)
 
-        events: queue.Queue = queue.Queue()
+    async def generate(self, data: dict[str, Any], token: str):
+        """Events of one request (module docstring); the work runs in a thread, off the event loop."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        cancel = threading.Event()
+
+        def put(event: tuple) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
 
         def progress(done: int, total: int, image: int) -> None:
-            events.put(("progress", (done, total, image)))
-            self.board.report.remote(self.replica, self._row())
-
-        def cancelled() -> bool:
-            return ray.get(self.board.is_cancelled.remote(token))
+            put(("progress", (done, total, image)))
+            if done == 1:
+                self._report()  # busy now, not at the next heartbeat
 
         def work() -> None:
             try:
-                result = self.pipeline.generate(request, progress=progress, should_cancel=cancelled)
-                for meta in result.metadata:
+                result = result_to_wire(self.pipeline.generate(request_from_wire(data), progress, cancel.is_set))
+                for meta in result["metadata"]:
                     meta["replica"] = self.replica
-                events.put(("result", result))
-            except Exception as exc:  # handed to the caller with its type and message
-                events.put(("error", exc))
+                put(("result", result))
+            except Exception as exc:  # handed to the caller as plain data (serving.wire)
+                log.warning("request failed on replica %s: %s", self.replica, exc)
+                put(("error", error_to_wire(exc)))
 
-        threading.Thread(target=work, daemon=True, name="generate").start()
-        while True:
-            kind, value = events.get()
-            yield kind, value
-            if kind != "progress":
-                self.board.report.remote(self.replica, self._row())
-                return
+        watcher = asyncio.ensure_future(self._watch(token, cancel))
+        threading.Thread(target=work, daemon=True, name=f"generate-{token}").start()
+        self._report()
+        try:
+            while True:
+                kind, value = await events.get()
+                yield kind, value
+                if kind != "progress":
+                    return
+        finally:  # also on CancelledError: the caller cancelled or went away, so stop after this step
+            cancel.set()
+            watcher.cancel()
+            self.board.end.remote(token)
+            self._report()
+
+
+def application(
+    model: str | None, replicas: int = 1, kind: str = "cpu", cpus: float = 1.0, options: dict | None = None
+) -> Any:
+    """The bound Serve application: `replicas` replicas of `kind`, each with `cpus` CPUs."""
+    if kind not in RESOURCES:
+        raise ValueError(f"device: {kind!r} is not valid: expected one of {', '.join(RESOURCES)} or auto")
+    actor_options = {"num_cpus": cpus, **RESOURCES[kind]}
+    return GenerationReplica.options(num_replicas=replicas, ray_actor_options=actor_options).bind(
+        model, kind, cpus, options or {}
+    )
+
+
+def detect_kind() -> str:
+    """auto: GPUs if the cluster has any, then Ascend NPUs, else CPUs (XPU must be asked for)."""
+    cluster = ray.cluster_resources()
+    if cluster.get("GPU", 0) >= 1:
+        return "cuda"
+    if cluster.get("NPU", 0) >= 1:
+        return "npu"
+    return "cpu"
+
+
+def build_app(args: dict[str, str]) -> Any:
+    """`serve run serving.deployment:build_app model=... replicas=N device=auto|cpu|cuda|xpu|npu cpus=1`."""
+    kind = args.get("device", "auto")
+    return application(
+        args.get("model"),
+        int(args.get("replicas", 1)),
+        detect_kind() if kind == "auto" else kind,
+        float(args.get("cpus", 1.0)),
+    )

@@ -1,11 +1,13 @@
 """RayBackend: the app's GenerationBackend on a Ray Serve deployment (GENERATION_BACKEND=ray).
 
-    GENERATION_BACKEND=ray RAY_ADDRESS=auto RAY_REPLICAS=8 python app.py   # join a running cluster
-    GENERATION_BACKEND=ray python app.py        # a local Ray instance sized to this machine
+    GENERATION_BACKEND=ray python app.py     # a local Ray instance sized to this machine
+    GENERATION_BACKEND=ray RAY_ADDRESS=auto RAY_REPLICAS=8 RAY_DEVICE=cuda python app.py   # a cluster
 
-Requests and results travel as the same dataclasses the in-process pool uses (Ray pickles them,
-PIL images included), so seeds and metadata are those of an in-process run. A replica that dies
-mid-request gives a clear PipelineError; Serve replaces it and the next request is served.
+Requests and results travel as plain data (serving.wire: fields, PNG bytes), so seeds, pixels and
+metadata are those of an in-process run. Progress streams back step by step; Stop marks the
+request in the StatusBoard and the replica returns what finished; a caller that goes away
+cancels the Serve call, which stops the replica's work too. A replica that dies mid-request gives
+a clear PipelineError while Serve replaces it; the other replicas keep serving.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import dataclasses
 import logging
 import secrets
 import time
+from pathlib import Path
 from typing import Any
 
 from pipelines import PipelineError
@@ -21,70 +24,68 @@ from pipelines.backend import CancelFn, ModelInfo, ProgressFn, ReplicaStatus
 from pipelines.request import GenerationRequest, GenerationResult
 
 from . import import_ray
-from .deployment import APP_NAME, BOARD_NAME, HEARTBEAT_S, GenerationReplica, StatusBoard
+from .wire import error_from_wire, request_to_wire, result_from_wire
 
 log = logging.getLogger(__name__)
 
-RESOURCES = {  # how a replica reserves one device of each kind through Ray's own resources
-    "cpu": {},
-    "cuda": {"num_gpus": 1},
-    "xpu": {"num_gpus": 1, "runtime_env": {"env_vars": {"RAY_DEVICE_KIND": "xpu"}}},
-    "npu": {"resources": {"NPU": 1}},
-}
+REPLICA_FAILED = "a replica failed; Ray Serve is replacing it, try again"
+STALE_S = 5.0  # no heartbeat for this long: the replica is gone (heartbeats come every HEARTBEAT_S)
 
 
-def replica_options(kind: str, cpus: float) -> dict[str, Any]:
-    if kind not in RESOURCES:
-        raise ValueError(f"RAY_DEVICE={kind!r} is not valid: expected one of {', '.join(RESOURCES)} or auto")
-    return {"num_cpus": cpus, **RESOURCES[kind]}
-
-
-def detect_kind(cluster: dict[str, float]) -> str:
-    """auto: GPUs if the cluster has any, then Ascend NPUs, else CPUs."""
-    if cluster.get("GPU", 0) >= 1:
-        return "cuda"
-    if cluster.get("NPU", 0) >= 1:
-        return "npu"
-    return "cpu"
+def _local_path(value: Any) -> Any:
+    """Relative paths that exist here are sent absolute: replicas do not share our working directory."""
+    if isinstance(value, str | Path) and Path(value).exists():
+        return str(Path(value).resolve())
+    return value
 
 
 class RayBackend:
     """Talks to the deployment through a DeploymentHandle; status comes from the StatusBoard actor."""
 
-    def __init__(self, handle: Any, board: Any, replicas: int, info: ModelInfo, owns_ray: bool):
-        self.handle, self.board, self.replicas = handle, board, replicas
-        self.info = info
+    def __init__(self, handle: Any, board: Any, replicas: int, info: ModelInfo, deployed: bool, owns_ray: bool):
+        self.handle, self.board, self.replicas, self.info = handle, board, replicas, info
+        self.deployed = deployed  # close() deletes only what it deployed
         self.owns_ray = owns_ray
 
     @classmethod
     def start(
         cls,
         model: str | None = None,
-        address: str | None = None,
         replicas: int = 1,
         device: str | None = "auto",
+        address: str | None = None,
         cpus_per_replica: float = 1.0,
+        reuse: bool = True,
         **options: Any,
     ) -> RayBackend:
-        """Connect (RAY_ADDRESS, or a local instance), deploy or reuse the app, wait until it answers."""
+        """Connect, deploy `replicas` replicas (or reuse the running deployment), wait until one answers.
+
+        address: None (RAY_ADDRESS if set, else a local instance sized to this machine), "auto",
+        "ray://host:10001". device: auto | cpu | cuda | xpu | npu. `options` go to
+        ImagePipeline.from_pretrained on each replica (lora_dir, max_batch...).
+        """
         ray, serve = import_ray()
-        owns = not ray.is_initialized()
-        if owns:
+        from .deployment import APP_NAME, application, detect_kind, status_board
+
+        owns_ray = not ray.is_initialized()
+        if owns_ray:
             ray.init(address=address or None, include_dashboard=False, log_to_driver=False)
-        board = (
-            ray.remote(num_cpus=0)(StatusBoard)
-            .options(name=BOARD_NAME, namespace="serve", lifetime="detached", get_if_exists=True)
-            .remote()
-        )
-        kind = detect_kind(ray.cluster_resources()) if device in (None, "", "auto") else device
-        threads = int(cpus_per_replica) if kind == "cpu" else None
-        app = GenerationReplica.options(
-            num_replicas=replicas, ray_actor_options=replica_options(kind, cpus_per_replica)
-        ).bind(model, {k: v for k, v in options.items() if v is not None}, threads)
-        handle = serve.run(app, name=APP_NAME, route_prefix=None)
+        board = status_board()
+        app_status = serve.status().applications.get(APP_NAME)
+        deployed = not (reuse and app_status is not None and app_status.status == "RUNNING")
+        if deployed:
+            kind = detect_kind() if device in (None, "", "auto") else device
+            opts = {k: _local_path(v) for k, v in options.items() if v is not None}
+            app = application(_local_path(model), replicas, kind, cpus_per_replica, opts)
+            serve.start(proxy_location="Disabled")  # the app calls through handles, not HTTP
+            handle = serve.run(app, name=APP_NAME, route_prefix=None)
+            log.info("Ray Serve: deployed %d %s replica(s)", replicas, kind)
+        else:
+            handle = serve.get_app_handle(APP_NAME)
+            replicas = max(1, sum(d.replica_states.get("RUNNING", 0) for d in app_status.deployments.values()))
+            log.info("Ray Serve: reusing the running deployment %r (%d replica(s))", APP_NAME, replicas)
         info = handle.model_info.remote().result(timeout_s=600)
-        log.info("Ray Serve: %d %s replica(s) of %s", replicas, kind, info.model_name)
-        return cls(handle, board, replicas, info, owns)
+        return cls(handle, board, replicas, info, deployed, owns_ray)
 
     # ---------------------------------------------------------------- GenerationBackend
     @property
@@ -97,50 +98,76 @@ class RayBackend:
     def generate(
         self, request: GenerationRequest, progress: ProgressFn | None = None, should_cancel: CancelFn | None = None
     ) -> GenerationResult:
-        """Stream one request's events from a replica; cancel cooperatively (what finished comes back)."""
+        """Stream one request's events from a replica; Stop keeps what finished, as in-process."""
         ray, _ = import_ray()
+        from ray.serve.exceptions import DeploymentUnavailableError, ReplicaUnavailableError
+
+        info = self.info  # fail fast without taking a replica; the replica checks again
+        request.validate(info.size_multiple, info.max_batch, info.max_pixels, max_side=info.max_side)
         if request.seed is None:
             request = dataclasses.replace(request, seed=secrets.randbelow(2**31))
         token = secrets.token_hex(8)
-        stream = self.handle.options(stream=True).generate.remote(request, token)
-        cancel_sent = False
+        stream = self.handle.options(stream=True).generate.remote(request_to_wire(request), token)
+        finished = cancel_sent = False
         try:
             for kind, value in stream:
                 if kind == "progress":
                     if progress is not None:
                         progress(*value)
                     if not cancel_sent and should_cancel is not None and should_cancel():
-                        self.board.cancel.remote(token)
+                        self.board.cancel.remote(token)  # the replica stops after this step, returns what finished
                         cancel_sent = True
-                elif kind == "error":
-                    raise value
-                else:
-                    return value
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError, ray.exceptions.RayTaskError) as exc:
+                    continue
+                finished = True
+                if kind == "error":
+                    raise error_from_wire(value)
+                return result_from_wire(value)
+        except (ray.exceptions.RayActorError, ReplicaUnavailableError, DeploymentUnavailableError) as exc:
             log.error("Ray replica failed: %s", exc)
-            raise PipelineError("a generation replica failed; Ray Serve is replacing it, please try again") from exc
-        raise PipelineError("the generation replica ended without a result; please try again")
+            raise PipelineError(REPLICA_FAILED) from exc
+        except ray.exceptions.RayTaskError as exc:
+            raise PipelineError(f"generation failed on a Ray replica: {exc.cause!r}; try again") from exc
+        finally:
+            if not finished:
+                stream.cancel()  # we are leaving early (error, interrupt): stop the replica's work
+        raise PipelineError(REPLICA_FAILED)
 
     def status(self) -> list[ReplicaStatus]:
-        """One row per replica from their reports; a replica silent for 3 heartbeats is unhealthy."""
-        rows = self.board.snapshot.remote()
-        ray, _ = import_ray()
+        """One row per replica from the board (never queues behind a busy replica), plus Serve's view."""
+        ray, serve = import_ray()
+        from .deployment import APP_NAME, DEPLOYMENT_NAME
+
+        rows = ray.get(self.board.snapshot.remote(), timeout=5)
+        app = serve.status().applications.get(APP_NAME)
+        states = app.deployments[DEPLOYMENT_NAME].replica_states if app and DEPLOYMENT_NAME in app.deployments else {}
         now = time.time()
         out = []
-        for name, row in sorted(ray.get(rows, timeout=5).items()):
-            fields = {k: v for k, v in row.items() if k in ReplicaStatus.__dataclass_fields__}
-            status = ReplicaStatus(**{**fields, "name": f"ray:{name[:8]}"})
-            if now - row["seen"] > 3 * HEARTBEAT_S:
-                status.healthy, status.error = False, "no heartbeat: the replica is gone (Serve replaces it)"
+        for _, row in sorted(rows.items()):
+            status = ReplicaStatus(**{k: v for k, v in row.items() if k in ReplicaStatus.__dataclass_fields__})
+            if now - row["seen"] > STALE_S:
+                status.healthy, status.busy, status.activity = False, False, "gone"
+                status.error = f"no heartbeat for {now - row['seen']:.0f} s: the replica stopped; Serve replaces it"
             out.append(status)
-        return out or [self._placeholder()]
+        fresh = sum(r.healthy for r in out)
+        starting = sum(n for s, n in states.items() if s not in ("RUNNING", "STOPPING"))
+        for n in range(max(0, starting - max(0, fresh - states.get("RUNNING", 0)))):
+            out.append(self._placeholder(f"ray:starting#{n}", "Serve is starting a replica"))
+        return out or [self._placeholder("ray", "no replica has reported yet")]
 
-    def _placeholder(self) -> ReplicaStatus:
-        return ReplicaStatus(name="ray", device="?", backend="?", device_name="starting", dtype="?", attention="?")
+    @staticmethod
+    def _placeholder(name: str, why: str) -> ReplicaStatus:
+        return ReplicaStatus(
+            name=name, device="?", backend="?", device_name="starting", dtype="?", attention="?",
+            healthy=False, activity="starting", error=why,
+        )  # fmt: skip
 
     def close(self) -> None:
+        """Delete what start() deployed (and the board with it); stop Ray if start() started it."""
         ray, serve = import_ray()
-        serve.delete(APP_NAME)
+        if self.deployed:
+            from .deployment import APP_NAME
+
+            serve.delete(APP_NAME)
+            ray.kill(self.board)
         if self.owns_ray:
-            serve.shutdown()
             ray.shutdown()

@@ -1,22 +1,26 @@
-"""The Ray Serve backend on a local Ray instance with 2 CPU replicas (requirements-ray.txt; CI installs it).
+"""The Ray Serve backend on a local Ray instance: 2 CPU replicas of the tiny model (requirements-ray.txt; CI has it).
 
-Environment: RAY_AUTH_MODE=disabled and a small object store keep the local instance quiet and light.
+One Ray instance for the module (`ray.init(num_cpus=2)`, replicas with num_cpus=1, micro-batches of 2
+so that a cancel lands between images), always shut down. Environment set for it (the raylet reads
+it at start): RAY_USAGE_STATS_ENABLED=0 (no usage report, quiet), RAY_AUTH_MODE=disabled (no token
+for a local test instance); the object store is capped at 100 MB.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from devices import DeviceManager
 from pipelines import GenerationRequest, ImagePipeline, PipelineError
 
 ray = pytest.importorskip("ray", reason="Ray is optional: pip install -r requirements-ray.txt")
 PROMPT = "a red circle on a blue background"
+OPTIONS = {"micro_batch": 2}
 
 
 @pytest.fixture(scope="module")
@@ -25,94 +29,165 @@ def backend(tiny_model_dir):
 
     from serving.ray_backend import RayBackend
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 2**20)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        env.setenv("RAY_AUTH_MODE", "disabled")
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
     try:
-        yield RayBackend.start(model=str(tiny_model_dir), replicas=2, device="cpu", cpus_per_replica=1)
+        yield RayBackend.start(model=str(tiny_model_dir), replicas=2, device="cpu", cpus_per_replica=1, **OPTIONS)
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def local(tiny_model_dir):
+    return ImagePipeline.from_pretrained(tiny_model_dir, DeviceManager("cpu"), **OPTIONS)
 
 
 def request(**kwargs) -> GenerationRequest:
     return GenerationRequest(**{"prompt": PROMPT, "num_images": 2, "steps": 3, "seed": 21, **kwargs})
 
 
-def test_results_equal_the_in_process_ones(backend, tiny_model_dir):
-    local = ImagePipeline.from_pretrained(tiny_model_dir, DeviceManager("cpu")).generate(request())
+def assert_same(remote, local_result) -> None:
+    assert remote.seeds == local_result.seeds
+    assert [(m["prompt"], m["seed"]) for m in remote.metadata] == [
+        (m["prompt"], m["seed"]) for m in local_result.metadata
+    ]
+    for a, b in zip(remote.images, local_result.images, strict=True):
+        assert np.abs(np.asarray(a, dtype=np.int16) - np.asarray(b, dtype=np.int16)).max() <= 1
+
+
+def test_results_equal_the_in_process_ones(backend, local):
     steps = []
     remote = backend.generate(request(), progress=lambda *a: steps.append(a))
-    assert remote.seeds == local.seeds == [21, 22]
-    assert [m["prompt"] for m in remote.metadata] == [m["prompt"] for m in local.metadata]
-    for a, b in zip(remote.images, local.images, strict=True):
-        assert np.abs(np.asarray(a, dtype=np.int16) - np.asarray(b, dtype=np.int16)).max() <= 1
+    assert_same(remote, local.generate(request()))
+    assert remote.seeds == [21, 22] and not remote.cancelled
     assert steps and steps[-1][0] == steps[-1][1]  # progress arrived, up to done == total
+    edit = request(init_images=[Image.new("RGB", (32, 32), (200, 30, 30))], strength=0.8)  # inputs travel as PNG
+    remote = backend.generate(edit)
+    assert_same(remote, local.generate(edit))
+    assert remote.inputs[0].getpixel((0, 0)) == (200, 30, 30)
 
 
-def test_concurrent_requests_go_to_different_replicas(backend):
-    both = threading.Barrier(2, timeout=60)
-    results = []
+def run_together(backend, seeds, on_step=None):
+    """Generate one request per seed from threads at once; each waits at step 1 until all are denoising."""
+    together = threading.Barrier(len(seeds), timeout=30)
+    results, errors = {}, []
 
     def progress(done, _total, _image):
         if done == 1:
-            both.wait()  # both requests are denoising at the same time
+            together.wait()  # fails (BrokenBarrierError) if the requests do not run at the same time
+            if on_step is not None:
+                on_step()
 
-    threads = [
-        threading.Thread(target=lambda s=s: results.append(backend.generate(request(seed=s, steps=20), progress)))
-        for s in (1, 2)
-    ]
+    def one(seed):
+        try:
+            results[seed] = backend.generate(request(seed=seed, steps=20), progress)
+        except Exception as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(s,)) for s in seeds]
     for t in threads:
         t.start()
     for t in threads:
         t.join(120)
-    assert len({r.metadata[0]["replica"] for r in results}) == 2
+    assert not errors
+    return results
 
 
-def test_cancel_returns_what_finished(backend):
-    calls = {"n": 0}
+def test_concurrent_requests_are_served_by_different_replicas_and_status_answers(backend):
+    rows = []
+    results = run_together(backend, [1, 2], on_step=lambda: rows.append(backend.status()))
+    assert len({r.metadata[0]["replica"] for r in results.values()}) == 2
+    assert sorted(r.seeds for r in results.values()) == [[1, 2], [2, 3]]
+    assert all(len(s) == 2 for s in rows)  # status answered while both replicas were generating
+
+
+def test_status_shows_busy_replicas_without_queueing_behind_them(backend):
+    seen = []
 
     def cancel() -> bool:
-        calls["n"] += 1
-        return calls["n"] > 3
+        seen.append(backend.status())  # a status call routed to a busy replica would hang here
+        return any(r.busy for r in seen[-1]) or len(seen) > 100
 
-    result = backend.generate(request(num_images=8, steps=100), should_cancel=cancel)
-    assert result.cancelled and len(result.images) < 8
+    result = backend.generate(request(num_images=2, steps=150), should_cancel=cancel)
+    busy = [r for r in seen[-1] if r.busy]
+    assert len(busy) == 1 and busy[0].name.startswith("ray:") and "2 image(s)" in busy[0].activity
+    assert all(r.healthy and r.backend == "cpu" for r in seen[-1]) and result.cancelled
+
+
+def test_stop_returns_what_finished(backend, local):
+    calls = []
+    result = backend.generate(request(num_images=6, steps=30), should_cancel=lambda: len(calls) > 40 or calls.append(1))
+    assert result.cancelled and 0 < len(result.images) < 6
+    assert result.seeds == [21 + i for i in range(len(result.images))]
+    assert any("cancelled" in w for w in result.warnings)
+
+
+def test_a_caller_that_goes_away_stops_the_replica_work(backend):
+    class Gone(Exception):
+        pass
+
+    def progress(done, _total, _image):
+        if done == 3:
+            raise Gone
+
+    with pytest.raises(Gone):  # 8 images x 150 steps: ~17 s of work if nothing stopped it
+        backend.generate(request(num_images=8, steps=150), progress=progress)
+    deadline = time.time() + 8
+    while time.time() < deadline and any(r.busy for r in backend.status()):
+        time.sleep(0.2)
+    assert not any(r.busy for r in backend.status())
 
 
 def test_request_errors_keep_their_message(backend):
     with pytest.raises(ValueError, match="width: 33 is not a multiple of 8"):
-        backend.generate(request(width=33))
+        backend.generate(request(width=33))  # checked before a replica is taken
+    with pytest.raises(ValueError, match="sampler: 'Nope' is not available for this model"):
+        backend.generate(request(sampler="Nope"))  # checked by the replica, message passed through
 
 
-def test_status_has_a_row_per_replica(backend):
-    time.sleep(2.5)  # one heartbeat
-    rows = backend.status()
-    assert len(rows) == 2 and all(r.healthy and r.backend == "cpu" for r in rows)
+def kill_busy_replica(backend) -> None:
+    """ray.kill the replica actor that is generating now (its id is in its status row)."""
+    for _ in range(50):  # its first report may still be on its way: sleep-poll, bounded
+        busy = [r.name.removeprefix("ray:") for r in backend.status() if r.busy]
+        if busy:
+            break
+        time.sleep(0.1)
+    actor = next(a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].endswith(f"#{busy[0]}"))
+    ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
 
 
-def test_a_killed_replica_is_replaced_and_the_app_answers_clearly_meanwhile(backend):
+def test_a_replica_killed_mid_request_is_replaced_and_the_app_answers_clearly_meanwhile(backend):
     from ray import serve
 
-    from serving.deployment import APP_NAME
+    from serving.deployment import APP_NAME, DEPLOYMENT_NAME
+    from serving.ray_backend import REPLICA_FAILED
 
-    victim = next(n for n in ray.util.list_named_actors(all_namespaces=True) if "SERVE_REPLICA" in n["name"])
-    ray.kill(ray.get_actor(victim["name"], namespace=victim["namespace"]), no_restart=True)
+    def progress(done, _total, _image):
+        if done == 3:
+            kill_busy_replica(backend)
+
+    with pytest.raises(PipelineError) as failed:
+        backend.generate(request(num_images=2, steps=150), progress=progress)
+    assert str(failed.value) == REPLICA_FAILED
     outcomes = []
-    for s in range(4):  # meanwhile: served by the other replica, or a clear message
+    for seed in range(4):  # meanwhile: served by the other replica, or refused with the same clear message
         try:
-            outcomes.append(backend.generate(request(seed=s)).seeds[0] == s)
+            outcomes.append(backend.generate(request(seed=seed)).seeds == [seed, seed + 1])
         except PipelineError as exc:
-            assert "Ray Serve is replacing it" in str(exc)
+            assert str(exc) == REPLICA_FAILED
             outcomes.append("refused clearly")
     assert True in outcomes
-    deadline = time.time() + 120
-    while time.time() < deadline:  # a test may sleep-poll; Serve brings the replica back
-        state = serve.status().applications[APP_NAME].deployments["GenerationReplica"]
-        if state.replica_states.get("RUNNING", 0) == 2:
-            break
-        time.sleep(1)
-    assert state.replica_states.get("RUNNING", 0) == 2
-    assert backend.generate(request(seed=99)).seeds == [99, 100]
+    deadline, unhealthy, running = time.time() + 60, False, 0
+    while time.time() < deadline and not (running == 2 and unhealthy):  # a test may sleep-poll
+        unhealthy |= any(not r.healthy for r in backend.status())  # the panel shows the lost replica
+        running = serve.status().applications[APP_NAME].deployments[DEPLOYMENT_NAME].replica_states.get("RUNNING")
+        time.sleep(0.5)
+    assert running == 2 and unhealthy
+    results = run_together(backend, [30, 40])  # both replicas serve again, at the same time
+    assert len({r.metadata[0]["replica"] for r in results.values()}) == 2
 
 
 def test_the_app_runs_on_the_ray_backend(backend, tmp_path, tiny_model_dir):
