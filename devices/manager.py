@@ -14,10 +14,12 @@ dtype policy (override: `dtype=` or TORCH_DTYPE):
 | mps | float32 | fp16 on MPS gives black/NaN images in several pipelines (diffusers #4480 and the MPS notes); bf16 needs macOS 14+ and falls back to slow kernels; Apple's unified memory makes fp32 affordable |
 | cpu | float32 | CPU fp16 matmuls are emulated and slow; bf16 only pays on AMX/AVX512-BF16 CPUs and costs accuracy |
 
-Attention policy (override: DIFFUSERS_ATTENTION_TYPE=vanilla|sdpa): NPU and MPS use
+Attention policy (override: DIFFUSERS_ATTENTION_TYPE=vanilla|sdpa|npu): NPU and MPS use
 "vanilla" (plain matmul-softmax: SDPA on these backends has had numerical and memory bugs and
 is not the fused kernel there); everything else uses "sdpa". Vanilla is slower at large sizes
-(3.9x at 4,096 tokens on CPU), so the override stays available.
+(3.9x at 4,096 tokens on CPU), so the override stays available. `npu` selects Ascend's
+fused attention (diffusers' AttnProcessorNPU / `_native_npu` backend); only on an NPU, and only
+when asked for.
 
 Seeds: `create_generator` returns a CPU generator. diffusers' `randn_tensor` draws the initial
 noise on the CPU and moves it, so one seed gives the same image start on every backend.
@@ -34,8 +36,8 @@ from typing import Any
 
 import torch
 
+from . import attention as _attention
 from . import backends, memory
-from .attention import apply_attention as _apply_attention
 from .options import DeviceOptions
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,7 @@ class DeviceManager:
         preferred_device: auto | cpu | cuda[:N] | rocm | npu[:N] | xpu[:N] | mps; None reads
             PREFERRED_DEVICE, then "auto". Case-insensitive, whitespace-tolerant.
         dtype: torch dtype or its name; None reads TORCH_DTYPE, then the dtype table.
-        attention: vanilla | sdpa; None reads DIFFUSERS_ATTENTION_TYPE, then the policy.
+        attention: vanilla | sdpa | npu; None reads DIFFUSERS_ATTENTION_TYPE, then the policy.
     """
 
     def __init__(
@@ -72,6 +74,13 @@ class DeviceManager:
         self.device_name = backends.device_name(self.backend, index or 0)
         self.dtype = self.options.dtype or self._default_dtype()
         self.attention = self.options.attention or ATTENTION_POLICY.get(self.backend, "sdpa")
+        if self.attention == "npu":
+            if self.backend != "npu":
+                raise ValueError(
+                    f"DIFFUSERS_ATTENTION_TYPE=npu selects Ascend's fused attention, but the device is {self.device}; "
+                    "use vanilla or sdpa here"
+                )
+            _attention.check_npu_attention()
         log.info(
             "device %s (%s, %s), dtype %s, attention %s",
             self.device,
@@ -128,7 +137,11 @@ class DeviceManager:
     # ------------------------------------------------------------------ policies
     def apply_attention(self, pipe: Any) -> dict[str, str]:
         """Apply this manager's attention type to every component; returns what was set."""
-        return _apply_attention(pipe, self.attention)
+        return _attention.apply_attention(pipe, self.attention)
+
+    def attention_context(self):
+        """Context every pipeline call runs in (vanilla: any SDPA call takes the math kernel)."""
+        return _attention.call_context(self.attention)
 
     def create_generator(self, seed: int) -> torch.Generator:
         """A CPU generator: the same seed gives the same initial noise on every backend."""
@@ -163,8 +176,10 @@ class DeviceManager:
     def set_memory_efficient_mode(self, pipe: Any, level: str = "auto") -> list[str]:
         """Enable memory savers and return their names.
 
-        off: nothing. balanced: VAE slicing + tiling, attention slicing (not on MPS, where
-        slicing gives black images). max: balanced + model CPU offload (accelerators only).
+        off: nothing. balanced: VAE slicing + tiling, and attention slicing only when attention is
+        vanilla (slicing swaps every processor for SlicedAttnProcessor, the sliced vanilla path;
+        with sdpa/npu it would silently replace the chosen kernel, which is already memory-lean;
+        never on MPS, where slicing gives black images). max: balanced + model CPU offload (accelerators only).
         auto: max when the weights need > 90 % of free device memory, balanced above 50 %,
         else nothing (savers cost speed, so they are used only when memory is short).
         """
@@ -182,9 +197,13 @@ class DeviceManager:
             if fn is not None:
                 fn()
                 enabled.append(f"vae_{saver}")
-        if self.backend != "mps" and hasattr(pipe, "enable_attention_slicing"):
-            pipe.enable_attention_slicing()
-            enabled.append("attention_slicing")
+        if self.attention == "vanilla" and self.backend != "mps" and hasattr(pipe, "enable_attention_slicing"):
+            pipe.enable_attention_slicing()  # the sliced form of the vanilla math path
+            if _sliced(pipe):  # transformer pipelines (SD3, PixArt...) accept the call and slice nothing
+                enabled.append("attention_slicing")
+        elif hasattr(pipe, "enable_attention_slicing"):
+            log.info("attention slicing skipped: it would replace %s attention (fused SDPA is already memory-lean)",
+                     self.attention)
         if level == "max" and self.backend != "cpu" and hasattr(pipe, "enable_model_cpu_offload"):
             pipe.enable_model_cpu_offload(device=self.device)
             enabled.append("model_cpu_offload")
@@ -260,6 +279,14 @@ class DeviceManager:
 
     def __repr__(self) -> str:
         return f"DeviceManager(device={self.device}, backend={self.backend}, dtype={self.dtype}, attention={self.attention})"
+
+
+def _sliced(pipe: Any) -> bool:
+    return any(
+        type(p).__name__ == "SlicedAttnProcessor"
+        for c in getattr(pipe, "components", {}).values()
+        for p in (getattr(c, "attn_processors", None) or {}).values()
+    )
 
 
 def dtype_name(dtype: torch.dtype) -> str:

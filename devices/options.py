@@ -4,7 +4,8 @@ Environment variables (all optional):
 - PREFERRED_DEVICE: auto | cpu | cuda | cuda:N | rocm | npu | npu:N | xpu | xpu:N | mps
 - PREFERRED_DEVICE_STRICT=1: raise instead of falling back when the device is unusable
 - TORCH_DTYPE: float32 | float16 | bfloat16 (overrides the per-device dtype table)
-- DIFFUSERS_ATTENTION_TYPE: vanilla | sdpa (overrides the per-device attention policy)
+- DIFFUSERS_ATTENTION_TYPE: vanilla | sdpa | npu (overrides the per-device attention policy;
+  npu = Ascend's fused attention, explicit only)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 BACKENDS = ("cuda", "rocm", "npu", "xpu", "mps", "cpu")
-ATTENTION_TYPES = ("vanilla", "sdpa")
+ATTENTION_TYPES = ("vanilla", "sdpa", "npu")
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "fp32": torch.float32,

@@ -65,6 +65,13 @@ class ModelInfo:
     loras: tuple[str, ...] = ()
     vocabulary: dict[str, Any] = field(default_factory=dict)  # embedded models: pattern, words, examples
     examples: tuple[str, ...] = ()
+    pipeline_class: str = ""
+    text_to_image: bool = True
+    edit: bool = False  # an instruction editor (input image + instruction)
+    image_to_image: bool = True
+    guidance_label: str = "CFG scale"  # what the guidance slider drives on this model
+    lora_supported: bool = True
+    attention: dict[str, str] = field(default_factory=dict)  # per component, what runs
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

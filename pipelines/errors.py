@@ -20,6 +20,10 @@ class LoraError(PipelineError, ValueError):
     """A LoRA file was refused or does not fit the loaded model."""
 
 
+class UnsupportedTaskError(PipelineError, ValueError):
+    """The loaded model cannot do what was asked (text-to-image on an edit-only model...)."""
+
+
 class OutOfMemoryError(PipelineError):
     """Out of memory even at one image per micro-batch. `partial` holds what did finish."""
 

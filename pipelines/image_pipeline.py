@@ -15,7 +15,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import math
 import secrets
 import threading
 import time
@@ -26,15 +25,19 @@ from typing import Any
 import torch
 
 from devices import DeviceManager
+from devices.attention import describe as describe_attention
 
 from . import samplers
+from ._prompts_stub import truncation_warnings  # TEMP
 from .backend import ModelInfo, ReplicaStatus
-from .errors import OutOfMemoryError
+from .calls import call_kwargs, size_for
+from .errors import OutOfMemoryError, UnsupportedTaskError
 from .loading import load_diffusers_pipeline
 from .lora import LoraInfo, LoraManager
 from .options import PipelineOptions
 from .preview import PreviewDecoder
 from .request import GenerationRequest, GenerationResult
+from .traits import inspect_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +97,12 @@ class _CallMonitor:
         base: int,
         total: int,
         first_image: int,
+        call_steps: int,
     ):
         self.dm = dm
         self.progress, self.should_cancel = progress, should_cancel
         self.base, self.total, self.first_image = base, total, first_image
+        self.call_steps = call_steps  # steps this call reports (PNDM calls back one time more)
         self.cancelled = False
         self.start = self.encoded = self.last_step = 0.0
         self.steps = 0
@@ -122,7 +127,7 @@ class _CallMonitor:
         self.steps += 1
         self.last_step = self._now()
         if self.progress is not None:
-            self.progress(self.base + step + 1, self.total, self.first_image)
+            self.progress(self.base + min(step + 1, self.call_steps), self.total, self.first_image)
         if self.should_cancel is not None and self.should_cancel():
             self.cancelled = True
             pipe._interrupt = True  # diffusers skips the remaining steps
@@ -164,6 +169,22 @@ class _Previews:
             self.decoder.learn(self.latents, images)
 
 
+class _Interrupted(Exception):
+    """Raised from a legacy step callback to stop a pipeline that has no `_interrupt` check."""
+
+
+class _LegacyCallback:
+    """Adapts the old `callback(step, timestep, latents)` to the `callback_on_step_end` protocol."""
+
+    def __init__(self, pipe: Any, on_step_end: Callable[..., dict]):
+        self.pipe, self.on_step_end = pipe, on_step_end
+
+    def __call__(self, step: int, timestep: Any, latents: Any) -> None:
+        self.on_step_end(self.pipe, step, timestep, {"latents": latents})
+        if getattr(self.pipe, "_interrupt", False):
+            raise _Interrupted
+
+
 class ImagePipeline:
     """Loads a diffusers pipeline through a DeviceManager and runs validated, batched requests."""
 
@@ -180,6 +201,7 @@ class ImagePipeline:
         self._img2img: Any = None
         self._lock = threading.RLock()  # one generation at a time per pipeline
         self._micro_batch_limit: dict[tuple[int, int], int] = {}  # learned from out-of-memory errors
+        self.traits = inspect_pipeline(pipe)
         self.vocabulary = read_vocabulary(source)
         self.activity = "idle"  # what it does now, for the status panel
         self._previews = PreviewDecoder(pipe)
@@ -206,8 +228,9 @@ class ImagePipeline:
         start = time.perf_counter() if start is None else start
         pipe.set_progress_bar_config(disable=True)
         self = cls(pipe, dm, opts, source)
-        self.attention_applied = dm.apply_attention(pipe)
+        applied = dm.apply_attention(pipe)
         self.memory_savers = dm.set_memory_efficient_mode(pipe, opts.memory_mode)
+        self.attention_applied = describe_attention(pipe, applied)  # read back after the memory savers
         if "model_cpu_offload" not in self.memory_savers:
             pipe.to(dm.device)
         self.load_seconds = time.perf_counter() - start
@@ -233,21 +256,13 @@ class ImagePipeline:
 
     @property
     def size_multiple(self) -> int:
-        """Width/height step: the VAE factor times the transformer's patch size, and at least 8
-        (Stable Diffusion pipelines check divisibility by 8 whatever their VAE)."""
-        denoiser = getattr(self.pipe, "unet", None) or getattr(self.pipe, "transformer", None)
-        patch = getattr(getattr(denoiser, "config", None), "patch_size", None) or 1
-        return math.lcm(8, self.vae_scale_factor * int(patch))
+        """Width/height step: VAE factor x latent packing or patch size, at least 8 (pipelines.traits)."""
+        return self.traits.size_step
 
     @property
     def default_size(self) -> tuple[int, int]:
         """(width, height) the model was trained at."""
-        unet = getattr(self.pipe, "unet", None) or getattr(self.pipe, "transformer", None)
-        sample = getattr(getattr(unet, "config", None), "sample_size", None)
-        if isinstance(sample, int):
-            side = sample * self.vae_scale_factor
-            return side, side
-        return 1024, 1024
+        return self.traits.default_size
 
     @property
     def max_pixels(self) -> int:
@@ -284,7 +299,7 @@ class ImagePipeline:
 
     def model_info(self) -> ModelInfo:
         """Defaults and limits of the loaded model, as the UI and the API enforce them."""
-        vocab = self.vocabulary
+        vocab, traits = self.vocabulary, self.traits
         defaults = GenerationRequest(prompt="")
         w, h = self.default_size
         return ModelInfo(
@@ -295,13 +310,22 @@ class ImagePipeline:
             max_side=self.max_side,
             max_pixels=self.max_pixels,
             max_batch=self.options.max_batch,
-            default_steps=int(vocab.get("default_steps", defaults.steps)),
-            default_guidance=float(vocab.get("default_guidance_scale", defaults.guidance_scale)),
+            default_steps=int(vocab.get("default_steps", defaults.steps)),  # signature defaults (50) are too many
+            default_guidance=float(
+                vocab.get("default_guidance_scale", traits.default_guidance or defaults.guidance_scale)
+            ),
             scheduler=self.scheduler_name,
             samplers=tuple(s.name for s in samplers.offered(self.pipe.scheduler)),
             loras=tuple(sorted(self.loras.available())),
             vocabulary=dict(vocab),
             examples=tuple(vocab.get("examples") or ()),
+            pipeline_class=traits.class_name,
+            text_to_image=traits.text_to_image,
+            edit=traits.edit,
+            image_to_image=bool(traits.image_to_image),
+            guidance_label=traits.guidance_label,
+            lora_supported=traits.lora,
+            attention=dict(self.attention_applied),
         )
 
     @property
@@ -349,11 +373,25 @@ class ImagePipeline:
         return self.loras.list()
 
     # ------------------------------------------------------------------ generation
+    def check_task(self, request: GenerationRequest) -> None:
+        """Refuse what this model cannot do, with a message that says what it can do."""
+        t = self.traits
+        if request.init_images is None and not t.text_to_image:
+            raise UnsupportedTaskError(
+                f"{self.model_name} ({t.class_name}) is an image-editing model: it needs an input image "
+                "(use the Edit tab or pass images); it cannot generate from a prompt alone"
+            )
+        if request.init_images is not None and not (t.edit or t.image_to_image):
+            raise UnsupportedTaskError(
+                f"{self.model_name} ({t.class_name}) does text-to-image only: diffusers has no image-to-image "
+                "pipeline for this family, so it cannot edit images"
+            )
+        if request.loras and not t.lora:
+            raise UnsupportedTaskError(f"{t.class_name} has no LoRA loader in diffusers; LoRAs cannot be used with it")
+
     def _pipeline_for(self, request: GenerationRequest) -> Any:
-        if request.init_images is None:
-            return self.pipe
-        if "image" in inspect.signature(self.pipe.__call__).parameters:
-            return self.pipe  # already an image-to-image / instruction-edit pipeline
+        if request.init_images is None or self.traits.image_to_image != "from_pipe":
+            return self.pipe  # text-to-image, or already an image-to-image / instruction-edit pipeline
         if self._img2img is None:
             from diffusers import AutoPipelineForImage2Image
 
@@ -403,6 +441,7 @@ class ImagePipeline:
         request.validate(
             self.size_multiple, self.options.max_batch, self.max_pixels, count=count, max_side=self.max_side
         )
+        self.check_task(request)
         scheduler = samplers.build(self.pipe.scheduler, request.sampler) if request.sampler else None
         count_now = count if count is not None else request.total_images
 
@@ -434,17 +473,15 @@ class ImagePipeline:
         pipe = self._pipeline_for(request)
         self.loras.activate(request.loras)
         # 4. one seed per image
-        width, height = request.width or self.default_size[0], request.height or self.default_size[1]
+        width, height = size_for(request, self.traits)
         seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
         items = self.work_items(request, seed)
         first = 0
         if item_range is not None:
             first = item_range[0]
             items = items[item_range[0] : item_range[1]]
-        accepted = set(inspect.signature(pipe.__call__).parameters)
-        warnings: list[str] = []
-        if request.negative_prompt and "negative_prompt" not in accepted:
-            warnings.append(f"{type(pipe).__name__} has no negative prompt; it was ignored")
+        accepted = frozenset(inspect.signature(pipe.__call__).parameters)
+        warnings = self._request_warnings(request, pipe, accepted)
 
         # 5-6. micro-batches (halved on out-of-memory), progress and cancel through the step callback
         micro = min(len(items), self.options.micro_batch, self._micro_batch_limit.get((width, height), 10**6))
@@ -461,8 +498,11 @@ class ImagePipeline:
             chunk = items[done : done + micro]
             steps_per_call = self._steps_for(request, accepted)
             total_steps = steps_done + steps_per_call * -(-(len(items) - done) // micro)
-            call = self._call_kwargs(request, chunk, width, height, accepted)
-            timer = _CallMonitor(pipe, self.dm, progress, should_cancel, steps_done, total_steps, first + done)
+            generators = [self.dm.create_generator(item["seed"]) for item in chunk]
+            call = call_kwargs(self.traits, accepted, request, chunk, (width, height), generators)
+            timer = _CallMonitor(
+                pipe, self.dm, progress, should_cancel, steps_done, total_steps, first + done, steps_per_call
+            )
             try:
                 output, timing = self._call(pipe, call, timer, preview, first + done)
             except Exception as exc:
@@ -480,7 +520,7 @@ class ImagePipeline:
             for item, image in zip(chunk, output.images, strict=True):
                 images.append(image)
                 inputs.append(item["image"])
-                metas.append(self._metadata(request, item, width, height))
+                metas.append(self._metadata(request, item, *image.size))
             done += len(chunk)
         # 7. what finished, with its metadata and timings
         if oom_splits:
@@ -488,6 +528,9 @@ class ImagePipeline:
             warnings.append(f"out of memory: batch split into {chunks} chunks of at most {micro} image(s)")
         if cancelled:
             warnings.append(f"cancelled: {len(images)} of {len(items)} image(s) finished")
+        if images and images[0].size != (width, height):
+            w, h = images[0].size
+            warnings.append(f"{self.traits.class_name} produced {w}x{h} instead of the requested {width}x{height}")
         return self._result(images, metas, inputs, timings, warnings, cancelled)
 
     def _call(self, pipe: Any, call: dict[str, Any], timer: _CallMonitor, preview: PreviewFn | None, first: int):
@@ -495,17 +538,25 @@ class ImagePipeline:
         callback = timer
         if preview is not None:
             callback = _Previews(timer, self._previews, preview, first, self.options.preview_every)
-        call["callback_on_step_end"] = callback
+        style = self.traits.step_callback
+        if style == "on_step_end":
+            call["callback_on_step_end"] = callback
+        elif style == "legacy":  # PixArt: callback(step, timestep, latents), no interrupt flag
+            call["callback"] = _LegacyCallback(pipe, callback)
+            call["callback_steps"] = 1
+        output = None
         try:
             timer.begin()
-            output = pipe(**call)
-            timing = timer.finish()
-        except Exception:
-            timer.finish()
-            raise
+            with self.dm.attention_context():
+                output = pipe(**call)
+        except _Interrupted:
+            pass  # a legacy-callback pipeline stopped by Stop: timer.cancelled says so
         finally:
+            timing = timer.finish()
             pipe._interrupt = False
-        if preview is not None:
+        if timer.progress is not None and not timer.cancelled:
+            timer.progress(timer.base + timer.call_steps, timer.total, timer.first_image)  # done == total
+        if preview is not None and output is not None:
             callback.learn(output.images)
         return output, timing
 
@@ -535,25 +586,18 @@ class ImagePipeline:
             return request.steps
         return max(1, int(request.steps * request.strength))
 
-    def _call_kwargs(
-        self, request: GenerationRequest, chunk: list[dict], width: int, height: int, accepted: set[str]
-    ) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
-            "prompt": [item["prompt"] for item in chunk],
-            "num_inference_steps": request.steps,
-            "guidance_scale": request.guidance_scale,
-            "generator": [self.dm.create_generator(item["seed"]) for item in chunk],
-            "output_type": "pil",
-        }
-        if request.negative_prompt:
-            kwargs["negative_prompt"] = [request.negative_prompt] * len(chunk)
-        if request.init_images is None:
-            kwargs.update(width=width, height=height)
-        else:
-            kwargs["image"] = [item["image"].convert("RGB").resize((width, height)) for item in chunk]
-            kwargs["strength"] = request.strength
-            kwargs["image_guidance_scale"] = request.image_guidance_scale
-        return {k: v for k, v in kwargs.items() if k in accepted}
+    def _request_warnings(self, request: GenerationRequest, pipe: Any, accepted: frozenset[str]) -> list[str]:
+        """What the user asked for that this model will not do as asked, said before it runs."""
+        warnings: list[str] = []
+        if request.negative_prompt and "negative_prompt" not in accepted:
+            warnings.append(f"{type(pipe).__name__} has no negative prompt; it was ignored")
+        if self.traits.guidance == "none" and request.guidance_scale:
+            warnings.append(f"{type(pipe).__name__} takes no guidance; the guidance value was ignored")
+        if self.traits.step_callback == "none":
+            warnings.append(f"{type(pipe).__name__} reports no steps: no progress, and Stop waits for the end")
+        for prompt in dict.fromkeys(request.prompts):
+            warnings += truncation_warnings(pipe, prompt)
+        return warnings
 
     def _metadata(self, request: GenerationRequest, item: dict, width: int, height: int) -> dict[str, Any]:
         meta = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,8 @@ class Sampler:
             return self.name.removesuffix(" Karras"), "Karras"
         return self.name, None
 
+
+log = logging.getLogger(__name__)
 
 SAMPLERS = [
     Sampler("DPM++ 2M", "DPMSolverMultistepScheduler", {"use_karras_sigmas": False, "algorithm_type": "dpmsolver++"}),
@@ -76,14 +79,16 @@ def _offered(classes: tuple[str, ...], config: str) -> tuple[Sampler, ...]:
 
 
 def _constructible(name: str, config: dict[str, Any]) -> bool:
-    """False for schedulers whose optional dependency is missing (DPMSolverSDEScheduler needs torchsde)."""
+    """False for schedulers whose optional dependency is missing (DPMSolverSDEScheduler needs torchsde)
+    or that cannot start from this model's config (EDMEulerScheduler from SDXL's Euler config: TypeError)."""
     import diffusers
 
     try:
         with warnings.catch_warnings():  # numpy 2 deprecation notes from diffusers' sigma tables
             warnings.simplefilter("ignore", DeprecationWarning)
             getattr(diffusers, name).from_config(config)
-    except (ImportError, AttributeError):
+    except (ImportError, AttributeError, TypeError, ValueError) as exc:
+        log.debug("sampler %s not offered: %s", name, exc)
         return False
     return True
 

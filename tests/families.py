@@ -1,0 +1,293 @@
+"""Tiny offline copies of the diffusers model families our users run.
+
+Built from small configs, as diffusers' own tests do in `get_dummy_components`, but with every
+tokenizer written locally (diffusers' tests download theirs; the Hub is unreachable here).
+The architecture of each family is real: the same pipeline class, transformer/UNet class,
+VAE class, text encoders, latent packing and attention processors as the full model, only
+with a handful of channels. VAEs have the full model's scale factor (8, or 32 for Sana's
+DC-AE), so sizes, size steps and packing behave as on the real model.
+
+`build(name, path)` writes a diffusers folder that `DiffusionPipeline.from_pretrained` loads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from models.train.tokenizer import build_tokenizer
+
+# A small vocabulary: enough for test prompts to be words, not unknown tokens.
+WORDS = ["a", "photo", "of", "cat", "dog", "red", "blue", "green", "circle", "square", "triangle", "background", "white", "black", "make", "the", "it", "turn", "into", "on", "in", "with", "and", "sky", "tree", "house", "car", "long", "prompt", "word", "painting"]
+
+
+# --------------------------------------------------------------------------- tokenizers
+def clip_tokenizer():
+    """A real CLIPTokenizer (BPE written locally) with CLIP's 77-token window."""
+    return build_tokenizer(words=tuple(WORDS), max_length=77)
+
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz0123456789.,'-"
+
+
+def t5_tokenizer():
+    """A T5TokenizerFast (Unigram, as T5's): pad 0, eos 1, unk 2; appends </s> like the real one."""
+    from transformers import T5TokenizerFast
+
+    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -2.0)]
+    pieces += [("▁" + w, -1.0) for w in WORDS] + [(c, -5.0) for c in LETTERS]
+    return T5TokenizerFast(vocab=pieces, extra_ids=0, model_max_length=512)
+
+
+def gemma_tokenizer():
+    """A GemmaTokenizerFast (Sana's text encoder is Gemma 2), character-level: BPE with no merges."""
+    from transformers import GemmaTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "▁"])}
+    for c in LETTERS + LETTERS.upper() + ":;!?()":
+        vocab.setdefault(c, len(vocab))
+    return GemmaTokenizerFast(vocab=vocab, merges=[], model_max_length=8192)
+
+
+# --------------------------------------------------------------------------- encoders and VAEs
+def clip_config(projection_dim: int = 32):
+    from transformers import CLIPTextConfig
+
+    return CLIPTextConfig(
+        vocab_size=len(clip_tokenizer()), hidden_size=32, intermediate_size=37, num_attention_heads=4,
+        num_hidden_layers=2, max_position_embeddings=77, projection_dim=projection_dim, hidden_act="gelu",
+        bos_token_id=0, eos_token_id=1, pad_token_id=1,
+    )
+
+
+def clip_tokens_fixed(encoder):
+    """CLIP configs want the tokenizer's bos/eos ids, which our BPE vocabulary puts at the end."""
+    tok = clip_tokenizer()
+    encoder.config.bos_token_id, encoder.config.eos_token_id = tok.bos_token_id, tok.eos_token_id
+    encoder.config.pad_token_id = tok.pad_token_id
+    return encoder
+
+
+def t5_encoder(d_model: int = 32):
+    from transformers import T5Config, T5EncoderModel
+
+    config = T5Config(
+        vocab_size=64, d_model=d_model, d_kv=8, d_ff=37, num_layers=1, num_heads=4,
+        relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+    )
+    return T5EncoderModel(config).eval()
+
+
+def vae_f8(latent_channels: int = 4, **extra):
+    """AutoencoderKL with 4 blocks: the real scale factor 8 with 4 channels per block."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=latent_channels, block_out_channels=(4, 4, 4, 4),
+        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+        layers_per_block=1, norm_num_groups=2, sample_size=64, **extra,
+    ).eval()
+
+
+# --------------------------------------------------------------------------- families
+def sd15(path: Path, edit: bool = False) -> None:
+    """Stable Diffusion 1.5 (PNDM, its real default scheduler); `edit`: InstructPix2Pix (8-channel UNet)."""
+    from diffusers import (
+        PNDMScheduler,
+        StableDiffusionInstructPix2PixPipeline,
+        StableDiffusionPipeline,
+        UNet2DConditionModel,
+    )
+    from transformers import CLIPTextModel
+
+    unet = UNet2DConditionModel(
+        sample_size=8, in_channels=8 if edit else 4, out_channels=4, layers_per_block=1,
+        block_out_channels=(16, 32), down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=32, attention_head_dim=4,
+        norm_num_groups=8,
+    ).eval()
+    scheduler = PNDMScheduler(
+        beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", skip_prk_steps=True, steps_offset=1
+    )
+    parts = dict(
+        vae=vae_f8(), text_encoder=clip_tokens_fixed(CLIPTextModel(clip_config()).eval()),
+        tokenizer=clip_tokenizer(), unet=unet, scheduler=scheduler, safety_checker=None,
+        feature_extractor=None, requires_safety_checker=False,
+    )
+    cls = StableDiffusionInstructPix2PixPipeline if edit else StableDiffusionPipeline
+    cls(**parts).save_pretrained(path, safe_serialization=True)
+
+
+def sdxl(path: Path) -> None:
+    from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection
+
+    unet = UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(8, 16),
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), attention_head_dim=(2, 4),
+        use_linear_projection=True, addition_embed_type="text_time", addition_time_embed_dim=8,
+        transformer_layers_per_block=(1, 1), projection_class_embeddings_input_dim=6 * 8 + 32,
+        cross_attention_dim=64, norm_num_groups=4,
+    ).eval()
+    scheduler = EulerDiscreteScheduler(
+        beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", steps_offset=1,
+        timestep_spacing="leading",
+    )
+    StableDiffusionXLPipeline(
+        vae=vae_f8(), text_encoder=clip_tokens_fixed(CLIPTextModel(clip_config()).eval()),
+        text_encoder_2=clip_tokens_fixed(CLIPTextModelWithProjection(clip_config()).eval()),
+        tokenizer=clip_tokenizer(), tokenizer_2=clip_tokenizer(), unet=unet, scheduler=scheduler,
+        force_zeros_for_empty_prompt=True,
+    ).save_pretrained(path, safe_serialization=True)
+
+
+def sd3(path: Path) -> None:
+    """SD3: two CLIPs (32 + 32 wide, padded to T5's 64) + T5; patch size 2, so the size step is 16."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+    from transformers import CLIPTextModelWithProjection
+
+    transformer = SD3Transformer2DModel(
+        sample_size=8, patch_size=2, in_channels=4, out_channels=4, num_layers=1, attention_head_dim=8,
+        num_attention_heads=4, caption_projection_dim=32, joint_attention_dim=64, pooled_projection_dim=64,
+    ).eval()
+    StableDiffusion3Pipeline(
+        transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+        vae=vae_f8(shift_factor=0.0609, scaling_factor=1.5035, use_quant_conv=False, use_post_quant_conv=False),
+        text_encoder=clip_tokens_fixed(CLIPTextModelWithProjection(clip_config()).eval()),
+        tokenizer=clip_tokenizer(),
+        text_encoder_2=clip_tokens_fixed(CLIPTextModelWithProjection(clip_config()).eval()),
+        tokenizer_2=clip_tokenizer(), text_encoder_3=t5_encoder(64), tokenizer_3=t5_tokenizer(),
+    ).save_pretrained(path, safe_serialization=True)
+
+
+def flux(path: Path, kontext: bool = False) -> None:
+    """Flux-dev (guidance-distilled: guidance_embeds) or Flux Kontext; latents packed 2x2."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxKontextPipeline, FluxPipeline, FluxTransformer2DModel
+    from transformers import CLIPTextModel
+
+    transformer = FluxTransformer2DModel(
+        patch_size=1, in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=16,
+        num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[4, 4, 8],
+        guidance_embeds=True,
+    ).eval()
+    cls = FluxKontextPipeline if kontext else FluxPipeline
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        base_image_seq_len=16, max_image_seq_len=256, base_shift=0.5, max_shift=1.15, use_dynamic_shifting=True
+    )
+    pipe = cls(
+        transformer=transformer, scheduler=scheduler,
+        vae=vae_f8(shift_factor=0.0609, scaling_factor=1.5035, use_quant_conv=False, use_post_quant_conv=False),
+        text_encoder=clip_tokens_fixed(CLIPTextModel(clip_config()).eval()), tokenizer=clip_tokenizer(),
+        text_encoder_2=t5_encoder(32), tokenizer_2=t5_tokenizer(),
+    )
+    pipe.save_pretrained(path, safe_serialization=True)
+
+
+def pixart_sigma(path: Path) -> None:
+    """PixArt-Σ: T5 only, resolution binning (sample_size 32 -> the 256-px aspect-ratio bins)."""
+    from diffusers import DPMSolverMultistepScheduler, PixArtSigmaPipeline, PixArtTransformer2DModel
+
+    transformer = PixArtTransformer2DModel(
+        sample_size=32, num_layers=1, patch_size=2, attention_head_dim=8, num_attention_heads=2,
+        caption_channels=32, in_channels=4, cross_attention_dim=16, out_channels=8, attention_bias=True,
+        activation_fn="gelu-approximate", num_embeds_ada_norm=1000, norm_type="ada_norm_single",
+        norm_elementwise_affine=False, norm_eps=1e-6,
+    ).eval()
+    PixArtSigmaPipeline(
+        transformer=transformer, vae=vae_f8(), scheduler=DPMSolverMultistepScheduler(),
+        text_encoder=t5_encoder(32), tokenizer=t5_tokenizer(),
+    ).save_pretrained(path, safe_serialization=True)
+
+
+def sana(path: Path) -> None:
+    """Sana: Gemma 2 text encoder, DC-AE with the real factor 32 (6 tiny blocks), linear attention."""
+    from diffusers import AutoencoderDC, FlowMatchEulerDiscreteScheduler, SanaPipeline, SanaTransformer2DModel
+    from transformers import Gemma2Config, Gemma2Model
+
+    transformer = SanaTransformer2DModel(
+        patch_size=1, in_channels=4, out_channels=4, num_layers=1, num_attention_heads=2, attention_head_dim=4,
+        num_cross_attention_heads=2, cross_attention_head_dim=4, cross_attention_dim=8, caption_channels=8,
+        sample_size=16,
+    ).eval()
+    blocks = 6
+    vae = AutoencoderDC(
+        in_channels=3, latent_channels=4, attention_head_dim=2,
+        encoder_block_types=("ResBlock",) * (blocks - 1) + ("EfficientViTBlock",),
+        decoder_block_types=("ResBlock",) * (blocks - 1) + ("EfficientViTBlock",),
+        encoder_block_out_channels=(4,) * blocks, decoder_block_out_channels=(4,) * blocks,
+        encoder_qkv_multiscales=((),) * (blocks - 1) + ((5,),),
+        decoder_qkv_multiscales=((),) * (blocks - 1) + ((5,),),
+        encoder_layers_per_block=(1,) * blocks, decoder_layers_per_block=(1,) * blocks,
+        downsample_block_type="conv", upsample_block_type="interpolate", decoder_norm_types="rms_norm",
+        decoder_act_fns="silu", scaling_factor=0.41407,
+    ).eval()
+    tokenizer = gemma_tokenizer()
+    encoder = Gemma2Model(
+        Gemma2Config(
+            head_dim=16, hidden_size=8, intermediate_size=16, num_attention_heads=2, num_hidden_layers=1,
+            num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=2048,
+            pad_token_id=0, bos_token_id=2, eos_token_id=1,
+        )
+    ).eval()
+    SanaPipeline(
+        tokenizer=tokenizer, text_encoder=encoder, vae=vae, transformer=transformer,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+    ).save_pretrained(path, safe_serialization=True)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family: how to build its tiny copy and what a user can do with it."""
+
+    name: str
+    pipeline_class: str
+    build_fn: Callable[[Path], None]
+    text_to_image: bool = True
+    edit: bool = False  # an instruction-edit pipeline (takes an image and an instruction)
+    lora: bool = True  # diffusers has a LoRA loader for this pipeline
+
+
+def _helper(name: str) -> Callable[[Path], None]:
+    def build(path: Path) -> None:
+        from tests import families_qwen_hidream as extra
+
+        getattr(extra, name)(path)
+
+    return build
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family("sd15", "StableDiffusionPipeline", sd15),
+        Family("sdxl", "StableDiffusionXLPipeline", sdxl),
+        Family("sd3", "StableDiffusion3Pipeline", sd3),
+        Family("flux", "FluxPipeline", flux),
+        Family("flux-kontext", "FluxKontextPipeline", lambda p: flux(p, kontext=True), False, True),
+        Family("pixart-sigma", "PixArtSigmaPipeline", pixart_sigma, lora=False),
+        Family("sana", "SanaPipeline", sana),
+        Family("hidream-i1", "HiDreamImagePipeline", _helper("build_hidream_i1")),
+        Family("qwen-image", "QwenImagePipeline", _helper("build_qwen_image")),
+        Family("qwen-image-edit", "QwenImageEditPipeline", _helper("build_qwen_image_edit"), False, True),
+        Family(
+            "instruct-pix2pix", "StableDiffusionInstructPix2PixPipeline", lambda p: sd15(p, edit=True), False, True
+        ),
+    )
+}
+
+
+def build(name: str, path: Path, seed: int = 0) -> Path:
+    """Write the tiny `name` model to `path` (seeded) and return it; a no-op when already there."""
+    if (path / "model_index.json").is_file():
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    FAMILIES[name].build_fn(path)
+    index = json.loads((path / "model_index.json").read_text())
+    assert index["_class_name"] == FAMILIES[name].pipeline_class, index["_class_name"]
+    return path

@@ -1,0 +1,240 @@
+"""Every model family users run, through the public API only (ImagePipeline, GenerationRequest,
+DeviceManager), on tiny offline copies built once per session (tests/families.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from PIL import Image
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from devices import DeviceManager
+from pipelines import GenerationRequest, ImagePipeline
+from pipelines.errors import UnsupportedTaskError
+from tests import families
+
+NAMES = list(families.FAMILIES)
+EDIT = [n for n, f in families.FAMILIES.items() if f.edit]
+TEXT = [n for n, f in families.FAMILIES.items() if f.text_to_image]
+# The size step a user must respect: VAE factor 8 x 2 for packed (Flux, Qwen) or patch-2 (SD3,
+# PixArt, HiDream) latents; Sana's DC-AE is 32; UNet families 8.
+SIZE_STEP = {
+    "sd15": 8, "sdxl": 8, "instruct-pix2pix": 8, "sd3": 16, "flux": 16, "flux-kontext": 16,
+    "pixart-sigma": 16, "sana": 32, "hidream-i1": 16, "qwen-image": 16, "qwen-image-edit": 16,
+}
+GUIDANCE = {"flux": "distilled", "flux-kontext": "distilled", "qwen-image": "true_cfg", "qwen-image-edit": "true_cfg"}
+FUSED = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn")
+
+
+@pytest.fixture(scope="session")
+def family_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("families")
+
+
+_LOADED: dict[tuple, ImagePipeline] = {}
+
+
+def load(root, name: str, attention: str = "sdpa", **options) -> ImagePipeline:
+    """One loaded pipeline per (family, attention, options) for the session: loading is the slow part."""
+    key = (name, attention, tuple(sorted(options.items())))
+    if key not in _LOADED:
+        path = families.build(name, root / name)
+        options.setdefault("memory_mode", "off")
+        dm = DeviceManager("cpu", attention=attention)
+        _LOADED[key] = ImagePipeline.from_pretrained(path, device_manager=dm, **options)
+    return _LOADED[key]
+
+
+def size_of(name: str) -> tuple[int, int]:
+    """A non-square size on the family's step: catches width/height swaps and packing errors."""
+    step = SIZE_STEP[name]
+    return math.ceil(80 / step) * step, math.ceil(48 / step) * step
+
+
+def request(name: str, **kw) -> GenerationRequest:
+    width, height = size_of(name)
+    kw.setdefault("prompt", "a red circle on a blue background")
+    if families.FAMILIES[name].edit and "init_images" not in kw:
+        kw["init_images"] = [Image.new("RGB", (40, 56), "green")]
+    for key, value in dict(steps=2, seed=7, width=width, height=height, guidance_scale=3.0).items():
+        kw.setdefault(key, value)
+    return GenerationRequest(**kw)
+
+
+class Ops(TorchDispatchMode):
+    """Every aten op that runs: the truth about which attention kernel was used."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(str(func))
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def fused(self) -> set[str]:
+        return {op for op in self.ops if any(f in op for f in FUSED)}
+
+
+def pixels(image) -> np.ndarray:
+    return np.asarray(image, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------- attention
+@pytest.mark.parametrize("name", NAMES)
+def test_vanilla_runs_no_fused_kernel_and_matches_sdpa(family_root, name):
+    results = {}
+    for attention in ("sdpa", "vanilla"):
+        pipe = load(family_root, name, attention)
+        with Ops() as ops:
+            results[attention] = pipe.generate(request(name))
+        if attention == "vanilla":
+            assert not ops.fused, f"fused SDPA ran under vanilla: {ops.fused}"
+        else:
+            assert ops.fused, "sdpa should run the fused kernel somewhere"
+        assert results[attention].attention == attention
+        assert results[attention].metadata[0]["attention"] == attention
+    a, b = (pixels(results[k].images[0]) for k in ("sdpa", "vanilla"))
+    assert np.abs(a - b).max() <= 3, "vanilla and sdpa should give the same image"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_attention_report_names_every_component(family_root, name):
+    pipe = load(family_root, name, "vanilla")
+    applied = pipe.attention_applied
+    denoiser = "unet" if "unet" in pipe.diffusers_pipeline.components else "transformer"
+    assert denoiser in applied and "vae" in applied
+    assert "text_encoder" in applied
+    for component, what in applied.items():
+        assert "2_0" not in what or "math kernel" in what, f"{component}: {what}"
+    assert pipe.model_info().attention == applied
+
+
+@pytest.mark.parametrize("name", ["sd15", "sdxl", "pixart-sigma", "sd3"])
+@pytest.mark.parametrize("attention", ["vanilla", "sdpa"])
+@pytest.mark.parametrize("level", ["off", "balanced", "max"])
+def test_memory_modes_keep_the_chosen_attention(family_root, name, attention, level):
+    pipe = load(family_root, name, attention, memory_mode=level)
+    kinds = {
+        type(p).__name__
+        for c in pipe.diffusers_pipeline.components.values()
+        for p in (getattr(c, "attn_processors", None) or {}).values()
+    }
+    classic = kinds & {"AttnProcessor", "AttnProcessor2_0", "SlicedAttnProcessor"}
+    if attention == "sdpa":
+        assert classic <= {"AttnProcessor2_0"}, kinds
+    else:
+        assert classic <= {"AttnProcessor", "SlicedAttnProcessor"}, kinds
+    assert ("SlicedAttnProcessor" in kinds) == ("attention_slicing" in pipe.memory_savers)
+    reported = " ".join(pipe.attention_applied.values())
+    for kind in classic:
+        assert kind in reported
+
+
+# --------------------------------------------------------------------------- sizes
+@pytest.mark.parametrize("name", NAMES)
+def test_size_step_and_output_size(family_root, name):
+    pipe = load(family_root, name)
+    assert pipe.model_info().size_multiple == SIZE_STEP[name]
+    result = pipe.generate(request(name))
+    width, height = size_of(name)
+    image = result.images[0]
+    meta = result.metadata[0]
+    assert (meta["width"], meta["height"]) == image.size
+    if image.size != (width, height):
+        assert any("instead of the requested" in w for w in result.warnings), result.warnings
+    else:
+        assert not any("instead of the requested" in w for w in result.warnings)
+    if name != "hidream-i1":  # HiDream rescales every request to its own area (warned above)
+        assert image.size == (width, height)
+    with pytest.raises(ValueError, match="size step"):
+        pipe.generate(request(name, width=width + SIZE_STEP[name] // 2))
+
+
+# --------------------------------------------------------------------------- progress and cancel
+@pytest.mark.parametrize("name", NAMES)
+def test_progress_ends_at_total_and_cancel_stops(family_root, name):
+    pipe = load(family_root, name)
+    seen: list[tuple[int, int]] = []
+    result = pipe.generate(request(name, num_images=2), progress=lambda d, t, i: seen.append((d, t)))
+    assert len(result.images) == 2
+    assert seen and seen[-1][0] == seen[-1][1], seen
+    assert all(d <= t for d, t in seen) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    calls = []
+
+    def cancel() -> bool:
+        calls.append(1)
+        return len(calls) > 1  # after the first step
+
+    stopped = pipe.generate(request(name, num_images=2), should_cancel=cancel)
+    assert stopped.cancelled and stopped.images == []
+
+
+# --------------------------------------------------------------------------- tasks
+@pytest.mark.parametrize("name", EDIT)
+def test_edit_only_refuses_text_to_image(family_root, name):
+    pipe = load(family_root, name)
+    info = pipe.model_info()
+    assert (info.text_to_image, info.edit) == (False, True)
+    with pytest.raises(UnsupportedTaskError, match="needs an input image"):
+        pipe.generate(GenerationRequest(prompt="a cat", steps=2, seed=1))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_image_inputs_edit_or_image_to_image_or_clear_refusal(family_root, name):
+    pipe = load(family_root, name)
+    images = [Image.new("RGB", (64, 40), "red"), Image.new("RGB", (40, 64), "blue")]
+    info = pipe.model_info()
+    req = request(name, init_images=images)
+    if not (info.edit or info.image_to_image):
+        with pytest.raises(UnsupportedTaskError, match="text-to-image only"):
+            pipe.generate(req)
+        return
+    result = pipe.generate(req)
+    assert len(result.images) == 2 and result.inputs == images
+    assert result.images[0].size == size_of(name) or name == "hidream-i1"
+
+
+# --------------------------------------------------------------------------- guidance
+@pytest.mark.parametrize("name", NAMES)
+def test_guidance_drives_the_models_real_argument(family_root, name):
+    pipe = load(family_root, name)
+    info = pipe.model_info()
+    kind = GUIDANCE.get(name, "cfg")
+    assert pipe.traits.guidance == kind and info.guidance_label.lower().startswith(
+        {"cfg": "cfg", "distilled": "distilled", "true_cfg": "true cfg"}[kind]
+    )
+    low = pipe.generate(request(name, guidance_scale=1.0)).images[0]
+    high = pipe.generate(request(name, guidance_scale=6.0)).images[0]
+    assert np.abs(pixels(low) - pixels(high)).max() > 0, "the guidance slider changed nothing"
+
+
+# --------------------------------------------------------------------------- seeds and batches
+@pytest.mark.parametrize("name", NAMES)
+def test_each_image_has_its_own_seed(family_root, name):
+    pipe = load(family_root, name)
+    batch = pipe.generate(request(name, num_images=2))
+    assert batch.seeds == [7, 8]
+    alone = pipe.generate(_seeded(name, 8))
+    assert np.abs(pixels(batch.images[1]) - pixels(alone.images[0])).max() <= 3
+    assert np.abs(pixels(batch.images[0]) - pixels(batch.images[1])).max() > 3
+
+
+def _seeded(name: str, seed: int) -> GenerationRequest:
+    req = request(name)
+    req.seed = seed
+    return req
+
+
+# --------------------------------------------------------------------------- prompts
+@pytest.mark.parametrize("name", NAMES)
+def test_long_prompt_is_reported_cut(family_root, name):
+    pipe = load(family_root, name)
+    words = " ".join(["red circle on blue"] * 300)  # 1,200 words: past every encoder's window
+    result = pipe.generate(request(name, prompt=words))
+    assert any("cut" in w for w in result.warnings), result.warnings
+    short = pipe.generate(request(name))
+    assert not any("cut" in w for w in short.warnings)
