@@ -1,0 +1,97 @@
+"""DIFFUSERS_ATTENTION_TYPE=npu: Ascend's fused attention, chosen explicitly, on a simulated NPU.
+
+On real hardware, check it with the parity command in the README ("Models"): the same seeds
+with `--attention npu` against vanilla.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from devices import DeviceManager
+from devices.attention import apply_attention
+from tests import fakes, families
+
+
+def _fusion_attention(calls):
+    """torch_npu.npu_fusion_attention's contract (BNSD layout, returns a tuple), computed with SDPA."""
+
+    def npu_fusion_attention(q, k, v, head_num, input_layout, **kwargs):
+        calls.append((tuple(q.shape), head_num, input_layout, q.dtype))
+        return (F.scaled_dot_product_attention(q, k, v),)
+
+    return npu_fusion_attention
+
+
+@pytest.fixture
+def npu_with_fused_attention(monkeypatch):
+    """A fake NPU whose torch_npu has npu_fusion_attention, seen by diffusers as installed."""
+    import diffusers.models.attention_dispatch as dispatch
+    import diffusers.models.attention_processor as processors
+
+    fakes.no_accelerators(monkeypatch)
+    fakes.fake_npu(monkeypatch)
+    calls: list = []
+    monkeypatch.setattr(sys.modules["torch_npu"], "npu_fusion_attention", _fusion_attention(calls), raising=False)
+    # Only the attention code sees torch_npu (GEGLU etc. would call other torch_npu kernels).
+    monkeypatch.setattr(processors, "is_torch_npu_available", lambda: True)
+    monkeypatch.setattr(dispatch, "_CAN_USE_NPU_ATTN", True)
+    monkeypatch.setattr(dispatch, "npu_fusion_attention", _fusion_attention(calls))
+    monkeypatch.setattr(processors, "torch_npu", sys.modules["torch_npu"], raising=False)
+    return calls
+
+
+def test_npu_attention_needs_an_npu(monkeypatch):
+    fakes.no_accelerators(monkeypatch)
+    with pytest.raises(ValueError, match="fused attention, but the device is cpu"):
+        DeviceManager("cpu", attention="npu")
+
+
+def test_npu_attention_needs_the_fused_op(monkeypatch):
+    fakes.no_accelerators(monkeypatch)
+    fakes.fake_npu(monkeypatch)  # a torch_npu without npu_fusion_attention
+    with pytest.raises(RuntimeError, match="has no npu_fusion_attention"):
+        DeviceManager("npu", attention="npu")
+
+
+def test_default_on_npu_stays_vanilla(monkeypatch):
+    fakes.no_accelerators(monkeypatch)
+    fakes.fake_npu(monkeypatch)
+    assert DeviceManager("npu").attention == "vanilla"
+
+
+def test_npu_attention_selects_diffusers_npu_processor_and_backend(npu_with_fused_attention, tmp_path):
+    from diffusers import DiffusionPipeline
+
+    dm = DeviceManager("npu", attention="npu")
+    assert dm.attention == "npu"
+    sd = DiffusionPipeline.from_pretrained(families.build("sd15", tmp_path / "sd15"))
+    applied = apply_attention(sd, dm.attention)
+    assert applied["unet"] == applied["vae"] == "AttnProcessorNPU"
+    assert applied["text_encoder"] == "attn_implementation sdpa"
+    flux = DiffusionPipeline.from_pretrained(families.build("flux", tmp_path / "flux"))
+    applied = apply_attention(flux, dm.attention)
+    assert applied["transformer"] == "attention backend _native_npu"
+    backends = {p._attention_backend for p in flux.transformer.attn_processors.values()}
+    assert {str(getattr(b, "value", b)) for b in backends} == {"_native_npu"}
+
+
+def test_npu_processor_really_calls_the_fused_op(npu_with_fused_attention, tmp_path):
+    """In half precision (as on an NPU) the UNet's attention goes through npu_fusion_attention."""
+    from diffusers import DiffusionPipeline
+
+    calls = npu_with_fused_attention
+    sd = DiffusionPipeline.from_pretrained(families.build("sd15", tmp_path / "sd15"), dtype=torch.bfloat16)
+    apply_attention(sd, DeviceManager("npu", attention="npu").attention)
+    unet = sd.unet
+    with torch.no_grad():
+        unet(
+            torch.randn(1, 4, 8, 8, dtype=torch.bfloat16),
+            10,
+            encoder_hidden_states=torch.randn(1, 77, 32, dtype=torch.bfloat16),
+        )
+    assert calls and all(layout == "BNSD" and dtype == torch.bfloat16 for _, _, layout, dtype in calls)
