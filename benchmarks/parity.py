@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=str(DEFAULT_MODEL))
     p.add_argument("--device", default=None, help="candidate device (default: PREFERRED_DEVICE / auto)")
     p.add_argument("--dtype", default=None, help="candidate dtype (default: the device's)")
-    p.add_argument("--attention", default=None, help="candidate attention: vanilla | sdpa")
+    p.add_argument("--attention", default=None, help="candidate attention: vanilla | sdpa | npu (Ascend fused attention)")
     p.add_argument("--images", type=int, default=4)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--seed", type=int, default=1234)

@@ -145,7 +145,10 @@ def _switch(name: str, component: torch.nn.Module, attention: str) -> str | None
         if attention == "npu":
             raise RuntimeError(f"DIFFUSERS_ATTENTION_TYPE=npu: {name}: {exc}") from exc
         log.warning("attention: could not switch %s to %s: %s", name, attention, exc)
-        return f"unchanged ({str(exc).splitlines()[0]}){note}"
+        current = getattr(getattr(component, "config", None), "_attn_implementation", None)
+        if current:  # a transformers model without that implementation (Gemma 2 has no sdpa)
+            return f"attn_implementation {current} ({attention} not supported by {type(component).__name__}){note}"
+        return f"unchanged ({str(exc).splitlines()[0][:120]}){note}"
     if result is None and _has_own_attention(component):
         log.info("attention: %s has its own attention and no processors to switch%s", name, note)
         return f"own attention, not switchable{note}"

@@ -38,6 +38,7 @@ class ReplicaStatus:
     activity: str = "idle"  # e.g. "4 image(s), step 5/20"
     error: str | None = None  # why it was marked unhealthy
     memory: dict[str, Any] = field(default_factory=dict)  # DeviceManager.memory_stats()
+    attention_components: dict[str, str] = field(default_factory=dict)  # per component, what runs
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,6 +71,7 @@ class ModelInfo:
     edit: bool = False  # an instruction editor (input image + instruction)
     image_to_image: bool = True
     guidance_label: str = "CFG scale"  # what the guidance slider drives on this model
+    image_guidance: bool = False  # takes image_guidance_scale (InstructPix2Pix)
     lora_supported: bool = True
     attention: dict[str, str] = field(default_factory=dict)  # per component, what runs
 

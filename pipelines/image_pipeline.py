@@ -325,6 +325,7 @@ class ImagePipeline:
             image_to_image=bool(traits.image_to_image),
             guidance_label=traits.guidance_label,
             lora_supported=traits.lora,
+            image_guidance=traits.image_guidance,
             attention=dict(self.attention_applied),
         )
 
@@ -352,6 +353,7 @@ class ImagePipeline:
                 busy=self.activity != "idle",
                 activity=self.activity,
                 memory=dm.memory_stats(),
+                attention_components=dict(self.attention_applied),
             )
         ]
 
@@ -614,6 +616,7 @@ class ImagePipeline:
             "device": str(self.dm.device),
             "dtype": self.dm.dtype_name,
             "attention": self.dm.attention,
+            "attention_components": dict(self.attention_applied),
         }
         if request.init_images is not None:
             meta["strength"] = request.strength
@@ -638,4 +641,5 @@ class ImagePipeline:
             warnings=warnings,
             cancelled=cancelled,
             inputs=inputs,
+            attention_components=dict(self.attention_applied),
         )

@@ -263,6 +263,7 @@ def merge_results(results: list[GenerationResult]) -> GenerationResult:
         warnings=warnings,
         cancelled=any(r.cancelled for r in results),
         inputs=[i for r in results for i in r.inputs],
+        attention_components=first.attention_components,
     )
 
 

@@ -138,6 +138,7 @@ class GenerationResult:
     warnings: list[str] = field(default_factory=list)
     cancelled: bool = False
     inputs: list[Image.Image | None] = field(default_factory=list)  # the input image of each output (editing)
+    attention_components: dict[str, str] = field(default_factory=dict)  # per component, what ran
 
     def info(self) -> dict[str, Any]:
         """JSON-friendly summary (what the API returns beside the images)."""
@@ -148,6 +149,7 @@ class GenerationResult:
             "device": self.device,
             "dtype": self.dtype,
             "attention": self.attention,
+            "attention_components": self.attention_components,
             "warnings": self.warnings,
             "cancelled": self.cancelled,
             "num_images": len(self.images),

@@ -44,6 +44,7 @@ class PipelineTraits:
     default_steps: int | None
     step_callback: str  # "on_step_end" | "legacy" (callback, callback_steps) | "none"
     lora: bool
+    image_guidance: bool = False  # takes image_guidance_scale (InstructPix2Pix)
 
     @property
     def guidance_label(self) -> str:
@@ -158,6 +159,7 @@ def inspect_pipeline(pipe: Any) -> PipelineTraits:
         default_steps=int(default_steps) if isinstance(default_steps, int) else None,
         step_callback=callback,
         lora=hasattr(pipe, "load_lora_weights"),
+        image_guidance="image_guidance_scale" in params,
     )
 
 

@@ -40,7 +40,8 @@ def create_demo(backend: GenerationBackend, settings: AppSettings | None = None)
     with gr.Blocks(title="Diffusion Anywhere", delete_cache=(min(age, 600), age)) as demo:
         gr.Markdown(_header(backend, studio.info))
         with gr.Row(equal_height=False):
-            with gr.Column(scale=5), gr.Tabs() as tabs:
+            first_tab = "generate" if studio.info.text_to_image else "edit"
+            with gr.Column(scale=5), gr.Tabs(selected=first_tab) as tabs:
                 with gr.Tab("Generate", id="generate"):
                     g = generate_tab.build(studio)
                 with gr.Tab("Edit", id="edit"):

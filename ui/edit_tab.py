@@ -18,9 +18,22 @@ def build(studio: Studio) -> dict[str, Any]:
         with gr.Column(scale=2, min_width=300):
             c["files"] = gr.File(label="Input images", file_count="multiple", file_types=["image"], height=140)
             c["prompt"] = gr.Textbox(label="Instruction / prompt", lines=2, placeholder=(info.examples or ("",))[0])
+            if info.edit:
+                kind = f"**Instruction editing** with {info.model_name}: describe the change"
+            elif info.image_to_image:
+                kind = f"**Image-to-image** with {info.model_name}: the prompt describes the result"
+            else:
+                kind = (f"**{info.model_name} ({info.pipeline_class}) does text-to-image only**: diffusers has no "
+                        "image-to-image pipeline for it, so it cannot edit")  # fmt: skip
+            gr.Markdown(kind, elem_id="edit-mode")
             c["strength"] = gr.Slider(
-                0.05, 1.0, value=0.6, step=0.05, label="Strength", info="how much of each input is re-drawn"
-            )
+                0.05, 1.0, value=0.6, step=0.05, label="Strength", info="how much of each input is re-drawn",
+                visible=info.image_to_image and not info.edit,
+            )  # fmt: skip
+            c["image_guidance_scale"] = gr.Slider(
+                0, 10, value=1.5, step=0.1, label="Image guidance", visible=info.image_guidance,
+                info="how closely the result keeps the input image", elem_id="image-guidance",
+            )  # fmt: skip
             c["num_images"] = gr.Slider(1, info.max_batch, value=1, step=1, label="Images per input")
             with gr.Row():
                 c["seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=-1)
@@ -30,7 +43,9 @@ def build(studio: Studio) -> dict[str, Any]:
                 c["sampler"], c["steps"] = controls["sampler"], controls["steps"]
                 c["guidance_scale"] = controls["guidance_scale"]
             with gr.Row():
-                c["run"] = gr.Button("Edit", variant="primary", elem_id="edit-btn")
+                c["run"] = gr.Button(
+                    "Edit", variant="primary", elem_id="edit-btn", interactive=info.edit or info.image_to_image
+                )
                 c["stop"] = gr.Button("Stop", variant="stop")
         with gr.Column(scale=3, min_width=360):
             c["gallery"] = gr.Gallery(
@@ -43,13 +58,15 @@ def build(studio: Studio) -> dict[str, Any]:
 
 
 def wire(studio: Studio, e: dict[str, Any]) -> None:
-    names = ("prompt", "strength", "num_images", "steps", "guidance_scale", "seed", "random_seed", "sampler")
+    names = (
+        "prompt", "strength", "num_images", "steps", "guidance_scale", "seed", "random_seed", "sampler",
+        "image_guidance_scale",
+    )  # fmt: skip
 
-    def ui_edit(files, prompt, strength, num_images, steps, guidance, seed, random_seed, sampler,
+    def ui_edit(files, prompt, strength, num_images, steps, guidance, seed, random_seed, sampler, image_guidance,
                 request: gr.Request, progress=gr.Progress()):  # fmt: skip
-        given = (prompt, strength, num_images, steps, guidance, seed, random_seed, sampler)
-        values = dict(zip(names, given, strict=True))
-        raw = {**values, "width": studio.info.default_width, "height": studio.info.default_height}
+        given = (prompt, strength, num_images, steps, guidance, seed, random_seed, sampler, image_guidance)
+        raw = dict(zip(names, given, strict=True))  # no size: each edit keeps its input's aspect ratio
         pairs, result, paths = studio.edit(raw, files, request, progress)
         return pairs, info_line(result), paths
 

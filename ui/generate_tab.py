@@ -17,7 +17,10 @@ def sampling_controls(info: ModelInfo, prefix: str = "") -> dict[str, Any]:
     return {
         "sampler": gr.Dropdown(list(info.samplers), value=info.scheduler, label="Sampler", elem_id=f"{prefix}sampler"),
         "steps": gr.Slider(1, 150, value=info.default_steps, step=1, label="Steps"),
-        "guidance_scale": gr.Slider(0, 50, value=info.default_guidance, step=0.5, label="Guidance (CFG)"),
+        "guidance_scale": gr.Slider(
+            0, 50, value=info.default_guidance, step=0.5, label="Guidance (CFG)", info=info.guidance_label,
+            elem_id=f"{prefix}guidance",
+        ),
         "width": gr.Slider(step, info.max_side, value=info.default_width, step=step, label="Width"),
         "height": gr.Slider(step, info.max_side, value=info.default_height, step=step, label="Height"),
     }
@@ -41,8 +44,16 @@ def build(studio: Studio) -> dict[str, Any]:
             with gr.Row():
                 c["seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=-1, min_width=100)
                 c["random_seed"] = gr.Checkbox(label="Random seed", value=True, min_width=100)
+            if not info.text_to_image:
+                gr.Markdown(
+                    f"**{info.model_name} is an image-editing model** ({info.pipeline_class}): it needs an input "
+                    "image and cannot generate from a prompt alone. Use the **Edit** tab.",
+                    elem_id="generate-unavailable",
+                )
             with gr.Row():
-                c["run"] = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+                c["run"] = gr.Button(
+                    "Generate", variant="primary", elem_id="generate-btn", interactive=info.text_to_image
+                )
                 c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
             with gr.Accordion("Advanced", open=False):
                 c.update(sampling_controls(info))

@@ -142,14 +142,21 @@ def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) ->
         num_images=whole_number("num_images", raw.get("num_images", 1), 1, m.max_batch),
         steps=whole_number("steps", raw.get("steps", m.default_steps), 1, 150),
         guidance_scale=finite_number("guidance_scale", raw.get("guidance_scale", m.default_guidance), 0.0, 50.0),
-        width=whole_number("width", raw.get("width", m.default_width), m.size_multiple, m.max_side),
-        height=whole_number("height", raw.get("height", m.default_height), m.size_multiple, m.max_side),
+        width=_size(raw, "width", m.default_width, m, init_images is not None),
+        height=_size(raw, "height", m.default_height, m, init_images is not None),
         seed=seed(raw.get("seed"), bool(raw.get("random_seed"))),
         loras=loras(raw.get("loras"), m.loras),
         sampler=sampler(raw.get("sampler"), m),
         init_images=init_images,
         strength=finite_number("strength", raw.get("strength", 0.6), 0.01, 1.0),
+        image_guidance_scale=finite_number("image_guidance_scale", raw.get("image_guidance_scale", 1.5), 0.0, 10.0),
     )
+
+
+def _size(raw: dict[str, Any], name: str, default: int, m: ModelInfo, edit: bool) -> int | None:
+    """A width/height; an edit without one takes the input's aspect ratio at the model's area."""
+    value = raw.get(name, None if edit else default)
+    return None if value is None and edit else whole_number(name, value, m.size_multiple, m.max_side)
 
 
 def upload_paths(files: Any, limits: Limits) -> list[Path]:

@@ -59,6 +59,9 @@ def status_markdown(replicas: list[ReplicaStatus], warnings: list[str], zero_gpu
             f"| **{r.name}** {r.device_name} | {r.dtype} · {r.attention} | {_memory_cell(r, zero_gpu)} | {state} |"
         )
     host = replicas[0].memory if replicas else {}
+    parts = replicas[0].attention_components if replicas else {}
+    if parts:
+        lines += ["", "<small>attention by component: " + " · ".join(f"{k} {v}" for k, v in parts.items()) + "</small>"]
     if host.get("host_total"):
         lines += ["", f"host RAM {human_bytes(host.get('host_available'))} free of {human_bytes(host['host_total'])}"]
     lines += [f"\n⚠️ {w}" for w in warnings]
@@ -71,7 +74,12 @@ def status_json(replicas: list[ReplicaStatus]) -> dict[str, Any]:
     first = replicas[0] if replicas else None
     top: dict[str, Any] = dict(first.memory) if first else {}
     if first is not None:
-        top.update(device=first.device, dtype=first.dtype, attention=first.attention)
+        top.update(
+            device=first.device,
+            dtype=first.dtype,
+            attention=first.attention,
+            attention_components=first.attention_components,
+        )
     top["replicas"] = [r.to_dict() for r in replicas]
     top["healthy_replicas"] = sum(r.healthy for r in replicas)
     return top

@@ -23,8 +23,10 @@ def info_line(result: GenerationResult) -> str:
     peak = f"{result.peak_memory / 2**20:.1f} MiB" if result.peak_memory else "n/a"
     text = (
         f"{len(result.images)} image(s) in {t['total']:.2f} s · {t['steps_per_second']:.1f} it/s · "
-        f"peak {peak} · {result.device} · {result.dtype} · {result.attention}"
+        f"peak {peak} · {result.device} · {result.dtype} · {result.attention} attention"
     )
+    if result.attention_components:
+        text += " (" + ", ".join(f"{k}: {v}" for k, v in result.attention_components.items()) + ")"
     if result.warnings:
         text += " · ⚠️ " + "; ".join(result.warnings)
     return text
