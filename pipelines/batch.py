@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # Without cpu=True, CPU processes started by torchrun would each think they are alone.
-    state = PartialState(cpu=torch.accelerator.current_accelerator() is None)
+    # is_available(): a CUDA build of torch on a machine without a GPU still names cuda as its accelerator
+    state = PartialState(cpu=not torch.accelerator.is_available())
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)

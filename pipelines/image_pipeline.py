@@ -28,7 +28,6 @@ from devices import DeviceManager
 from devices.attention import describe as describe_attention
 
 from . import samplers
-from ._prompts_stub import truncation_warnings  # TEMP
 from .backend import ModelInfo, ReplicaStatus
 from .calls import call_kwargs, size_for
 from .errors import OutOfMemoryError, UnsupportedTaskError
@@ -37,6 +36,8 @@ from .lora import LoraInfo, LoraManager
 from .options import PipelineOptions
 from .preview import PreviewDecoder
 from .request import GenerationRequest, GenerationResult
+from .tokens import count_tokens, fit_prompt, truncation_warnings
+from .tokens import windows as token_windows
 from .traits import inspect_pipeline
 
 log = logging.getLogger(__name__)
@@ -202,6 +203,7 @@ class ImagePipeline:
         self._lock = threading.RLock()  # one generation at a time per pipeline
         self._micro_batch_limit: dict[tuple[int, int], int] = {}  # learned from out-of-memory errors
         self.traits = inspect_pipeline(pipe)
+        self._token_windows = token_windows(pipe, private=True)  # counted beside a running generation
         self.vocabulary = read_vocabulary(source)
         self.activity = "idle"  # what it does now, for the status panel
         self._previews = PreviewDecoder(pipe)
@@ -362,6 +364,10 @@ class ImagePipeline:
         self.pipe = self._img2img = None
         self.dm.empty_cache()
 
+    def count_tokens(self, prompt: str) -> list:
+        """Prompt tokens per text encoder against what it keeps (the UI's token counter)."""
+        return count_tokens(self._token_windows, prompt)
+
     # ------------------------------------------------------------------ LoRA
     def load_lora(self, path: str | Path, name: str | None = None, allow_outside: bool = False) -> str:
         with self._lock:
@@ -484,6 +490,7 @@ class ImagePipeline:
             items = items[item_range[0] : item_range[1]]
         accepted = frozenset(inspect.signature(pipe.__call__).parameters)
         warnings = self._request_warnings(request, pipe, accepted)
+        prompts = {p: fit_prompt(pipe, p) for p in request.prompts}  # metadata keeps the user's full text
 
         # 5-6. micro-batches (halved on out-of-memory), progress and cancel through the step callback
         micro = min(len(items), self.options.micro_batch, self._micro_batch_limit.get((width, height), 10**6))
@@ -501,7 +508,8 @@ class ImagePipeline:
             steps_per_call = self._steps_for(request, accepted)
             total_steps = steps_done + steps_per_call * -(-(len(items) - done) // micro)
             generators = [self.dm.create_generator(item["seed"]) for item in chunk]
-            call = call_kwargs(self.traits, accepted, request, chunk, (width, height), generators)
+            fitted = [{**item, "prompt": prompts[item["prompt"]]} for item in chunk]
+            call = call_kwargs(self.traits, accepted, request, fitted, (width, height), generators)
             timer = _CallMonitor(
                 pipe, self.dm, progress, should_cancel, steps_done, total_steps, first + done, steps_per_call
             )

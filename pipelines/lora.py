@@ -1,6 +1,6 @@
 """LoRA adapters through diffusers + peft (`load_lora_weights`, `set_adapters`, `delete_adapters`).
 
-Rules: only `.safetensors` (read by `DeviceManager.load_safetensors`, which never unpickles);
+Rules: only `.safetensors` (diffusers reads them with safetensors, its pickle fallback disabled);
 only files inside LORA_DIR unless the caller explicitly allows another path; a file that does
 not fit the model is refused with a clear error and leaves the pipeline as it was.
 """
@@ -55,20 +55,37 @@ class LoraManager:
             raise LoraError(f"{path} is outside the LoRA folder {self.lora_dir} (LORA_DIR); refusing to load it")
         return resolved
 
-    def load(self, path: str | Path, name: str | None = None, allow_outside: bool = False) -> str:
+    def resolve(self, path: str | Path) -> Path:
+        """A LoRA by path, by file name in LORA_DIR, or by the name `list()` shows (the file's stem)."""
         path = Path(path)
-        if not path.is_absolute() and not path.exists():
-            path = self.lora_dir / path
-        resolved = self._check_path(path, allow_outside)
+        if path.is_absolute() or path.exists():
+            return path
+        if path.suffix == "":
+            if (self.lora_dir / f"{path}.safetensors").is_file():
+                return self.lora_dir / f"{path}.safetensors"
+            known = ", ".join(self.available()) or "none"
+            raise LoraError(f"LoRA not found: no {path}.safetensors in the LoRA folder (available: {known})")
+        return self.lora_dir / path
+
+    def load(self, path: str | Path, name: str | None = None, allow_outside: bool = False) -> str:
+        """Load a LoRA file as adapter `name` (default: its stem).
+
+        Loaded by path, not from a pre-read dict, so diffusers reads the file's safetensors header:
+        peft/diffusers adapter metadata (lora_alpha, rank and alpha patterns) sets the strength
+        the trainer meant. Kohya/A1111 files (`lora_unet_...`, `.alpha` tensors) are converted by
+        diffusers, alpha included. `use_safetensors=True` forbids diffusers' pickle fallback.
+        """
+        resolved = self._check_path(self.resolve(path), allow_outside)
+        if not resolved.is_file():
+            raise LoraError(f"LoRA file not found: {resolved.name}")
         name = name or resolved.stem
         if name in self._loaded:
             self.unload(name)
         try:
-            state_dict = self.dm.load_safetensors(resolved)
-        except (FileNotFoundError, ValueError) as exc:
-            raise LoraError(str(exc)) from exc
-        try:
-            self.pipe.load_lora_weights(state_dict, adapter_name=name)
+            self.pipe.load_lora_weights(
+                str(resolved.parent), weight_name=resolved.name, adapter_name=name,
+                use_safetensors=True, local_files_only=True,
+            )  # fmt: skip
         except Exception as exc:
             self._discard(name)
             raise LoraError(f"{resolved.name} is not a LoRA for this model: {str(exc).splitlines()[0]}") from exc

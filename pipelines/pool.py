@@ -91,6 +91,10 @@ class DevicePool:
     def model_info(self) -> ModelInfo:
         return self._replicas[0].pipeline.model_info()
 
+    def count_tokens(self, prompt: str) -> list:
+        """The token counter (every replica runs the same model)."""
+        return self._replicas[0].pipeline.count_tokens(prompt)
+
     def status(self) -> list[ReplicaStatus]:
         rows = []
         for r in self._replicas:

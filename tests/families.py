@@ -54,12 +54,12 @@ def gemma_tokenizer():
 
 
 # --------------------------------------------------------------------------- encoders and VAEs
-def clip_config(projection_dim: int = 32):
+def clip_config(projection_dim: int = 32, positions: int = 77):
     from transformers import CLIPTextConfig
 
     return CLIPTextConfig(
         vocab_size=len(clip_tokenizer()), hidden_size=32, intermediate_size=37, num_attention_heads=4,
-        num_hidden_layers=2, max_position_embeddings=77, projection_dim=projection_dim, hidden_act="gelu",
+        num_hidden_layers=2, max_position_embeddings=positions, projection_dim=projection_dim, hidden_act="gelu",
         bos_token_id=0, eos_token_id=1, pad_token_id=1,
     )
 
@@ -240,6 +240,125 @@ def sana(path: Path) -> None:
     ).save_pretrained(path, safe_serialization=True)
 
 
+QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                "<|image_pad|>", "<|video_pad|>"]
+
+
+def qwen_tokenizer():
+    """A Qwen2Tokenizer: byte-level BPE over the 256 byte symbols (no merges) + Qwen's special tokens."""
+    from tokenizers import pre_tokenizers
+    from transformers import Qwen2Tokenizer
+
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    return Qwen2Tokenizer(
+        vocab=vocab, merges=[], unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        additional_special_tokens=QWEN_SPECIAL[1:], model_max_length=32768,
+    )
+
+
+def qwen_text_encoder(tok):
+    """Qwen2.5-VL (text + a one-block vision tower), the ids of its special tokens taken from `tok`."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    ids = dict(zip(QWEN_SPECIAL, tok.convert_tokens_to_ids(QWEN_SPECIAL), strict=True))
+    text = {
+        "hidden_size": 16, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "num_key_value_heads": 2, "rope_theta": 1000000.0, "vocab_size": len(tok),
+        "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"],
+        "rope_scaling": {"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"},
+    }
+    vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 16, "num_heads": 2, "out_hidden_size": 16}
+    config = Qwen2_5_VLConfig(
+        text_config=text, vision_config=vision, hidden_size=16, vocab_size=len(tok),
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        vision_token_id=ids["<|image_pad|>"], image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
+    )
+    return Qwen2_5_VLForConditionalGeneration(config).eval()
+
+
+def qwen_image(path: Path, edit: bool = False) -> None:
+    """Qwen-Image (true CFG, 2x2 packed latents, its own 3-D VAE with factor 8); `edit`: Qwen-Image-Edit,
+    whose Qwen2-VL processor needs torchvision (its video processor has no PIL fallback)."""
+    from diffusers import (
+        AutoencoderKLQwenImage,
+        FlowMatchEulerDiscreteScheduler,
+        QwenImageEditPipeline,
+        QwenImagePipeline,
+        QwenImageTransformer2DModel,
+    )
+
+    tok = qwen_tokenizer()
+    transformer = QwenImageTransformer2DModel(
+        patch_size=2, in_channels=16, out_channels=4, num_layers=1, attention_head_dim=16, num_attention_heads=2,
+        joint_attention_dim=16, guidance_embeds=False, axes_dims_rope=(8, 4, 4),
+    ).eval()
+    vae = AutoencoderKLQwenImage(
+        base_dim=8, z_dim=4, dim_mult=[1, 2, 4, 4], num_res_blocks=1, temperal_downsample=[False, True, True],
+        latents_mean=[0.0] * 4, latents_std=[1.0] * 4,
+    ).eval()
+    parts = dict(
+        transformer=transformer, vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(),
+        text_encoder=qwen_text_encoder(tok), tokenizer=tok,
+    )
+    if not edit:
+        QwenImagePipeline(**parts).save_pretrained(path, safe_serialization=True)
+        return
+    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    processor = Qwen2VLProcessor(
+        image_processor=Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16),
+        tokenizer=tok, video_processor=Qwen2VLVideoProcessor(),
+    )
+    QwenImageEditPipeline(**parts, processor=processor).save_pretrained(path, safe_serialization=True)
+
+
+def llama_tokenizer():
+    """A Llama-3-style PreTrainedTokenizerFast (word level): <|begin_of_text|> prepended."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["<unk>", "<|begin_of_text|>", "<|end_of_text|>", *WORDS, *LETTERS])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 1)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>", unk_token="<unk>",
+        pad_token="<|end_of_text|>", model_max_length=8192,
+    )
+
+
+def hidream_i1(path: Path) -> None:
+    """HiDream-I1: two CLIPs (128 positions, as HiDream pads them), T5, Llama (hidden states of layers
+    0 and 1), a mixture-of-experts transformer whose attention calls SDPA itself. It renders every
+    request at its own area ((128 x VAE factor)^2): 4,096 tokens even for this tiny copy."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, HiDreamImagePipeline, HiDreamImageTransformer2DModel
+    from transformers import CLIPTextModelWithProjection, LlamaConfig, LlamaForCausalLM
+
+    tok4 = llama_tokenizer()
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok4), hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=2, max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+        )
+    ).eval()
+    transformer = HiDreamImageTransformer2DModel(
+        patch_size=2, in_channels=4, out_channels=4, num_layers=1, num_single_layers=1, attention_head_dim=8,
+        num_attention_heads=4, caption_channels=[32, 16], text_emb_dim=64, num_routed_experts=4,
+        num_activated_experts=2, axes_dims_rope=(4, 2, 2), max_resolution=(128, 128), llama_layers=(0, 1),
+    ).eval()
+    clip = [clip_tokens_fixed(CLIPTextModelWithProjection(clip_config(positions=128)).eval()) for _ in range(2)]
+    HiDreamImagePipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae_f8(scaling_factor=0.3611, shift_factor=0.1159),
+        text_encoder=clip[0], tokenizer=clip_tokenizer(), text_encoder_2=clip[1], tokenizer_2=clip_tokenizer(),
+        text_encoder_3=t5_encoder(32), tokenizer_3=t5_tokenizer(), text_encoder_4=llama, tokenizer_4=tok4,
+        transformer=transformer,
+    ).save_pretrained(path, safe_serialization=True)
+
+
 @dataclass(frozen=True)
 class Family:
     """One model family: how to build its tiny copy and what a user can do with it."""
@@ -252,15 +371,6 @@ class Family:
     lora: bool = True  # diffusers has a LoRA loader for this pipeline
 
 
-def _helper(name: str) -> Callable[[Path], None]:
-    def build(path: Path) -> None:
-        from tests import families_qwen_hidream as extra
-
-        getattr(extra, name)(path)
-
-    return build
-
-
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -271,9 +381,9 @@ FAMILIES: dict[str, Family] = {
         Family("flux-kontext", "FluxKontextPipeline", lambda p: flux(p, kontext=True), False, True),
         Family("pixart-sigma", "PixArtSigmaPipeline", pixart_sigma, lora=False),
         Family("sana", "SanaPipeline", sana),
-        Family("hidream-i1", "HiDreamImagePipeline", _helper("build_hidream_i1")),
-        Family("qwen-image", "QwenImagePipeline", _helper("build_qwen_image")),
-        Family("qwen-image-edit", "QwenImageEditPipeline", _helper("build_qwen_image_edit"), False, True),
+        Family("hidream-i1", "HiDreamImagePipeline", hidream_i1),
+        Family("qwen-image", "QwenImagePipeline", qwen_image),
+        Family("qwen-image-edit", "QwenImageEditPipeline", lambda p: qwen_image(p, edit=True), False, True),
         Family(
             "instruct-pix2pix", "StableDiffusionInstructPix2PixPipeline", lambda p: sd15(p, edit=True), False, True
         ),

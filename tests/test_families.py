@@ -236,7 +236,12 @@ def test_long_prompt_is_reported_cut(family_root, name):
     pipe = load(family_root, name)
     words = " ".join(["red circle on blue"] * 300)  # 1,200 words: past every encoder's window
     result = pipe.generate(request(name, prompt=words))
-    assert any("cut" in w for w in result.warnings), result.warnings
+    cuts = [w for w in result.warnings if w.startswith("prompt cut by")]
+    assert cuts and all(" after " in w and " tokens: dropped " in w for w in cuts), result.warnings
+    assert result.metadata[0]["prompt"] == words  # the metadata keeps what the user wrote
+    counts = pipe.count_tokens(words)
+    assert counts and all(c.count > c.limit for c in counts)
+    assert len(cuts) == len(counts)  # one warning per encoder that cut it
     short = pipe.generate(request(name))
     assert not any("cut" in w for w in short.warnings)
 
@@ -276,3 +281,40 @@ def test_lora_on_the_denoiser_or_clear_refusal(family_root, tmp_path_factory, na
     assert np.abs(pixels(styled.images[0]) - pixels(base)).max() > 1, "the LoRA changed nothing"
     again = pipe.generate(request(name)).images[0]
     assert np.abs(pixels(again) - pixels(base)).max() <= 1, "the LoRA stayed on after it was dropped"
+
+
+# --------------------------------------------------------------------------- the UI per family
+def _ui(pipe):
+    from ui.demo import create_demo
+    from ui.settings import AppSettings
+
+    config = create_demo(pipe, AppSettings()).get_config_file()
+    by_id = {c["props"].get("elem_id"): c for c in config["components"] if c["props"].get("elem_id")}
+    tabs = [c for c in config["components"] if c["type"] == "tabs"]
+    return by_id, tabs[0]["props"].get("selected")
+
+
+@pytest.mark.parametrize("name", ["instruct-pix2pix", "pixart-sigma", "qwen-image"])
+def test_ui_offers_only_what_the_model_can_do(family_root, name):
+    pipe = load(family_root, name)
+    by_id, selected = _ui(pipe)
+    info = pipe.model_info()
+    assert by_id["generate-btn"]["props"]["interactive"] is info.text_to_image
+    assert ("generate-unavailable" in by_id) is (not info.text_to_image)
+    assert selected == ("generate" if info.text_to_image else "edit")
+    assert by_id["edit-btn"]["props"]["interactive"] is (info.edit or info.image_to_image)
+    assert by_id["image-guidance"]["props"]["visible"] is (name == "instruct-pix2pix")
+    assert by_id["guidance"]["props"]["info"] == info.guidance_label
+
+
+@pytest.mark.parametrize("name", ["sd15", "sd3", "qwen-image"])
+def test_token_counter_uses_the_models_tokenizers(family_root, name):
+    from ui.settings import AppSettings
+    from ui.studio import Studio
+
+    studio = Studio(load(family_root, name), AppSettings())
+    short = studio.token_count("a red circle")
+    labels = [c.label for c in load(family_root, name).count_tokens("a red circle")]
+    assert labels and all(label in short for label in labels) and "cut" not in short
+    assert "⚠️ cut" in studio.token_count(" ".join(["red circle"] * 700))
+    assert studio.token_count("") == ""

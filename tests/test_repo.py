@@ -28,7 +28,10 @@ def test_ci_runs_the_readme_test_command_verbatim():
 
 def test_torch_is_pinned_and_layers_stack():
     base = (ROOT / "requirements.txt").read_text().splitlines()
-    assert "torch==2.13.0" in base
-    for extra in ("requirements-cuda.txt", "requirements-npu.txt", "requirements-dev.txt"):
+    assert "torch==2.14.1" in base and "torchvision==0.29.1" in base  # a pair: torchvision needs its torch
+    for extra in ("requirements-cuda.txt", "requirements-dev.txt"):
         assert "-r requirements.txt" in (ROOT / extra).read_text().splitlines(), extra
-    assert "torch-npu==2.13.0" in (ROOT / "requirements-npu.txt").read_text().splitlines()
+    npu = (ROOT / "requirements-npu.txt").read_text().splitlines()
+    assert "-r requirements-common.txt" in npu and "-r requirements-common.txt" in base
+    # torch-npu X.Y.Z requires torch==X.Y.Z.*: the NPU file pins that torch, not the base one
+    assert "torch-npu==2.14.0" in npu and "torch==2.14.0" in npu and "torchvision==0.29.0" in npu

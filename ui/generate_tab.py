@@ -35,6 +35,7 @@ def build(studio: Studio) -> dict[str, Any]:
             c["prompt"] = gr.Textbox(
                 label="Prompt", lines=2, elem_id="prompt", placeholder=examples[0], info="one prompt per line"
             )
+            c["tokens"] = gr.Markdown(elem_id="token-count", visible=studio.counts_tokens)
             if info.vocabulary:
                 gr.Markdown(vocabulary_markdown(info.vocabulary), elem_id="vocabulary")
             c["negative_prompt"] = gr.Textbox(value="", label="Negative prompt", lines=1)
@@ -92,6 +93,8 @@ def wire(studio: Studio, g: dict[str, Any]) -> None:
                 gallery, result, paths = value
                 yield gallery, info_line(result), paths, result.info()
 
+    if studio.counts_tokens:
+        g["prompt"].change(studio.token_count, g["prompt"], g["tokens"], api_visibility="private", queue=False)
     for name, slider in zip(lora_names, g["scales"], strict=True):
         g["loras"].change(
             lambda c, n=name: gr.update(visible=n in (c or [])), g["loras"], slider,

@@ -15,6 +15,7 @@ import gradio as gr
 
 from pipelines import GenerationRequest, GenerationResult, OutOfMemoryError, PipelineError
 from pipelines.backend import GenerationBackend, ModelInfo
+from pipelines.tokens import token_summary
 from ui import inputs
 from ui.jobs import JobRunner, drop_queued
 from ui.outputs import OutputStore
@@ -176,6 +177,19 @@ class Studio:
         return {"running": int(self.runner.stop(self.job_id(request, job_id))), "queued": dropped}
 
     # ---------------------------------------------------------------- status
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether the backend can count prompt tokens (a local pipeline or pool; not Ray)."""
+        return callable(getattr(self.backend, "count_tokens", None))
+
+    def token_count(self, text: str | None) -> str:
+        """"tokens: CLIP 12/75 · T5 14/255" for the longest prompt line (one prompt per line)."""
+        lines = [line for line in (text or "").splitlines() if line.strip()]
+        if not lines:
+            return ""
+        longest = max(lines, key=len)[: self.limits.max_prompt_chars]
+        return "<small>tokens: " + token_summary(self.backend.count_tokens(longest)) + "</small>"
+
     def status(self):
         replicas = self.backend.status()
         return status_markdown(replicas, self.warnings(), self.settings.zero_gpu), self.history.sample(replicas)
