@@ -72,8 +72,16 @@ class ModelInfo:
     image_to_image: bool = True
     guidance_label: str = "CFG scale"  # what the guidance slider drives on this model
     image_guidance: bool = False  # takes image_guidance_scale (InstructPix2Pix)
+    default_image_guidance: float = 1.5
+    notes: str = ""  # a recipe's notes for the user
     lora_supported: bool = True
     attention: dict[str, str] = field(default_factory=dict)  # per component, what runs
+    editor: ModelInfo | None = None  # the model serving edits, when it is another one (pipelines.editing)
+
+    @property
+    def for_edits(self) -> ModelInfo:
+        """The model the Edit tab's requests go to: its defaults, samplers and limits."""
+        return self.editor or self
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

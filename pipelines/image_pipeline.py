@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import logging
@@ -31,10 +32,10 @@ from . import samplers
 from .backend import ModelInfo, ReplicaStatus
 from .calls import call_kwargs, size_for
 from .errors import OutOfMemoryError, UnsupportedTaskError
-from .loading import load_diffusers_pipeline
 from .lora import LoraInfo, LoraManager
 from .options import PipelineOptions
 from .preview import PreviewDecoder
+from .recipes import Recipe, open_model
 from .request import GenerationRequest, GenerationResult
 from .tokens import count_tokens, fit_prompt, truncation_warnings
 from .tokens import windows as token_windows
@@ -195,6 +196,7 @@ class ImagePipeline:
         self.options = options
         self.source = source
         self.model_name = Path(source).name or source
+        self.model_id = source
         self.load_seconds = 0.0
         self.attention_applied: dict[str, str] = {}
         self.memory_savers: list[str] = []
@@ -203,6 +205,9 @@ class ImagePipeline:
         self._lock = threading.RLock()  # one generation at a time per pipeline
         self._micro_batch_limit: dict[tuple[int, int], int] = {}  # learned from out-of-memory errors
         self.traits = inspect_pipeline(pipe)
+        self.recipe: Recipe | None = None
+        self.base_loras: dict[str, float] = {}  # a recipe's LoRAs that stay on (not fused)
+        self.default_image_guidance = 1.5
         self._token_windows = token_windows(pipe, private=True)  # counted beside a running generation
         self.vocabulary = read_vocabulary(source)
         self.activity = "idle"  # what it does now, for the status panel
@@ -218,18 +223,28 @@ class ImagePipeline:
         source = str(source or opts.model_id)
         dm = device_manager or DeviceManager()
         start = time.perf_counter()
-        pipe = load_diffusers_pipeline(source, dm.dtype, **opts.extra)
-        return cls.from_loaded(pipe, dm, opts, source, start)
+        pipe, recipe, weights = open_model(source, dm, opts.extra)
+        self = cls.from_loaded(pipe, dm, opts, weights, start, recipe)
+        self.model_id = source  # what MODEL_ID said (a recipe name stays a name)
+        return self
 
     @classmethod
     def from_loaded(
-        cls, pipe: Any, dm: DeviceManager, opts: PipelineOptions, source: str, start: float | None = None
+        cls,
+        pipe: Any,
+        dm: DeviceManager,
+        opts: PipelineOptions,
+        source: str,
+        start: float | None = None,
+        recipe: Recipe | None = None,
     ) -> ImagePipeline:
         """Wrap a diffusers pipeline already in memory (a device pool copies one per device):
-        attention, memory mode, then onto the manager's device (loaded in its dtype)."""
+        the recipe's LoRAs and defaults, attention, memory mode, then onto the manager's device."""
         start = time.perf_counter() if start is None else start
         pipe.set_progress_bar_config(disable=True)
         self = cls(pipe, dm, opts, source)
+        if recipe is not None:
+            self._apply_recipe(recipe)
         applied = dm.apply_attention(pipe)
         self.memory_savers = dm.set_memory_efficient_mode(pipe, opts.memory_mode)
         self.attention_applied = describe_attention(pipe, applied)  # read back after the memory savers
@@ -246,6 +261,34 @@ class ImagePipeline:
             dm.attention,
         )
         return self
+
+    def _apply_recipe(self, recipe: Recipe) -> None:
+        """Name, task, defaults (size, sampler, image guidance), LoRAs (fused, or always active)."""
+        self.recipe = recipe
+        self.model_name = recipe.name
+        self.vocabulary = {**self.vocabulary, **recipe.ui_vocabulary()}
+        d = recipe.defaults
+        changes: dict[str, Any] = {}
+        if recipe.task == "edit":
+            changes["text_to_image"] = False
+        elif recipe.task == "text-to-image":
+            changes.update(edit=False, image_to_image="")
+        if "width" in d or "height" in d:
+            w, h = self.traits.default_size
+            changes["default_size"] = (d.get("width", w), d.get("height", h))
+        self.traits = dataclasses.replace(self.traits, **changes)
+        if "image_guidance" in d:
+            self.default_image_guidance = float(d["image_guidance"])
+        if "sampler" in d:
+            self.pipe.scheduler = samplers.build(self.pipe.scheduler, d["sampler"])
+        for lora in recipe.loras:
+            name = self.loras.load(recipe.resolve(lora.path), allow_outside=True)
+            if lora.fuse:  # merged into the weights: no per-step LoRA cost, cannot be switched off
+                self.pipe.fuse_lora(adapter_names=[name], lora_scale=lora.scale)
+                self.loras.unload(name)
+            else:
+                self.base_loras[name] = lora.scale
+        log.info("recipe %s applied (task %s, defaults %s, LoRAs %d)", recipe.name, recipe.task, d, len(recipe.loras))
 
     @property
     def diffusers_pipeline(self) -> Any:
@@ -328,6 +371,8 @@ class ImagePipeline:
             guidance_label=traits.guidance_label,
             lora_supported=traits.lora,
             image_guidance=traits.image_guidance,
+            default_image_guidance=self.default_image_guidance,
+            notes=str(vocab.get("notes", "")),
             attention=dict(self.attention_applied),
         )
 
@@ -479,7 +524,7 @@ class ImagePipeline:
     ) -> GenerationResult:
         # 2-3. pipeline and LoRAs
         pipe = self._pipeline_for(request)
-        self.loras.activate(request.loras)
+        self.loras.activate({**self.base_loras, **request.loras})
         # 4. one seed per image
         width, height = size_for(request, self.traits)
         seed = request.seed if request.seed is not None else secrets.randbelow(2**31)

@@ -36,17 +36,25 @@ def load_diffusers_pipeline(source: str, dtype: torch.dtype, **kwargs: Any):
     from diffusers import DiffusionPipeline
 
     path = Path(source).expanduser()
+    loader = DiffusionPipeline
+    if kwargs.get("pipeline_class") and not path.is_file():  # a recipe's pipeline_class, by diffusers name
+        import diffusers
+
+        name = kwargs.pop("pipeline_class")
+        loader = getattr(diffusers, name, None)
+        if loader is None:
+            raise ModelLoadError(f"pipeline_class {name!r} is not a diffusers pipeline class")
     if path.is_dir():
         if not (path / "model_index.json").is_file():
             raise ModelLoadError(f"{path} is not a diffusers model folder: it has no model_index.json")
-        return _call(DiffusionPipeline.from_pretrained, str(path), source, dtype=dtype, **kwargs)
+        return _call(loader.from_pretrained, str(path), source, dtype=dtype, **kwargs)
     if path.is_file():
         return _load_single_file(path, dtype, **kwargs)
     if looks_like_path(source):
         raise ModelLoadError(
             f"model not found: {source} does not exist (MODEL_ID must be a folder, a file or a Hub id)"
         )
-    return _call(DiffusionPipeline.from_pretrained, source, source, dtype=dtype, **kwargs)
+    return _call(loader.from_pretrained, source, source, dtype=dtype, **kwargs)
 
 
 def _load_single_file(path: Path, dtype: torch.dtype, **kwargs: Any):

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import logging
 import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,10 +33,10 @@ from devices import DeviceManager
 from devices.pool import expand_devices
 
 from .backend import CancelFn, ModelInfo, ProgressFn, ReplicaStatus
-from .errors import OutOfMemoryError, PipelineError
+from .errors import ModelLoadError, OutOfMemoryError, PipelineError
 from .image_pipeline import ImagePipeline, PreviewFn
-from .loading import load_diffusers_pipeline
 from .options import PipelineOptions
+from .recipes import open_model
 from .request import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,7 @@ class DevicePool:
             n = counts[base] = counts.get(base, -1) + 1
             self._replicas.append(_Replica(f"{base}#{n}" if base == "cpu" else base, p))
         self._changed = threading.Condition()
+        self._switching = threading.Lock()
 
     # ---------------------------------------------------------------- building
     @classmethod
@@ -70,18 +73,8 @@ class DevicePool:
         targets = expand_devices(devices)
         managers = [DeviceManager(d) for d in targets]
         share_cpu_threads(managers)
-        if len(managers) == 1:
-            return cls([ImagePipeline.from_pretrained(source, managers[0], **options)])
         opts = PipelineOptions.from_env(**options)
-        source = str(source or opts.model_id)
-        start = time.perf_counter()
-        loaded = load_diffusers_pipeline(source, managers[0].dtype, **opts.extra)  # on the CPU, read once
-        replicas = [ImagePipeline.from_loaded(copy.deepcopy(loaded), dm, opts, source, start) for dm in managers[1:]]
-        replicas.insert(0, ImagePipeline.from_loaded(loaded, managers[0], opts, source, start))
-        log.info(
-            "device pool: %d replicas (%s) in %.2f s", len(replicas), ", ".join(targets), time.perf_counter() - start
-        )
-        return cls(replicas)
+        return cls(_build(str(source or opts.model_id), managers, opts))
 
     # ---------------------------------------------------------------- GenerationBackend
     @property
@@ -135,6 +128,57 @@ class DevicePool:
         for t in threads:
             t.join()
         return run.merged()
+
+    def load_model(self, model_id: str, progress: Callable[[float, str], None] | None = None) -> ModelInfo:
+        """Switch every replica to `model_id`: wait for running work, free the old weights, load the new.
+
+        The old model is released before the new one loads (a device rarely holds two large
+        models). If the new one fails to load, the old one is loaded again and serves, and
+        ModelLoadError says why the switch failed.
+        """
+        say = progress or (lambda _f, _m: None)
+        with self._switching:
+            say(0.05, "waiting for running work")
+            taken = self._acquire_all()
+            try:
+                first = taken[0].pipeline
+                managers, options, old = [r.pipeline.dm for r in taken], first.options, first.model_id
+                say(0.2, f"unloading {first.model_name}")
+                self._unload()
+                say(0.4, f"loading {model_id}")
+                try:
+                    pipelines = _build(model_id, managers, options)
+                except Exception as exc:
+                    log.error("switch to %s failed (%s); reloading %s", model_id, exc, old)
+                    self._install(_build(old, managers, options))
+                    raise ModelLoadError(f"could not switch to {model_id}: {exc}; {old} is serving again") from exc
+                self._install(pipelines)
+                say(1.0, "ready")
+                return self.model_info()
+            finally:
+                self._release(self._replicas)
+
+    def _acquire_all(self) -> list[_Replica]:
+        """Every replica, once none is busy (new requests wait behind the switch)."""
+        with self._changed:
+            while any(r.busy for r in self._replicas):
+                self._changed.wait()
+            for r in self._replicas:
+                r.busy = True
+            return list(self._replicas)
+
+    def _unload(self) -> None:
+        for r in self._replicas:
+            r.pipeline.close()
+        gc.collect()  # diffusers pipelines hold reference cycles: free their tensors now, not later
+        for r in self._replicas:
+            r.pipeline.dm.empty_cache()
+
+    def _install(self, pipelines: list[ImagePipeline]) -> None:
+        with self._changed:
+            for replica, pipeline in zip(self._replicas, pipelines, strict=True):
+                replica.pipeline, replica.healthy, replica.error = pipeline, True, None
+                replica.busy = True  # released by load_model's finally
 
     # ---------------------------------------------------------------- internals
     def _acquire(self, wanted: int) -> list[_Replica]:
@@ -269,6 +313,30 @@ def merge_results(results: list[GenerationResult]) -> GenerationResult:
         inputs=[i for r in results for i in r.inputs],
         attention_components=first.attention_components,
     )
+
+
+def _build(source: str, managers: list[DeviceManager], opts: PipelineOptions) -> list[ImagePipeline]:
+    """One replica of `source` per manager: read from disk once, then copied per device."""
+    start = time.perf_counter()
+    if len(managers) == 1:
+        pipeline = ImagePipeline.from_pretrained(source, managers[0], **_as_overrides(opts))
+        pipeline.model_id = source
+        return [pipeline]
+    loaded, recipe, weights = open_model(source, managers[0], opts.extra)  # on the CPU, read once
+    replicas = [
+        ImagePipeline.from_loaded(copy.deepcopy(loaded), dm, opts, weights, start, recipe) for dm in managers[1:]
+    ]
+    replicas.insert(0, ImagePipeline.from_loaded(loaded, managers[0], opts, weights, start, recipe))
+    for r in replicas:
+        r.model_id = source
+    log.info("device pool: %d replicas of %s in %.2f s", len(replicas), source, time.perf_counter() - start)
+    return replicas
+
+
+def _as_overrides(opts: PipelineOptions) -> dict[str, Any]:
+    """`opts` as `ImagePipeline.from_pretrained` keywords (diffusers' extra arguments spread out)."""
+    named = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts) if f.name not in ("model_id", "extra")}
+    return {**named, **opts.extra}
 
 
 def share_cpu_threads(managers: list[DeviceManager]) -> None:

@@ -171,3 +171,49 @@ def test_sign_in_in_the_browser(browser, tmp_path, tiny_model_dir):
         page.get_by_role("button", name="Login").click()
         expect(page.locator("#status")).to_contain_text("cpu", timeout=30_000)
         page.close()
+
+
+def _choose(page, elem_id: str, option: str) -> None:
+    """Pick `option` in a Gradio dropdown."""
+    page.locator(f"#{elem_id} input").click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def test_switch_model_and_sampler_in_the_browser(browser, tmp_path):
+    """The picker loads another model (controls follow it), then a sampler choice reaches the PNG."""
+    from playwright.sync_api import expect
+
+    from pipelines.metadata import read_metadata
+    from pipelines.pool import DevicePool
+    from tests.tiny_model import save_tiny_pipeline
+
+    if not embedded_model_available():
+        pytest.skip("needs the embedded model")
+    models = tmp_path / "models"
+    save_tiny_pipeline(models / "tiny-sd")
+    out = tmp_path / "out"
+    pool = DevicePool.from_pretrained(str(DEFAULT_MODEL), devices="cpu", memory_mode="off")
+    with running_app(DEFAULT_MODEL, out, backend=pool, models_dir=models) as (demo, _):
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(demo.local_url, wait_until="load")
+        expect(page.locator("#model-picker input")).to_have_value("tiny-shapes", timeout=30_000)
+        _choose(page, "model-picker", "tiny-sd")
+        page.get_by_role("button", name="Load model").click()
+        expect(page.locator("#model-status")).to_contain_text("tiny-sd loaded", timeout=120_000)
+        expect(page.locator("#vocabulary")).to_be_hidden()  # tiny-shapes' word list went with it
+        page.get_by_role("button", name="Advanced").first.click()
+        expect(page.get_by_label("Width").first).to_have_value("32")  # the new model's default size
+        _choose(page, "sampler", "Euler a")
+        page.locator("#prompt textarea").fill("a cat")
+        number = page.locator("#num-images input[type=number]")
+        number.fill("1")
+        number.press("Enter")
+        page.get_by_role("button", name="Generate").click()
+        expect(page.locator("#info-line")).to_contain_text("1 image(s) in", timeout=120_000)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "app-switched.png"))
+        saved = sorted(out.rglob("*.png"), key=lambda p: p.stat().st_mtime)[-1]
+        meta = read_metadata(saved)
+        assert meta["json"]["model"] == "tiny-sd" and meta["json"]["sampler"] == "Euler a", meta
+        assert meta["parameters"]["sampler"] == "Euler a"  # the A1111 name in "parameters", for other tools
+        page.close()

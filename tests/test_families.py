@@ -300,7 +300,7 @@ def test_ui_offers_only_what_the_model_can_do(family_root, name):
     by_id, selected = _ui(pipe)
     info = pipe.model_info()
     assert by_id["generate-btn"]["props"]["interactive"] is info.text_to_image
-    assert ("generate-unavailable" in by_id) is (not info.text_to_image)
+    assert by_id["generate-unavailable"]["props"]["visible"] is (not info.text_to_image)
     assert selected == ("generate" if info.text_to_image else "edit")
     assert by_id["edit-btn"]["props"]["interactive"] is (info.edit or info.image_to_image)
     assert by_id["image-guidance"]["props"]["visible"] is (name == "instruct-pix2pix")

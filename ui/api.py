@@ -1,4 +1,5 @@
-"""The public API: /generate (keyword parameters as raw JSON), /stop (per caller or job id), /status."""
+"""The public API: /generate (keyword parameters as raw JSON), /stop (per caller or job id), /status,
+/models and /load_model (switching, where allowed)."""
 
 from __future__ import annotations
 
@@ -65,3 +66,19 @@ def wire(studio: Studio) -> None:
         return status_json(studio.backend.status())
 
     gr.api(status, api_name="status", queue=False)
+
+    def list_models() -> dict:
+        """What can be loaded (recipes and MODELS_DIR folders), the current model, whether switching is allowed."""
+        return studio.models()
+
+    gr.api(list_models, api_name="models", queue=False)
+
+    def load_model(name: str, progress=gr.Progress()) -> dict:
+        """Switch every replica to the model `name` (one of /models); its defaults and limits come back.
+        Allowed by default only when the server listens on localhost (ALLOW_MODEL_SWITCH)."""
+        return studio.load_model(name, progress).to_dict()
+
+    model_name = gr.Textbox(visible=False, label="name")
+    gr.Button(visible=False).click(
+        load_model, model_name, gr.JSON(visible=False), api_name="load_model", concurrency_id="gpu"
+    )

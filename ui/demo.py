@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import GenerationBackend, ModelInfo
-from ui import api, edit_tab, generate_tab, history, pnginfo_tab, status
+from ui import api, edit_tab, generate_tab, history, models, pnginfo_tab, status
 from ui.jobs import guard_admissions
 from ui.settings import AppSettings
 from ui.studio import Studio
@@ -38,7 +38,8 @@ def create_demo(backend: GenerationBackend, settings: AppSettings | None = None)
     studio = Studio(backend, settings)
     age = settings.cache_minutes * 60
     with gr.Blocks(title="Diffusion Anywhere", delete_cache=(min(age, 600), age)) as demo:
-        gr.Markdown(_header(backend, studio.info))
+        header = gr.Markdown(_header(backend, studio.info))
+        picker = models.build(studio)
         with gr.Row(equal_height=False):
             first_tab = "generate" if studio.info.text_to_image else "edit"
             with gr.Column(scale=5), gr.Tabs(selected=first_tab) as tabs:
@@ -53,6 +54,7 @@ def create_demo(backend: GenerationBackend, settings: AppSettings | None = None)
             with gr.Column(scale=2, min_width=280, elem_id="status-panel"):
                 status_md, plot = status.panel()
         generate_tab.wire(studio, g)
+        models.wire(studio, picker, g, e, header, tabs, lambda info: _header(studio.backend, info))
         edit_tab.wire(studio, e)
 
         async def ui_stop(request: gr.Request) -> None:
@@ -95,7 +97,8 @@ def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
 
 
 def make_backend(settings: AppSettings, model: str | None = None, device: str | None = None) -> GenerationBackend:
-    """The in-process device pool (one replica per device), or Ray Serve (GENERATION_BACKEND=ray)."""
+    """The in-process device pool (one replica per device), or Ray Serve (GENERATION_BACKEND=ray);
+    with an instruction editor for the Edit tab beside it (EDIT_MODEL_ID, `pipelines.editing`)."""
     model = model or settings.pipeline.model_id
     opts = settings.pipeline
     options = dict(lora_dir=opts.lora_dir, max_batch=opts.max_batch, max_pixels=opts.max_pixels, max_side=opts.max_side)
@@ -110,6 +113,11 @@ def make_backend(settings: AppSettings, model: str | None = None, device: str | 
             cpus_per_replica=settings.ray_cpus_per_replica,
             **options,
         )
+    from pipelines.editing import EditRouter, default_editor
     from pipelines.pool import DevicePool
 
-    return DevicePool.from_pretrained(model, devices=device, **options)
+    main = DevicePool.from_pretrained(model, devices=device, **options)
+    editor = default_editor(model, settings.edit_model_id)
+    if editor is None:
+        return main
+    return EditRouter(main, DevicePool.from_pretrained(editor, devices=device, **options), not settings.edit_model_id)

@@ -6,9 +6,30 @@ from typing import Any
 
 import gradio as gr
 
-from ui.generate_tab import sampling_controls
+from pipelines.backend import ModelInfo
+from ui.generate_tab import sampling_controls, sampling_props
 from ui.studio import Studio
 from ui.text import info_line
+
+
+def mode_text(info: ModelInfo) -> str:
+    if info.edit:
+        return f"**Instruction editing** with {info.model_name}: describe the change"
+    if info.image_to_image:
+        return f"**Image-to-image** with {info.model_name}: the prompt describes the result"
+    return (f"**{info.model_name} ({info.pipeline_class}) does text-to-image only**: diffusers has no "
+            "image-to-image pipeline for it, so it cannot edit")  # fmt: skip
+
+
+def updates(info: ModelInfo, e: dict[str, Any]) -> dict[Any, Any]:
+    """What changes in this tab when another model is loaded."""
+    props = sampling_props(info)
+    out = {e[name]: gr.update(**props[name]) for name in ("sampler", "steps", "guidance_scale")}
+    out[e["mode"]] = gr.update(value=mode_text(info))
+    out[e["strength"]] = gr.update(visible=info.image_to_image and not info.edit)
+    out[e["image_guidance_scale"]] = gr.update(visible=info.image_guidance, value=info.default_image_guidance)
+    out[e["run"]] = gr.update(interactive=info.edit or info.image_to_image)
+    return out
 
 
 def build(studio: Studio) -> dict[str, Any]:
@@ -18,20 +39,13 @@ def build(studio: Studio) -> dict[str, Any]:
         with gr.Column(scale=2, min_width=300):
             c["files"] = gr.File(label="Input images", file_count="multiple", file_types=["image"], height=140)
             c["prompt"] = gr.Textbox(label="Instruction / prompt", lines=2, placeholder=(info.examples or ("",))[0])
-            if info.edit:
-                kind = f"**Instruction editing** with {info.model_name}: describe the change"
-            elif info.image_to_image:
-                kind = f"**Image-to-image** with {info.model_name}: the prompt describes the result"
-            else:
-                kind = (f"**{info.model_name} ({info.pipeline_class}) does text-to-image only**: diffusers has no "
-                        "image-to-image pipeline for it, so it cannot edit")  # fmt: skip
-            gr.Markdown(kind, elem_id="edit-mode")
+            c["mode"] = gr.Markdown(mode_text(info), elem_id="edit-mode")
             c["strength"] = gr.Slider(
                 0.05, 1.0, value=0.6, step=0.05, label="Strength", info="how much of each input is re-drawn",
                 visible=info.image_to_image and not info.edit,
             )  # fmt: skip
             c["image_guidance_scale"] = gr.Slider(
-                0, 10, value=1.5, step=0.1, label="Image guidance", visible=info.image_guidance,
+                0, 10, value=info.default_image_guidance, step=0.1, label="Image guidance", visible=info.image_guidance,
                 info="how closely the result keeps the input image", elem_id="image-guidance",
             )  # fmt: skip
             c["num_images"] = gr.Slider(1, info.max_batch, value=1, step=1, label="Images per input")

@@ -11,19 +11,47 @@ from ui.studio import Studio
 from ui.text import info_line, vocabulary_markdown
 
 
-def sampling_controls(info: ModelInfo, prefix: str = "") -> dict[str, Any]:
-    """Steps, guidance and size with the model's defaults and exactly the limits the server enforces."""
+def sampling_props(info: ModelInfo) -> dict[str, dict[str, Any]]:
+    """The model-dependent properties of the sampling controls: used to build them and to update
+    them after a model switch (one place, so both always agree with the server's limits)."""
     step = info.size_multiple
     return {
-        "sampler": gr.Dropdown(list(info.samplers), value=info.scheduler, label="Sampler", elem_id=f"{prefix}sampler"),
-        "steps": gr.Slider(1, 150, value=info.default_steps, step=1, label="Steps"),
-        "guidance_scale": gr.Slider(
-            0, 50, value=info.default_guidance, step=0.5, label="Guidance (CFG)", info=info.guidance_label,
-            elem_id=f"{prefix}guidance",
-        ),
-        "width": gr.Slider(step, info.max_side, value=info.default_width, step=step, label="Width"),
-        "height": gr.Slider(step, info.max_side, value=info.default_height, step=step, label="Height"),
+        "sampler": {"choices": list(info.samplers), "value": info.scheduler},
+        "steps": {"value": info.default_steps},
+        "guidance_scale": {"value": info.default_guidance, "info": info.guidance_label},
+        "width": {"minimum": step, "maximum": info.max_side, "value": info.default_width, "step": step},
+        "height": {"minimum": step, "maximum": info.max_side, "value": info.default_height, "step": step},
     }
+
+
+def sampling_controls(info: ModelInfo, prefix: str = "") -> dict[str, Any]:
+    """Steps, guidance and size with the model's defaults and exactly the limits the server enforces."""
+    p = sampling_props(info)
+    return {
+        "sampler": gr.Dropdown(**p["sampler"], label="Sampler", elem_id=f"{prefix}sampler"),
+        "steps": gr.Slider(1, 150, **p["steps"], step=1, label="Steps"),
+        "guidance_scale": gr.Slider(0, 50, **p["guidance_scale"], step=0.5, label="Guidance (CFG)", elem_id=f"{prefix}guidance"),
+        "width": gr.Slider(**p["width"], label="Width"),
+        "height": gr.Slider(**p["height"], label="Height"),
+    }
+
+
+def unavailable_text(info: ModelInfo) -> str:
+    return (
+        f"**{info.model_name} is an image-editing model** ({info.pipeline_class}): it needs an input "
+        "image and cannot generate from a prompt alone. Use the **Edit** tab."
+    )
+
+
+def updates(info: ModelInfo, g: dict[str, Any]) -> dict[Any, Any]:
+    """What changes in this tab when another model is loaded."""
+    out = {g[name]: gr.update(**props) for name, props in sampling_props(info).items()}
+    out[g["run"]] = gr.update(interactive=info.text_to_image)
+    out[g["unavailable"]] = gr.update(value=unavailable_text(info), visible=not info.text_to_image)
+    text = vocabulary_markdown(info.vocabulary)
+    out[g["vocabulary"]] = gr.update(value=text, visible=bool(text))
+    out[g["tokens"]] = gr.update(value="")
+    return out
 
 
 def build(studio: Studio) -> dict[str, Any]:
@@ -36,8 +64,9 @@ def build(studio: Studio) -> dict[str, Any]:
                 label="Prompt", lines=2, elem_id="prompt", placeholder=examples[0], info="one prompt per line"
             )
             c["tokens"] = gr.Markdown(elem_id="token-count", visible=studio.counts_tokens)
-            if info.vocabulary:
-                gr.Markdown(vocabulary_markdown(info.vocabulary), elem_id="vocabulary")
+            c["vocabulary"] = gr.Markdown(
+                vocabulary_markdown(info.vocabulary), elem_id="vocabulary", visible=bool(vocabulary_markdown(info.vocabulary))
+            )
             c["negative_prompt"] = gr.Textbox(value="", label="Negative prompt", lines=1)
             c["num_images"] = gr.Slider(
                 1, info.max_batch, value=min(4, info.max_batch), step=1, label="Number of images", elem_id="num-images"
@@ -45,12 +74,9 @@ def build(studio: Studio) -> dict[str, Any]:
             with gr.Row():
                 c["seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=-1, min_width=100)
                 c["random_seed"] = gr.Checkbox(label="Random seed", value=True, min_width=100)
-            if not info.text_to_image:
-                gr.Markdown(
-                    f"**{info.model_name} is an image-editing model** ({info.pipeline_class}): it needs an input "
-                    "image and cannot generate from a prompt alone. Use the **Edit** tab.",
-                    elem_id="generate-unavailable",
-                )
+            c["unavailable"] = gr.Markdown(
+                unavailable_text(info), elem_id="generate-unavailable", visible=not info.text_to_image
+            )
             with gr.Row():
                 c["run"] = gr.Button(
                     "Generate", variant="primary", elem_id="generate-btn", interactive=info.text_to_image

@@ -154,9 +154,12 @@ def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) ->
 
 
 def _size(raw: dict[str, Any], name: str, default: int, m: ModelInfo, edit: bool) -> int | None:
-    """A width/height; an edit without one takes the input's aspect ratio at the model's area."""
-    value = raw.get(name, None if edit else default)
-    return None if value is None and edit else whole_number(name, value, m.size_multiple, m.max_side)
+    """A width/height; none given (or null): the model's default, and for an edit the input's aspect
+    ratio at the model's area."""
+    value = raw.get(name)
+    if value is None:
+        return None if edit else default
+    return whole_number(name, value, m.size_multiple, m.max_side)
 
 
 def upload_paths(files: Any, limits: Limits) -> list[Path]:

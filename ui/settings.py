@@ -20,6 +20,7 @@ T = TypeVar("T")
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb)\s*$", re.IGNORECASE)
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 BACKENDS = ("local", "ray")
+DEFAULT_MODELS_DIR = Path(__file__).resolve().parents[1] / "models"  # the embedded models
 
 
 class SettingsError(ValueError):
@@ -59,6 +60,9 @@ class AppSettings:
     on_spaces: bool = False
     zero_gpu: bool = False
     users: Users | None = None  # AUTH / AUTH_FILE: sign-in required when set
+    models_dir: Path | None = None  # MODELS_DIR: model folders offered for switching (with the recipes)
+    allow_model_switch: str = "auto"  # ALLOW_MODEL_SWITCH: auto (only on localhost) | 1 | 0
+    edit_model_id: str = ""  # EDIT_MODEL_ID: the Edit tab's model; "" = the embedded editor beside the embedded model
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:
@@ -89,6 +93,9 @@ class AppSettings:
             on_spaces=spaces,
             zero_gpu=_flag(env, "SPACES_ZERO_GPU"),
             users=Users.parse(_text(env, "AUTH"), _text(env, "AUTH_FILE")),
+            models_dir=Path(_text(env, "MODELS_DIR") or DEFAULT_MODELS_DIR).resolve(),
+            allow_model_switch=_switch(env),
+            edit_model_id=_text(env, "EDIT_MODEL_ID") or "",
         )
 
     @property
@@ -96,6 +103,13 @@ class AppSettings:
         """Listening beyond this machine with no AUTH (Spaces have their own visibility settings)."""
         local = self.server_name in ("127.0.0.1", "localhost", "::1")
         return not local and self.users is None and not self.on_spaces
+
+    @property
+    def model_switch_allowed(self) -> bool:
+        """A switch changes the model for every user: by default only a server on localhost allows it."""
+        if self.allow_model_switch == "auto":
+            return self.server_name in ("127.0.0.1", "localhost", "::1")
+        return self.allow_model_switch == "1"
 
     def replace(self, **changes: Any) -> AppSettings:
         from dataclasses import replace
@@ -109,6 +123,16 @@ def _pipeline_options(env: Mapping[str, str]) -> PipelineOptions:
         return PipelineOptions.from_env(environ=env)
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
+
+
+def _switch(env: Mapping[str, str]) -> str:
+    raw = (env.get("ALLOW_MODEL_SWITCH") or "auto").strip().lower()
+    if raw == "auto":
+        return raw
+    try:
+        return "1" if _flag({"ALLOW_MODEL_SWITCH": raw}, "ALLOW_MODEL_SWITCH") else "0"
+    except SettingsError:
+        raise SettingsError(f"ALLOW_MODEL_SWITCH={raw!r} is not valid: expected auto, 1 or 0") from None
 
 
 def _text(env: Mapping[str, str], name: str) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines import GenerationRequest, GenerationResult, OutOfMemoryError, PipelineError
+from pipelines import GenerationRequest, GenerationResult, OutOfMemoryError, PipelineError, catalog
 from pipelines.backend import GenerationBackend, ModelInfo
 from pipelines.tokens import token_summary
 from ui import inputs
@@ -42,14 +42,63 @@ class Studio:
     def __init__(self, backend: GenerationBackend, settings: AppSettings):
         self.backend = backend
         self.settings = settings
-        self.info: ModelInfo = backend.model_info()
-        self.limits = inputs.Limits(
-            self.info, settings.max_prompt_chars, settings.max_edit_files, settings.max_upload_pixels
-        )
+        self._set_info(backend.model_info())
         self.runner = JobRunner(backend, settings.time_budget)
         self.store = OutputStore.from_settings(settings.output_dir, settings.output_max_gb, settings.output_max_days)
         self.history = MemoryHistory(settings.history_seconds)
         self.demo: gr.Blocks | None = None
+
+    def _set_info(self, info: ModelInfo) -> None:
+        self.info = info
+        s = self.settings
+        self.limits = inputs.Limits(info, s.max_prompt_chars, s.max_edit_files, s.max_upload_pixels)
+
+    # ---------------------------------------------------------------- models
+    @property
+    def can_switch(self) -> bool:
+        """A backend that can switch (the device pool) on a server whose settings allow it."""
+        return callable(getattr(self.backend, "load_model", None)) and self.settings.model_switch_allowed
+
+    @property
+    def switch_off_reason(self) -> str:
+        if not callable(getattr(self.backend, "load_model", None)):
+            return "this backend serves one model (restart with another MODEL_ID to change it)"
+        return "switching models is off on this server (ALLOW_MODEL_SWITCH)"
+
+    def models(self) -> dict[str, Any]:
+        """`/models`: what can be loaded (recipes, MODELS_DIR folders) and what is loaded now."""
+        entries = catalog.list_models(self.settings.models_dir)
+        return {
+            "current": self.info.model_name,
+            "models": [{"name": e.name, "kind": e.kind} for e in entries],
+            "switch_allowed": self.can_switch,
+        }
+
+    def load_model(self, name: str, progress: gr.Progress | None = None) -> ModelInfo:
+        """Switch every replica to the model `name` (one of `models()`); the old one keeps serving
+        if the new one fails to load."""
+        if not self.can_switch:
+            raise refuse(
+                self.switch_off_reason + ": a switch changes the model for every user "
+                "(ALLOW_MODEL_SWITCH=1 allows it beyond localhost)"
+            )
+        try:
+            entry = catalog.find((name or "").strip(), self.settings.models_dir)
+        except ValueError as exc:
+            raise refuse(str(exc)) from exc
+
+        def say(fraction: float, message: str) -> None:
+            if progress is not None:
+                progress(fraction, desc=message)
+
+        try:
+            info = self.backend.load_model(entry.source, progress=say)
+        except PipelineError as exc:
+            self._set_info(self.backend.model_info())
+            raise gr.Error(str(exc), print_exception=False) from exc
+        self._set_info(info)
+        log.info("model switched to %s", info.model_name)
+        return info
 
     @staticmethod
     def user(request: gr.Request | None) -> str | None:

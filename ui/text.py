@@ -33,11 +33,14 @@ def info_line(result: GenerationResult) -> str:
 
 
 def vocabulary_markdown(vocab: dict[str, Any]) -> str:
-    if not vocab.get("pattern"):
-        return ""
-    return (
-        "**This model only knows its own small world.** Prompt pattern: "
-        f"`{vocab['pattern']}`  \n"
-        f"colors: {', '.join(vocab.get('colors', []))}  \n"
-        f"shapes: {', '.join(vocab.get('shapes', []))}"
-    )
+    parts = []
+    if vocab.get("pattern"):
+        parts.append(
+            "**This model only knows its own small world.** Prompt pattern: "
+            f"`{vocab['pattern']}`  \n"
+            f"colors: {', '.join(vocab.get('colors', []))}  \n"
+            f"shapes: {', '.join(vocab.get('shapes', []))}"
+        )
+    if vocab.get("notes"):  # a recipe's notes
+        parts.append(f"ℹ️ {vocab['notes']}")
+    return "\n\n".join(parts)

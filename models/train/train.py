@@ -2,6 +2,7 @@
 
     python -m models.train.train all          # vae -> unet -> export -> lora, resumes where it stopped
     python -m models.train.train vae|unet|export|lora [--steps N] [--threads N]
+    python -m models.train.train edit [--steps N]   # the instruction editor (models/train/edit.py)
 
 Each stage is seeded and checkpoints to `models/train/runs/<stage>/` (git-ignored) every few
 hundred steps; running the same command again resumes from the last checkpoint and, because
@@ -36,7 +37,7 @@ MODEL_OUT = MODELS_DIR / "tiny-shapes"
 LORA_OUT = MODELS_DIR / "loras"
 SEED = 1234
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 2400}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
@@ -367,7 +368,22 @@ def train_lora(steps: int) -> None:
     log.info("lora: wrote %s", LORA_OUT / "outline.safetensors")
 
 
-STAGES = {"vae": train_vae, "unet": train_unet, "export": export_model, "lora": train_lora}
+def _train_edit(steps: int) -> None:
+    from .edit import train_edit  # imports this module: loaded on demand
+
+    train_edit(steps)
+
+
+def _export_edit(_steps: int | None = None) -> None:
+    from .edit import export_edit
+
+    export_edit()
+
+
+STAGES = {
+    "vae": train_vae, "unet": train_unet, "export": export_model, "lora": train_lora,
+    "edit": _train_edit, "edit-export": _export_edit,
+}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -383,8 +399,8 @@ def main(argv: list[str] | None = None) -> None:
     stages = ["vae", "unet", "export", "lora"] if args.stage == "all" else [args.stage]
     for stage in stages:
         t0 = time.time()
-        if stage == "export":
-            export_model()
+        if stage in ("export", "edit-export"):
+            STAGES[stage]()
         else:
             STAGES[stage](args.steps or DEFAULT_STEPS[stage])
         log.info("%s: done in %.1f min", stage, (time.time() - t0) / 60)

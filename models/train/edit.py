@@ -1,0 +1,244 @@
+"""Stage `edit`: train `models/tiny-shapes-edit`, an InstructPix2Pix-style instruction editor.
+
+    python -m models.train.train edit [--steps N]       # train (resumable), then export
+    python -m models.train.train edit-export            # export the last checkpoint again
+
+Like InstructPix2Pix (Brooks et al. 2023), the editor is the text-to-image model fine-tuned with
+the input image's latents concatenated to the noisy latents (UNet `in_channels` 4 -> 8; the new
+input weights start at zero, so training starts from tiny-shapes' own behaviour). The VAE is
+tiny-shapes' (frozen: it already encodes this world), the text encoder starts from tiny-shapes'
+and learns the instruction words, which the tokenizer adds after the scene words. Conditioning
+is dropped as the paper does (5 % text, 5 % image, 5 % both) so that the pipeline's two guidance
+scales work. The result loads with diffusers' `StableDiffusionInstructPix2PixPipeline`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from . import configs, edit_world
+from .tokenizer import WORDS, build_tokenizer
+from .train import (
+    EMA,
+    MODELS_DIR,
+    RUNS,
+    SEED,
+    load_checkpoint,
+    lr_at,
+    progress,
+    save_checkpoint,
+    to_tensor,
+    tokenize,
+)
+from .world import render_batch
+
+log = logging.getLogger(__name__)
+
+BASE = MODELS_DIR / "tiny-shapes"
+EDIT_OUT = MODELS_DIR / "tiny-shapes-edit"
+EDIT_WORDS = (*WORDS, *edit_world.WORDS)
+DATASET = 32_000
+BATCH = 64
+LR = 3e-4
+DEFAULT_STEPS = 2400  # train.py DEFAULT_STEPS["edit"]
+DROP = 0.05  # per condition, as InstructPix2Pix
+NOOP_FRACTION = 0.1
+
+
+def edit_tokenizer():
+    return build_tokenizer(EDIT_WORDS)
+
+
+def encode_pairs(vae, n: int = DATASET) -> dict:
+    """`n` seeded (scene, instruction, result) examples, both images encoded once (cached in runs/)."""
+    cache = RUNS / f"edit-pairs-{n}.pt"
+    if cache.exists():
+        return torch.load(cache)
+    rng = random.Random(f"{SEED}-edit-data")
+    edits = [edit_world.random_edit(rng, NOOP_FRACTION) for _ in range(n)]
+    src_mean, tgt_mean, tgt_std = [], [], []
+    with torch.no_grad():
+        for i in tqdm(range(0, n, 256), desc="encode edit pairs"):
+            chunk = edits[i : i + 256]
+            src = vae.encode(to_tensor(render_batch([e.source for e in chunk]))).latent_dist
+            tgt = vae.encode(to_tensor(render_batch([e.target for e in chunk]))).latent_dist
+            src_mean.append(src.mean.half())
+            tgt_mean.append(tgt.mean.half())
+            tgt_std.append(tgt.std.half())
+    data = {
+        "source": torch.cat(src_mean),
+        "target_mean": torch.cat(tgt_mean),
+        "target_std": torch.cat(tgt_std),
+        "instructions": [e.instruction for e in edits],
+    }
+    torch.save(data, cache)
+    return data
+
+
+def _widen_conv_in(unet):
+    """The tiny-shapes UNet with 8 input channels; the 4 new ones (the input image) start at zero."""
+    from diffusers import UNet2DConditionModel
+
+    wide = UNet2DConditionModel.from_config({**unet.config, "in_channels": 8})
+    state = unet.state_dict()
+    weight = state["conv_in.weight"]
+    state["conv_in.weight"] = torch.cat([weight, torch.zeros_like(weight)], dim=1)
+    wide.load_state_dict(state)
+    return wide
+
+
+def _grow_text_encoder(text_encoder, old_tokenizer, new_tokenizer):
+    """tiny-shapes' text encoder with the new words' embeddings added (old tokens keep theirs)."""
+    grown = configs.make_text_encoder(
+        len(new_tokenizer), new_tokenizer.bos_token_id, new_tokenizer.eos_token_id, new_tokenizer.pad_token_id
+    )
+    old_rows = text_encoder.get_input_embeddings().weight.detach()
+    state = {k: v for k, v in text_encoder.state_dict().items() if not k.endswith("token_embedding.weight")}
+    rows = grown.get_input_embeddings().weight.detach().clone()
+    old_vocab = old_tokenizer.get_vocab()
+    for token, new_id in new_tokenizer.get_vocab().items():
+        if token in old_vocab:
+            rows[new_id] = old_rows[old_vocab[token]]
+    missing = grown.load_state_dict(state, strict=False).missing_keys
+    if len(missing) != 1:  # only the token embedding, set below
+        raise RuntimeError(f"text encoder: unexpected missing weights {missing}")
+    grown.get_input_embeddings().weight.data.copy_(rows)
+    return grown
+
+
+def build_models():
+    """(vae, tokenizer, text encoder, 8-channel UNet), initialised from tiny-shapes."""
+    from diffusers import StableDiffusionPipeline
+
+    base = StableDiffusionPipeline.from_pretrained(BASE)
+    tokenizer = edit_tokenizer()
+    text_encoder = _grow_text_encoder(base.text_encoder, base.tokenizer, tokenizer)
+    return base.vae.eval(), tokenizer, text_encoder, _widen_conv_in(base.unet)
+
+
+def edit_loss(unet, text_encoder, scheduler, batch: dict, generator) -> torch.Tensor:
+    """v-prediction loss, min-SNR-5 weighted, on the result's latents given the input's."""
+    latents, image, ids = batch["latents"], batch["image"], batch["ids"]
+    noise = torch.randn(latents.shape, generator=generator)
+    t = torch.randint(0, scheduler.config.num_train_timesteps, (latents.shape[0],), generator=generator)
+    noisy = scheduler.add_noise(latents, noise, t)
+    target = scheduler.get_velocity(latents, noise, t)
+    pred = unet(torch.cat([noisy, image], dim=1), t, text_encoder(ids)[0]).sample
+    alphas = scheduler.alphas_cumprod[t]
+    snr = alphas / (1 - alphas)
+    weight = snr.clamp(max=5.0) / (snr + 1)
+    return ((pred - target).pow(2).mean(dim=(1, 2, 3)) * weight).mean()
+
+
+def sample_batch(data: dict, ids_all: torch.Tensor, empty_ids: torch.Tensor, scale: float, gen) -> dict:
+    """A random batch with InstructPix2Pix's condition dropout (the image latents unscaled, as the
+    pipeline passes them)."""
+    idx = torch.randint(0, len(ids_all), (BATCH,), generator=gen)
+    mean, std = data["target_mean"][idx].float(), data["target_std"][idx].float()
+    latents = (mean + std * torch.randn(mean.shape, generator=gen)) * scale
+    image = data["source"][idx].float()
+    ids = ids_all[idx].clone()
+    r = torch.rand(BATCH, generator=gen)
+    ids[r < 2 * DROP] = empty_ids  # text dropped: [0, 0.05) alone, [0.05, 0.1) with the image
+    image[(r >= DROP) & (r < 3 * DROP)] = 0.0  # image dropped: [0.05, 0.1) with the text, [0.1, 0.15) alone
+    return {"latents": latents, "image": image, "ids": ids}
+
+
+def train_edit(steps: int = DEFAULT_STEPS) -> None:
+    out = RUNS / "edit"
+    vae, tokenizer, text_encoder, unet = build_models()
+    data = encode_pairs(vae)
+    ids_all = tokenize(tokenizer, data["instructions"])
+    empty_ids = tokenize(tokenizer, [""])[0]
+    params = [*unet.parameters(), *text_encoder.parameters()]
+    opt = torch.optim.AdamW(params, lr=LR, weight_decay=0.01)
+    ema = EMA(params, decay=0.998)
+    scheduler = configs.make_train_scheduler()
+    start = 0
+    if ckpt := load_checkpoint(out / "ckpt.pt"):
+        unet.load_state_dict(ckpt["unet"])
+        text_encoder.load_state_dict(ckpt["text_encoder"])
+        opt.load_state_dict(ckpt["opt"])
+        ema.shadow = ckpt["ema"]
+        start = ckpt["step"]
+        log.info("edit: resuming at step %d", start)
+    unet.train()
+    text_encoder.train()
+    bar = progress(steps, start, "edit")
+    for step in range(start, steps):
+        gen = torch.Generator().manual_seed(SEED * 300_000 + step)
+        batch = sample_batch(data, ids_all, empty_ids, vae.config.scaling_factor, gen)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps, LR, warmup=100)
+        loss = edit_loss(unet, text_encoder, scheduler, batch, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        ema.update(params, step)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.4f}")
+        if (step + 1) % 100 == 0 or step + 1 == steps:
+            state = {"unet": unet.state_dict(), "text_encoder": text_encoder.state_dict()}
+            save_checkpoint(out / "ckpt.pt", **state, opt=opt.state_dict(), ema=ema.shadow, step=step + 1)
+    bar.close()
+    export_edit()
+
+
+def export_edit() -> Path:
+    """The EMA weights as a StableDiffusionInstructPix2PixPipeline folder, with its vocabulary."""
+    from diffusers import StableDiffusionInstructPix2PixPipeline
+
+    ckpt = load_checkpoint(RUNS / "edit" / "ckpt.pt")
+    if ckpt is None:
+        raise SystemExit("edit-export: no checkpoint; run the edit stage first")
+    vae, tokenizer, text_encoder, unet = build_models()
+    unet.load_state_dict(ckpt["unet"])
+    text_encoder.load_state_dict(ckpt["text_encoder"])
+    ema = EMA([])
+    ema.shadow = ckpt["ema"]
+    ema.copy_to([*unet.parameters(), *text_encoder.parameters()])
+    pipe = StableDiffusionInstructPix2PixPipeline(
+        vae=vae, text_encoder=text_encoder.eval(), tokenizer=tokenizer, unet=unet.eval(),
+        scheduler=configs.make_sample_scheduler(), safety_checker=None, feature_extractor=None,
+        requires_safety_checker=False,
+    )  # fmt: skip
+    pipe.save_pretrained(EDIT_OUT, safe_serialization=True)
+    write_edit_vocabulary(EDIT_OUT)
+    log.info("edit-export: wrote %s (trained %d steps)", EDIT_OUT, ckpt["step"])
+    return EDIT_OUT
+
+
+EDIT_DEFAULTS = {"default_steps": 10, "default_guidance_scale": 3.0, "default_image_guidance": 1.5}
+
+
+def write_edit_vocabulary(folder: Path) -> None:
+    """What the UI shows beside the instruction box: the phrasings, the values, examples, defaults."""
+    import json
+
+    from .world import COLORS, SHAPES
+
+    vocab = {
+        "task": "edit",
+        "instructions": {kind: list(p) for kind, p in edit_world.PHRASINGS.items()},
+        "colors": list(COLORS),
+        "shapes": list(SHAPES),
+        "examples": list(edit_world.EXAMPLES),
+        "notes": "Edits one tiny-shapes image (64x64): the shape's colour, the background's colour or the shape; "
+        "everything else is kept. An instruction that cannot apply keeps the image.",
+        **EDIT_DEFAULTS,
+    }
+    (folder / "vocabulary.json").write_text(json.dumps(vocab, indent=2) + "\n")
+
+
+def preview_batch(n: int = 8, seed: int = 0) -> tuple[list, np.ndarray]:
+    """`n` random evaluation edits and their drawn input images (for quick checks while training)."""
+    rng = random.Random(seed)
+    edits = [edit_world.random_edit(rng, NOOP_FRACTION) for _ in range(n)]
+    return edits, render_batch([e.source for e in edits])

@@ -1,0 +1,76 @@
+"""Switching models at runtime in the running app (gradio_client), and who may do it."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+from gradio_client import Client
+
+from pipelines.options import DEFAULT_MODEL
+from pipelines.pool import DevicePool
+from tests.app_server import running_app
+from tests.tiny_model import save_tiny_pipeline
+from ui.settings import AppSettings, SettingsError
+from ui.studio import Studio
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    save_tiny_pipeline(root / "tiny-sd")
+    broken = root / "broken"
+    broken.mkdir()
+    (broken / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"]}')
+    return root
+
+
+@pytest.fixture(scope="module")
+def app(models_dir, tmp_path_factory):
+    pool = DevicePool.from_pretrained(str(DEFAULT_MODEL), devices="cpu", memory_mode="off")
+    with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("out"), backend=pool, models_dir=models_dir) as (demo, _):
+        yield demo, pool, Client(demo.local_url, verbose=False)
+
+
+def _generate(client: Client, **kw):
+    args = dict(prompt="a red circle on a blue background", negative_prompt="", num_images=1, steps=2,
+                guidance_scale=4.0, width=None, height=None, seed=3, loras={}, sampler="")  # fmt: skip
+    args.update(kw)
+    return client.predict(**args, api_name="/generate")
+
+
+def test_models_lists_recipes_and_folders(app):
+    _, _, client = app
+    listed = client.predict(api_name="/models")
+    names = {m["name"]: m["kind"] for m in listed["models"]}
+    assert names["tiny-sd"] == "folder" and names["broken"] == "folder" and names["hidream-e1.1"] == "recipe"
+    assert listed["current"] == "tiny-shapes" and listed["switch_allowed"] is True
+
+
+def test_switch_frees_the_old_model_shows_new_defaults_and_a_failed_switch_keeps_serving(app):
+    _, pool, client = app
+    old = weakref.ref(pool.replicas[0].diffusers_pipeline)
+    info = client.predict("tiny-sd", api_name="/load_model")
+    gc.collect()
+    assert old() is None, "the old model's weights are still referenced after the switch"
+    assert (info["model_name"], info["default_width"], info["size_multiple"]) == ("tiny-sd", 32, 8)
+    _, result = _generate(client)
+    assert result["num_images"] == 1 and client.predict(api_name="/status")["replicas"][0]["activity"] == "idle"
+    with pytest.raises(Exception, match=r"could not switch to .*broken.*tiny-sd.* is serving again"):
+        client.predict("broken", api_name="/load_model")
+    assert client.predict(api_name="/models")["current"] == "tiny-sd"
+    assert _generate(client)[1]["num_images"] == 1  # the previous model still serves
+    with pytest.raises(Exception, match="is not offered here"):
+        client.predict("/etc", api_name="/load_model")
+    back = client.predict("tiny-shapes", api_name="/load_model")  # a recipe name
+    assert back["model_name"] == "tiny-shapes" and back["default_width"] == 64
+
+
+def test_switching_is_localhost_only_unless_allowed(app):
+    _, pool, _ = app
+    assert not Studio(pool, AppSettings(server_name="0.0.0.0")).can_switch
+    assert Studio(pool, AppSettings(server_name="0.0.0.0", allow_model_switch="1")).can_switch
+    assert not Studio(pool, AppSettings(allow_model_switch="0")).can_switch
+    with pytest.raises(SettingsError, match="ALLOW_MODEL_SWITCH"):
+        AppSettings.from_env({"ALLOW_MODEL_SWITCH": "sometimes"})

@@ -1,0 +1,60 @@
+"""The model picker: recipes and MODELS_DIR folders, switched at runtime for every replica."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gradio as gr
+
+from pipelines.backend import ModelInfo
+from ui import edit_tab, generate_tab
+from ui.studio import Studio
+
+
+def build(studio: Studio) -> dict[str, Any]:
+    """A dropdown of what can be loaded and a Load button (shown only where switching is allowed)."""
+    listed = studio.models()
+    names = [m["name"] for m in listed["models"]]
+    current = studio.info.model_name
+    if current not in names:
+        names.insert(0, current)
+    c: dict[str, Any] = {}
+    with gr.Row(equal_height=True):
+        c["model"] = gr.Dropdown(
+            names, value=current, label="Model", elem_id="model-picker", interactive=studio.can_switch, scale=4,
+            info=None if studio.can_switch else studio.switch_off_reason,
+        )  # fmt: skip
+        c["load"] = gr.Button("Load model", elem_id="load-model-btn", visible=studio.can_switch, scale=1)
+        c["status"] = gr.Markdown(elem_id="model-status", scale=2)
+    return c
+
+
+def wire(studio: Studio, m: dict[str, Any], g: dict[str, Any], e: dict[str, Any], header: Any, tabs: Any,
+         header_text: Callable[[ModelInfo], str]) -> None:  # fmt: skip
+    """Load button: switch, then update every control that depends on the model."""
+
+    def model_updates(info: ModelInfo) -> dict[Any, Any]:
+        out = {**generate_tab.updates(info, g), **edit_tab.updates(info, e)}
+        out[header] = gr.update(value=header_text(info))
+        out[m["model"]] = gr.update(value=info.model_name)
+        return out
+
+    outputs = [*model_updates(studio.info), m["status"]]
+
+    def ui_load(name: str, progress=gr.Progress()):
+        try:
+            info = studio.load_model(name, progress)
+        except gr.Error as exc:  # the previous model serves on: show why, keep the controls as they are
+            return {**model_updates(studio.info), m["status"]: f"⚠️ {exc.message}"}
+        seconds = studio.backend.status()[0]
+        return {**model_updates(info), m["status"]: f"✅ {info.model_name} loaded ({seconds.device})"}
+
+    def open_tab():
+        return gr.Tabs(selected="generate" if studio.info.text_to_image else "edit")
+
+    # The tab change is its own step: a queued event that also outputs to the Tabs leaves a
+    # page-wide loading overlay over every button (Gradio 6.31, seen in the browser test).
+    m["load"].click(
+        ui_load, m["model"], outputs, api_visibility="private", concurrency_id="gpu", show_progress_on=[m["status"]]
+    ).then(open_tab, None, tabs, api_visibility="private", queue=False)
