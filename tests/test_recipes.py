@@ -136,3 +136,24 @@ def test_recipe_end_to_end_custom_pipeline_extra_components_defaults_lora(hidrea
     assert call["image_guidance_scale"] == 4.0 and len(call["image"]) == 1 and call["prompt"] == ["make it red"]
     assert raw.get_active_adapters() == ["detail"]  # the recipe's LoRA stays on
     assert pipe.base_loras == {"detail": 0.8}
+
+
+def test_a_recipe_lora_with_fuse_is_merged_into_the_weights_at_its_scale(hidream_recipe):
+    """Compared on the weights: the random tiny model's images are too chaotic to tell a fused LoRA
+    from an active one (float rounding of W'x vs Wx + BAx moves every pixel)."""
+    recipe = {**json.loads(hidream_recipe.read_text()), "dtype": "float32"}
+    transformers = {}
+    for name, loras in (("base", []), ("fused", [{**recipe["loras"][0], "fuse": True}]), ("active", recipe["loras"])):
+        path = hidream_recipe.with_name(f"tiny-hidream-{name}.json")
+        path.write_text(json.dumps({**recipe, "loras": loras}))
+        pipe = ImagePipeline.from_pretrained(str(path), device_manager=DeviceManager("cpu"), memory_mode="off")
+        if name == "fused":
+            assert pipe.base_loras == {} and not pipe.diffusers_pipeline.get_active_adapters()  # nothing to switch off
+        transformers[name] = dict(pipe.diffusers_pipeline.transformer.named_modules())
+    layers = [(n, m) for n, m in transformers["active"].items() if "detail" in getattr(m, "lora_A", {})]
+    assert layers
+    for name, layer in layers:
+        delta = (layer.lora_B["detail"].weight @ layer.lora_A["detail"].weight) * layer.scaling["detail"]
+        merged = transformers["fused"][name].weight - transformers["base"][name].weight
+        assert torch.allclose(merged, 0.8 * delta, atol=1e-6), name  # the recipe's scale, 0.8
+        assert delta.abs().max() > 1e-2  # the LoRA is not a no-op
