@@ -7,7 +7,9 @@ Requests and results travel as plain data (serving.wire: fields, PNG bytes), so 
 metadata are those of an in-process run. Progress streams back step by step; Stop marks the
 request in the StatusBoard and the replica returns what finished; a caller that goes away
 cancels the Serve call, which stops the replica's work too. A replica that dies mid-request gives
-a clear PipelineError while Serve replaces it; the other replicas keep serving.
+a clear PipelineError while Serve replaces it; the other replicas keep serving. `load_model`
+switches every replica (Serve's user_config update, see serving.deployment) and keeps the old
+model serving if the new one fails to load.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from pipelines import PipelineError
+from pipelines import ModelLoadError, PipelineError
 from pipelines.backend import CancelFn, ModelInfo, ProgressFn, ReplicaStatus
 from pipelines.request import GenerationRequest, GenerationResult
 
@@ -42,10 +45,16 @@ def _local_path(value: Any) -> Any:
 class RayBackend:
     """Talks to the deployment through a DeploymentHandle; status comes from the StatusBoard actor."""
 
-    def __init__(self, handle: Any, board: Any, replicas: int, info: ModelInfo, deployed: bool, owns_ray: bool):
+    def __init__(
+        self, handle: Any, board: Any, replicas: int, info: ModelInfo, app_args: dict | None, owns_ray: bool
+    ) -> None:
         self.handle, self.board, self.replicas, self.info = handle, board, replicas, info
-        self.deployed = deployed  # close() deletes only what it deployed
+        self.app_args = app_args  # deployment.application's arguments when start() deployed it, else None
+        self.deployed = app_args is not None  # close() deletes only what it deployed
         self.owns_ray = owns_ray
+        self._gate = threading.Condition()  # requests in flight vs a model switch
+        self._active = 0
+        self._switching = False
 
     @classmethod
     def start(
@@ -72,20 +81,21 @@ class RayBackend:
             ray.init(address=address or None, include_dashboard=False, log_to_driver=False)
         board = status_board()
         app_status = serve.status().applications.get(APP_NAME)
-        deployed = not (reuse and app_status is not None and app_status.status == "RUNNING")
-        if deployed:
+        app_args = None
+        if not (reuse and app_status is not None and app_status.status == "RUNNING"):
             kind = detect_kind() if device in (None, "", "auto") else device
             opts = {k: _local_path(v) for k, v in options.items() if v is not None}
-            app = application(_local_path(model), replicas, kind, cpus_per_replica, opts)
+            app_args = {"model": _local_path(model), "replicas": replicas, "kind": kind, "cpus": cpus_per_replica}
+            app_args["options"] = opts
             serve.start(proxy_location="Disabled")  # the app calls through handles, not HTTP
-            handle = serve.run(app, name=APP_NAME, route_prefix=None)
+            handle = serve.run(application(**app_args), name=APP_NAME, route_prefix=None)
             log.info("Ray Serve: deployed %d %s replica(s)", replicas, kind)
         else:
             handle = serve.get_app_handle(APP_NAME)
             replicas = max(1, sum(d.replica_states.get("RUNNING", 0) for d in app_status.deployments.values()))
             log.info("Ray Serve: reusing the running deployment %r (%d replica(s))", APP_NAME, replicas)
         info = handle.model_info.remote().result(timeout_s=600)
-        return cls(handle, board, replicas, info, deployed, owns_ray)
+        return cls(handle, board, replicas, info, app_args, owns_ray)
 
     # ---------------------------------------------------------------- GenerationBackend
     @property
@@ -99,13 +109,24 @@ class RayBackend:
         self, request: GenerationRequest, progress: ProgressFn | None = None, should_cancel: CancelFn | None = None
     ) -> GenerationResult:
         """Stream one request's events from a replica; Stop keeps what finished, as in-process."""
+        with self._gate:  # behind a model switch in progress
+            self._gate.wait_for(lambda: not self._switching)
+            self._active += 1
+        try:
+            info = self.info  # fail fast without taking a replica; the replica checks again
+            request.validate(info.size_multiple, info.max_batch, info.max_pixels, max_side=info.max_side)
+            if request.seed is None:
+                request = dataclasses.replace(request, seed=secrets.randbelow(2**31))
+            return self._stream(request, progress, should_cancel)
+        finally:
+            with self._gate:
+                self._active -= 1
+                self._gate.notify_all()
+
+    def _stream(self, request: GenerationRequest, progress: ProgressFn | None, should_cancel: CancelFn | None):
         ray, _ = import_ray()
         from ray.serve.exceptions import DeploymentUnavailableError, ReplicaUnavailableError
 
-        info = self.info  # fail fast without taking a replica; the replica checks again
-        request.validate(info.size_multiple, info.max_batch, info.max_pixels, max_side=info.max_side)
-        if request.seed is None:
-            request = dataclasses.replace(request, seed=secrets.randbelow(2**31))
         token = secrets.token_hex(8)
         stream = self.handle.options(stream=True).generate.remote(request_to_wire(request), token)
         finished = cancel_sent = False
@@ -131,6 +152,51 @@ class RayBackend:
             if not finished:
                 stream.cancel()  # we are leaving early (error, interrupt): stop the replica's work
         raise PipelineError(REPLICA_FAILED)
+
+    def load_model(self, model_id: str, progress: Any = None) -> ModelInfo:
+        """Switch every replica to `model_id`: after the running requests, new ones wait.
+
+        A redeploy of the same application with another user_config (serving.deployment); Serve
+        returns once every replica has reconfigured, and each has put its outcome on the board
+        by then. If any replica could not load the model, all are switched back and
+        ModelLoadError says why; the old model serves meanwhile and after.
+        """
+        say = progress or (lambda _f, _m: None)
+        if self.app_args is None:
+            raise ModelLoadError("this Ray deployment was started outside the app: redeploy it with another model")
+        with self._gate:
+            self._gate.wait_for(lambda: not self._switching)
+            self._switching = True
+        try:
+            say(0.05, "waiting for running work")
+            with self._gate:
+                self._gate.wait_for(lambda: self._active == 0)
+            old = self.app_args.get("switched_to") or self.app_args["model"]
+            say(0.2, f"loading {model_id} on {self.replicas} replica(s)")
+            errors = self._deploy(_local_path(model_id))
+            if errors:
+                say(0.7, f"loading {old} again")
+                self._deploy(old)
+                raise ModelLoadError(
+                    f"could not switch to {model_id}: {errors[0]}; {self.info.model_name} is serving again"
+                )
+            self.info = self.handle.model_info.remote().result(timeout_s=600)
+            say(1.0, "ready")
+            return self.info
+        finally:
+            with self._gate:
+                self._switching = False
+                self._gate.notify_all()
+
+    def _deploy(self, model: str) -> list[str]:
+        """Redeploy with every replica on `model`; the replicas' load errors (none: all switched)."""
+        ray, serve = import_ray()
+        from .deployment import APP_NAME, application
+
+        self.app_args = {**self.app_args, "switched_to": model}
+        self.handle = serve.run(application(**self.app_args), name=APP_NAME, route_prefix=None)
+        rows = ray.get(self.board.snapshot.remote(), timeout=30).values()
+        return [r["switch_error"] for r in rows if r.get("switch_error") and time.time() - r["seen"] < STALE_S]
 
     def status(self) -> list[ReplicaStatus]:
         """One row per replica from the board (never queues behind a busy replica), plus Serve's view."""

@@ -203,3 +203,27 @@ def test_the_app_runs_on_the_ray_backend(backend, tmp_path, tiny_model_dir):
     with running_app(tiny_model_dir, tmp_path, backend=backend) as (demo, _):
         images, info = Client(demo.local_url, verbose=False).predict(**args(seed=8), api_name="/generate")
     assert info["seeds"] == [8] and len(images) == 1
+
+
+def test_a_model_switch_reaches_every_replica_and_a_failed_one_keeps_the_old_model(backend, tiny_model_dir, tmp_path):
+    from pipelines import ModelLoadError
+    from pipelines.editing import EMBEDDED_T2I
+
+    info = backend.load_model(str(EMBEDDED_T2I))
+    assert (info.model_name, info.default_width, info.default_height) == ("tiny-shapes", 64, 64)
+    results = run_together(backend, [5, 6])  # both replicas at once: each serves the new model
+    assert {r.metadata[0]["model"] for r in results.values()} == {"tiny-shapes"}
+    assert len({r.metadata[0]["replica"] for r in results.values()}) == 2
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "model_index.json").write_text(
+        '{"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"]}'
+    )
+    with pytest.raises(ModelLoadError, match=r"could not switch to .*broken.*tiny-shapes is serving again"):
+        backend.load_model(str(broken))
+    assert backend.model_info().model_name == "tiny-shapes"
+    results = run_together(backend, [7, 8])
+    assert {r.metadata[0]["model"] for r in results.values()} == {"tiny-shapes"}
+    assert len({r.metadata[0]["replica"] for r in results.values()}) == 2
+    assert backend.load_model(str(tiny_model_dir)).model_name == tiny_model_dir.name
+    assert backend.generate(request()).metadata[0]["model"] == tiny_model_dir.name

@@ -52,11 +52,12 @@ class Studio:
         self.info = info
         s = self.settings
         self.limits = inputs.Limits(info, s.max_prompt_chars, s.max_edit_files, s.max_upload_pixels)
+        self.edit_limits = dataclasses.replace(self.limits, model=info.for_edits)  # an editor's own defaults
 
     # ---------------------------------------------------------------- models
     @property
     def can_switch(self) -> bool:
-        """A backend that can switch (the device pool) on a server whose settings allow it."""
+        """A backend that can switch (the device pool, Ray Serve) on a server whose settings allow it."""
         return callable(getattr(self.backend, "load_model", None)) and self.settings.model_switch_allowed
 
     @property
