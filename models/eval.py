@@ -3,6 +3,7 @@
     python -m models.eval --n 200                    # random prompts and seeds, default steps
     python -m models.eval --n 200 --lora outline     # the LoRA: are shapes drawn as outlines?
     python -m models.eval --grid models/tiny-shapes/samples.png
+    python -m models.eval --edit --n 200             # the instruction editor (models/eval_edit.py)
 
 Each generated image is classified without any learned model:
 - background color: nearest palette color to the median of the outer 3-pixel ring;
@@ -86,6 +87,8 @@ def classify(image: Image.Image | np.ndarray) -> Classification:
     to_fg = ((pixels - fg_rgb) ** 2).sum(axis=-1)
     to_bg = ((pixels - bg_rgb) ** 2).sum(axis=-1)
     mask = to_fg < to_bg
+    if mask.sum() < 4:  # the far pixels' colour is the background's own: no shape to judge
+        return Classification("none", background, "none", False, 0.0)
     ys, xs = np.nonzero(mask)
     fill = _best_fill_ratio(ys.astype(np.float32), xs.astype(np.float32))
     # Fill each row between its outermost foreground pixels: a filled shape barely grows, an
@@ -209,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m models.eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default=str(MODEL_DIR))
+    parser.add_argument("--model", default="default", help="model folder (default: tiny-shapes, or the editor)")
     parser.add_argument("--n", type=int, default=200, help="number of random (prompt, seed) pairs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None)
@@ -217,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lora", default=None, help="LoRA name in models/loras (scale --lora-scale)")
     parser.add_argument("--lora-scale", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--edit", action="store_true", help="evaluate the instruction editor (models/eval_edit.py)")
+    parser.add_argument("--image-guidance", type=float, default=None, help="--edit: image guidance (model default)")
     parser.add_argument("--json", default=None, help="write the figures (and per-image rows) here")
     parser.add_argument("--grid", default=None, help="save a labelled grid of the first 48 images here")
     args = parser.parse_args(argv)
@@ -231,6 +236,14 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.edit:
+        from models.eval_edit import run
+
+        report = run(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
+        return 0
+    args.model = str(MODEL_DIR) if args.model == "default" else args.model
     pipeline = ImagePipeline.from_pretrained(args.model, DeviceManager(), lora_dir=LORA_DIR)
     loras = {args.lora: args.lora_scale} if args.lora else None
     print(f"classifier on training images: {classifier_self_check():.3f}")

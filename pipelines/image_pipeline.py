@@ -207,9 +207,9 @@ class ImagePipeline:
         self.traits = inspect_pipeline(pipe)
         self.recipe: Recipe | None = None
         self.base_loras: dict[str, float] = {}  # a recipe's LoRAs that stay on (not fused)
-        self.default_image_guidance = 1.5
         self._token_windows = token_windows(pipe, private=True)  # counted beside a running generation
         self.vocabulary = read_vocabulary(source)
+        self.default_image_guidance = float(self.vocabulary.get("default_image_guidance", 1.5))
         self.activity = "idle"  # what it does now, for the status panel
         self._previews = PreviewDecoder(pipe)
 

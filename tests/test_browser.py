@@ -217,3 +217,42 @@ def test_switch_model_and_sampler_in_the_browser(browser, tmp_path):
         assert meta["json"]["model"] == "tiny-sd" and meta["json"]["sampler"] == "Euler a", meta
         assert meta["parameters"]["sampler"] == "Euler a"  # the A1111 name in "parameters", for other tools
         page.close()
+
+
+def test_instruction_edit_in_the_browser(browser, tmp_path):
+    """Beside the embedded model, the Edit tab follows an instruction with the embedded editor."""
+    from PIL import Image
+    from playwright.sync_api import expect
+
+    from devices import DeviceManager
+    from models.eval import classify
+    from models.eval_edit import EDITOR_DIR
+    from models.train.world import Scene, draw
+    from pipelines import ImagePipeline
+    from pipelines.editing import EditRouter
+
+    if not embedded_model_available():
+        pytest.skip("needs the embedded model")
+    source = tmp_path / "input.png"
+    draw(Scene("red", "circle", "blue", 0.5, 0.5, 0.5, 0.0)).save(source)
+    cpu = DeviceManager("cpu")
+    router = EditRouter(ImagePipeline.from_pretrained(DEFAULT_MODEL, cpu), ImagePipeline.from_pretrained(EDITOR_DIR, cpu))
+    out = tmp_path / "out"
+    with running_app(DEFAULT_MODEL, out, backend=router) as (demo, _):
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(demo.local_url, wait_until="load")
+        page.get_by_role("tab", name="Edit").click()
+        expect(page.locator("#edit-mode")).to_contain_text("Instruction editing with tiny-shapes-edit")
+        expect(page.locator("#edit-vocabulary")).to_contain_text("change the background to {value}")
+        expect(page.locator("#image-guidance")).to_be_visible()
+        page.locator("#edit-files input[type=file]").set_input_files(str(source))
+        page.locator("#edit-prompt textarea").fill("change the background to black")
+        page.locator("#edit-random-seed input").uncheck()  # seed 0: the same edit on every run
+        page.get_by_role("button", name="Edit", exact=True).click()
+        expect(page.locator("#edit-info")).to_contain_text("image(s) in", timeout=120_000)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "app-edit.png"), full_page=True)
+        saved = sorted(out.rglob("*.png"), key=lambda p: p.stat().st_mtime)[-1]
+        got = classify(Image.open(saved).convert("RGB"))
+        assert (got.color, got.shape, got.background) == ("red", "circle", "black")
+        page.close()

@@ -9,10 +9,11 @@ import gradio as gr
 from pipelines.backend import ModelInfo
 from ui.generate_tab import sampling_controls, sampling_props
 from ui.studio import Studio
-from ui.text import info_line
+from ui.text import info_line, vocabulary_markdown
 
 
 def mode_text(info: ModelInfo) -> str:
+    """What the Edit tab does with the model that serves edits (`ModelInfo.for_edits`)."""
     if info.edit:
         return f"**Instruction editing** with {info.model_name}: describe the change"
     if info.image_to_image:
@@ -23,23 +24,38 @@ def mode_text(info: ModelInfo) -> str:
 
 def updates(info: ModelInfo, e: dict[str, Any]) -> dict[Any, Any]:
     """What changes in this tab when another model is loaded."""
+    info = info.for_edits
     props = sampling_props(info)
     out = {e[name]: gr.update(**props[name]) for name in ("sampler", "steps", "guidance_scale")}
     out[e["mode"]] = gr.update(value=mode_text(info))
     out[e["strength"]] = gr.update(visible=info.image_to_image and not info.edit)
     out[e["image_guidance_scale"]] = gr.update(visible=info.image_guidance, value=info.default_image_guidance)
     out[e["run"]] = gr.update(interactive=info.edit or info.image_to_image)
+    text = vocabulary_markdown(info.vocabulary) if info.edit else ""
+    out[e["vocabulary"]] = gr.update(value=text, visible=bool(text))
+    out[e["prompt"]] = gr.update(placeholder=placeholder(info))
     return out
 
 
+def placeholder(info: ModelInfo) -> str:
+    examples = info.vocabulary.get("examples") or info.examples or ("",)
+    return str(examples[0])
+
+
 def build(studio: Studio) -> dict[str, Any]:
-    info = studio.info
+    info = studio.info.for_edits
+    vocabulary = vocabulary_markdown(info.vocabulary) if info.edit else ""
     c: dict[str, Any] = {}
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
-            c["files"] = gr.File(label="Input images", file_count="multiple", file_types=["image"], height=140)
-            c["prompt"] = gr.Textbox(label="Instruction / prompt", lines=2, placeholder=(info.examples or ("",))[0])
+            c["files"] = gr.File(
+                label="Input images", file_count="multiple", file_types=["image"], height=140, elem_id="edit-files"
+            )
+            c["prompt"] = gr.Textbox(
+                label="Instruction / prompt", lines=2, placeholder=placeholder(info), elem_id="edit-prompt"
+            )
             c["mode"] = gr.Markdown(mode_text(info), elem_id="edit-mode")
+            c["vocabulary"] = gr.Markdown(vocabulary, elem_id="edit-vocabulary", visible=bool(vocabulary))
             c["strength"] = gr.Slider(
                 0.05, 1.0, value=0.6, step=0.05, label="Strength", info="how much of each input is re-drawn",
                 visible=info.image_to_image and not info.edit,
@@ -51,7 +67,7 @@ def build(studio: Studio) -> dict[str, Any]:
             c["num_images"] = gr.Slider(1, info.max_batch, value=1, step=1, label="Images per input")
             with gr.Row():
                 c["seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=-1)
-                c["random_seed"] = gr.Checkbox(label="Random seed", value=True)
+                c["random_seed"] = gr.Checkbox(label="Random seed", value=True, elem_id="edit-random-seed")
             with gr.Accordion("Advanced", open=False):
                 controls = sampling_controls(info, prefix="edit-")
                 c["sampler"], c["steps"] = controls["sampler"], controls["steps"]
@@ -66,7 +82,7 @@ def build(studio: Studio) -> dict[str, Any]:
                 label="Inputs and results", elem_id="edit-gallery", columns=4, height=430, format="png",
                 buttons=["download", "fullscreen"],
             )  # fmt: skip
-            c["info"] = gr.Markdown()
+            c["info"] = gr.Markdown(elem_id="edit-info")
             c["downloads"] = gr.File(label="PNG downloads", file_count="multiple", height=80)
     return c
 

@@ -149,7 +149,9 @@ def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) ->
         sampler=sampler(raw.get("sampler"), m),
         init_images=init_images,
         strength=finite_number("strength", raw.get("strength", 0.6), 0.01, 1.0),
-        image_guidance_scale=finite_number("image_guidance_scale", raw.get("image_guidance_scale", 1.5), 0.0, 10.0),
+        image_guidance_scale=finite_number(
+            "image_guidance_scale", raw.get("image_guidance_scale", m.default_image_guidance), 0.0, 10.0
+        ),
     )
 
 

@@ -40,7 +40,7 @@ def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], tabs: gr.Tabs) -
         return [*generate_updates(need(p), studio.info, g["scales"]), gr.Tabs(selected="generate")]
 
     def send_edit(p: dict | None):
-        values, _ = form_values(need(p), studio.info)
+        values, _ = form_values(need(p), studio.info.for_edits)  # fitted to the model that edits
         return [
             gr.update(value=values[k]) for k in ("prompt", "seed", "random_seed", "steps", "guidance_scale", "sampler")
         ] + [gr.Tabs(selected="edit")]

@@ -6,6 +6,7 @@ Knows the backend only through `GenerationBackend` and the model only through it
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import logging
 import queue
 import threading
@@ -202,8 +203,8 @@ class Studio:
     def edit(self, raw: dict[str, Any], files: Any, request: gr.Request | None, progress: gr.Progress | None):
         job_id = self.job_id(request)
         try:
-            images = inputs.open_images(inputs.upload_paths(files, self.limits), self.limits)
-            req = inputs.generation_request(raw, self.limits, init_images=images)
+            images = inputs.open_images(inputs.upload_paths(files, self.edit_limits), self.edit_limits)
+            req = inputs.generation_request(raw, self.edit_limits, init_images=images)
         except ValueError as exc:
             raise refuse(str(exc)) from exc
         result = self.run(req, job_id, progress)
@@ -233,7 +234,7 @@ class Studio:
         return callable(getattr(self.backend, "count_tokens", None))
 
     def token_count(self, text: str | None) -> str:
-        """"tokens: CLIP 12/75 · T5 14/255" for the longest prompt line (one prompt per line)."""
+        """ "tokens: CLIP 12/75 · T5 14/255" for the longest prompt line (one prompt per line)."""
         lines = [line for line in (text or "").splitlines() if line.strip()]
         if not lines:
             return ""

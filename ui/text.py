@@ -41,6 +41,16 @@ def vocabulary_markdown(vocab: dict[str, Any]) -> str:
             f"colors: {', '.join(vocab.get('colors', []))}  \n"
             f"shapes: {', '.join(vocab.get('shapes', []))}"
         )
+    if vocab.get("instructions"):  # an embedded instruction editor (tiny-shapes-edit)
+        kinds = "  \n".join(
+            f"{kind}: " + " · ".join(f"`{p}`" for p in patterns) for kind, patterns in vocab["instructions"].items()
+        )
+        parts.append(
+            "**This editor only knows its own small world.** Instructions, one change each:  \n"
+            f"{kinds}  \n"
+            f"colors: {', '.join(vocab.get('colors', []))}  \n"
+            f"shapes: {', '.join(vocab.get('shapes', []))}"
+        )
     if vocab.get("notes"):  # a recipe's notes
         parts.append(f"ℹ️ {vocab['notes']}")
     return "\n\n".join(parts)

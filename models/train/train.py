@@ -37,7 +37,7 @@ MODEL_OUT = MODELS_DIR / "tiny-shapes"
 LORA_OUT = MODELS_DIR / "loras"
 SEED = 1234
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 2400}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 3000}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
@@ -161,6 +161,7 @@ def encode_dataset(vae, n: int, tag: str, outline: bool) -> dict:
             means.append(dist.mean.half())
             stds.append(dist.std.half())
     data = {"mean": torch.cat(means), "std": torch.cat(stds), "prompts": [s.prompt for s in scenes]}
+    cache.parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, cache)
     return data
 
