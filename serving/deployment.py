@@ -18,12 +18,11 @@ current step and returns what finished.
 The StatusBoard (a small named async actor) also holds each replica's heartbeat with what it is
 doing, so the status panel never queues behind a busy replica.
 
-Switching models uses Serve's own lightweight update: the app redeploys the same application
-with `user_config={"model": ...}` and Serve calls `reconfigure` on every running replica (and on
-any replica it starts later, so a replaced replica comes back on the switched model). The replica
-waits for its running request, frees the old weights, loads the new ones; if they fail to load it
-loads the old model again and reports the error on the board instead of raising (a raising
-reconfigure would make Serve restart the replica into the same failure).
+Switching models is a redeploy of the same application with another `model` (Serve replaces
+every replica: imperative `serve.run` gives each deploy a new code version, so Serve never
+reconfigures these replicas in place). A replica that cannot load the new model loads the
+`fallback` (the model that served before) and reports the error on the board before it is
+RUNNING, instead of failing its start: a failing start would leave no replica at all.
 
 `serve run --name diffusion-anywhere serving.deployment:build_app model=models/tiny-shapes replicas=2 device=cpu`
 deploys it from the command line (the same as `python -m serving`).
@@ -130,56 +129,48 @@ def replica_device(kind: str) -> str:
 class GenerationReplica:
     """One model on one device; streams progress, then the result."""
 
-    def __init__(self, model: str | None, kind: str = "cpu", cpus: float = 1.0, options: dict | None = None):
+    def __init__(
+        self,
+        model: str | None,
+        kind: str = "cpu",
+        cpus: float = 1.0,
+        options: dict | None = None,
+        fallback: str | None = None,
+        deploy_id: str = "",
+    ):
         if kind == "cpu":
             import torch
 
             torch.set_num_threads(max(1, int(cpus)))  # the cores Ray reserved for this replica
-        self.options = options or {}
-        self.pipeline = ImagePipeline.from_pretrained(model, DeviceManager(replica_device(kind)), **self.options)
+        self.pipeline, self.switch_error = self._load(model, fallback, DeviceManager(replica_device(kind)), options)
         self.replica = serve.get_replica_context().replica_id.unique_id
+        self.deploy_id = deploy_id  # which deploy started it: the app reads this deploy's errors only
         self.board = status_board()
-        self.switch_error: str | None = None  # why the last switch failed (shown to the app)
-        self._lock = threading.Lock()  # one generation or one model switch at a time
         self._closed = threading.Event()
-        self._report()
+        ray.get(self.board.report.remote(self.replica, self._row()))  # on the board before Serve says RUNNING
         threading.Thread(target=self._heartbeat, daemon=True, name="status-heartbeat").start()
+
+    @staticmethod
+    def _load(model, fallback, dm, options) -> tuple[ImagePipeline, str | None]:
+        """(pipeline, why `model` could not be loaded): `fallback` serves when `model` fails."""
+        try:
+            return ImagePipeline.from_pretrained(model, dm, **(options or {})), None
+        except Exception as exc:
+            if fallback is None:
+                raise
+            log.error("could not load %s (%s); loading %s, which served before", model, exc, fallback)
+            return ImagePipeline.from_pretrained(fallback, dm, **(options or {})), f"{type(exc).__name__}: {exc}"
 
     def __del__(self):
         self._closed.set()
 
     def _row(self) -> dict[str, Any]:
         row = self.pipeline.status()[0].to_dict()
-        return {
-            **row,
-            "name": f"ray:{self.replica}",
-            "model_id": self.pipeline.model_id,
-            "switch_error": self.switch_error,
-        }
+        extra = {"name": f"ray:{self.replica}", "deploy_id": self.deploy_id, "switch_error": self.switch_error}
+        return {**row, **extra}
 
     def _report(self) -> None:
         self.board.report.remote(self.replica, self._row())
-
-    async def reconfigure(self, config: dict[str, Any]) -> None:
-        """Serve's user_config update: load `config["model"]` if it is not the one loaded (module docstring)."""
-        model = (config or {}).get("model")
-        if model and model != self.pipeline.model_id:
-            await asyncio.to_thread(self._switch, model)
-        await self.board.report.remote(self.replica, self._row())  # on the board before Serve says RUNNING
-
-    def _switch(self, model: str) -> None:
-        with self._lock:  # after the running request
-            old, dm = self.pipeline, self.pipeline.dm
-            old.close()
-            try:
-                self.pipeline = ImagePipeline.from_pretrained(model, dm, **self.options)
-                self.switch_error = None
-            except Exception as exc:  # reported to the app, which switches every replica back
-                log.error(
-                    "replica %s: could not load %s (%s); loading %s again", self.replica, model, exc, old.model_id
-                )
-                self.switch_error = f"{type(exc).__name__}: {exc}"
-                self.pipeline = ImagePipeline.from_pretrained(old.model_id, dm, **self.options)
 
     def _heartbeat(self) -> None:
         while not self._closed.wait(HEARTBEAT_S):
@@ -211,9 +202,7 @@ class GenerationReplica:
 
         def work() -> None:
             try:
-                with self._lock:  # a model switch waits for this request
-                    result = self.pipeline.generate(request_from_wire(data), progress, cancel.is_set)
-                result = result_to_wire(result)
+                result = result_to_wire(self.pipeline.generate(request_from_wire(data), progress, cancel.is_set))
                 for meta in result["metadata"]:
                     meta["replica"] = self.replica
                 put(("result", result))
@@ -243,19 +232,16 @@ def application(
     kind: str = "cpu",
     cpus: float = 1.0,
     options: dict | None = None,
-    switched_to: str | None = None,
+    fallback: str | None = None,
+    deploy_id: str = "",
 ) -> Any:
-    """The bound Serve application: `replicas` replicas of `kind`, each with `cpus` CPUs.
-
-    `switched_to`: the model every replica serves instead of `model` (a user_config update: the
-    same arguments with another `switched_to` reconfigure the running replicas in place).
-    """
+    """The bound Serve application: `replicas` replicas of `kind`, each with `cpus` CPUs, serving
+    `model` (or `fallback` where `model` fails to load; module docstring)."""
     if kind not in RESOURCES:
         raise ValueError(f"device: {kind!r} is not valid: expected one of {', '.join(RESOURCES)} or auto")
     actor_options = {"num_cpus": cpus, **RESOURCES[kind]}
-    config = {"user_config": {"model": switched_to}} if switched_to else {}
-    return GenerationReplica.options(num_replicas=replicas, ray_actor_options=actor_options, **config).bind(
-        model, kind, cpus, options or {}
+    return GenerationReplica.options(num_replicas=replicas, ray_actor_options=actor_options).bind(
+        model, kind, cpus, options or {}, fallback, deploy_id
     )
 
 

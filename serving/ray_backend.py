@@ -8,8 +8,8 @@ metadata are those of an in-process run. Progress streams back step by step; Sto
 request in the StatusBoard and the replica returns what finished; a caller that goes away
 cancels the Serve call, which stops the replica's work too. A replica that dies mid-request gives
 a clear PipelineError while Serve replaces it; the other replicas keep serving. `load_model`
-switches every replica (Serve's user_config update, see serving.deployment) and keeps the old
-model serving if the new one fails to load.
+redeploys every replica on another model (serving.deployment) and keeps the old model serving
+if the new one fails to load.
 """
 
 from __future__ import annotations
@@ -156,10 +156,10 @@ class RayBackend:
     def load_model(self, model_id: str, progress: Any = None) -> ModelInfo:
         """Switch every replica to `model_id`: after the running requests, new ones wait.
 
-        A redeploy of the same application with another user_config (serving.deployment); Serve
-        returns once every replica has reconfigured, and each has put its outcome on the board
-        by then. If any replica could not load the model, all are switched back and
-        ModelLoadError says why; the old model serves meanwhile and after.
+        A redeploy of the application with the new model and the old one as fallback: Serve
+        replaces the replicas (each frees its device as its process ends) and returns once the
+        new ones run; each has put on the board whether it loaded the new model. If any could
+        not, all are redeployed on the old model and ModelLoadError says why.
         """
         say = progress or (lambda _f, _m: None)
         if self.app_args is None:
@@ -171,12 +171,12 @@ class RayBackend:
             say(0.05, "waiting for running work")
             with self._gate:
                 self._gate.wait_for(lambda: self._active == 0)
-            old = self.app_args.get("switched_to") or self.app_args["model"]
+            old = self.app_args["model"]
             say(0.2, f"loading {model_id} on {self.replicas} replica(s)")
-            errors = self._deploy(_local_path(model_id))
+            errors = self._deploy(_local_path(model_id), fallback=old)
             if errors:
                 say(0.7, f"loading {old} again")
-                self._deploy(old)
+                self._deploy(old, fallback=None)
                 raise ModelLoadError(
                     f"could not switch to {model_id}: {errors[0]}; {self.info.model_name} is serving again"
                 )
@@ -188,15 +188,17 @@ class RayBackend:
                 self._switching = False
                 self._gate.notify_all()
 
-    def _deploy(self, model: str) -> list[str]:
-        """Redeploy with every replica on `model`; the replicas' load errors (none: all switched)."""
+    def _deploy(self, model: str, fallback: str | None) -> list[str]:
+        """Redeploy on `model`; the new replicas' load errors (none: every one serves `model`)."""
         ray, serve = import_ray()
         from .deployment import APP_NAME, application
 
-        self.app_args = {**self.app_args, "switched_to": model}
+        self.app_args = {**self.app_args, "model": model, "fallback": fallback, "deploy_id": secrets.token_hex(4)}
         self.handle = serve.run(application(**self.app_args), name=APP_NAME, route_prefix=None)
         rows = ray.get(self.board.snapshot.remote(), timeout=30).values()
-        return [r["switch_error"] for r in rows if r.get("switch_error") and time.time() - r["seen"] < STALE_S]
+        return [
+            r["switch_error"] for r in rows if r.get("deploy_id") == self.app_args["deploy_id"] and r["switch_error"]
+        ]
 
     def status(self) -> list[ReplicaStatus]:
         """One row per replica from the board (never queues behind a busy replica), plus Serve's view."""

@@ -225,5 +225,6 @@ def test_a_model_switch_reaches_every_replica_and_a_failed_one_keeps_the_old_mod
     results = run_together(backend, [7, 8])
     assert {r.metadata[0]["model"] for r in results.values()} == {"tiny-shapes"}
     assert len({r.metadata[0]["replica"] for r in results.values()}) == 2
+    assert backend.load_model(str(EMBEDDED_T2I)).model_name == "tiny-shapes"  # the failed deploy's errors are not read
     assert backend.load_model(str(tiny_model_dir)).model_name == tiny_model_dir.name
     assert backend.generate(request()).metadata[0]["model"] == tiny_model_dir.name
