@@ -31,10 +31,15 @@ def updates(info: ModelInfo, e: dict[str, Any]) -> dict[Any, Any]:
     out[e["strength"]] = gr.update(visible=info.image_to_image and not info.edit)
     out[e["image_guidance_scale"]] = gr.update(visible=info.image_guidance, value=info.default_image_guidance)
     out[e["run"]] = gr.update(interactive=info.edit or info.image_to_image)
-    text = vocabulary_markdown(info.vocabulary) if info.edit else ""
+    text = vocabulary_text(info)
     out[e["vocabulary"]] = gr.update(value=text, visible=bool(text))
     out[e["prompt"]] = gr.update(placeholder=placeholder(info))
     return out
+
+
+def vocabulary_text(info: ModelInfo) -> str:
+    """An instruction editor's patterns and words (text-to-image vocabularies belong to Generate)."""
+    return vocabulary_markdown(info.vocabulary) if info.edit else ""
 
 
 def placeholder(info: ModelInfo) -> str:
@@ -44,7 +49,7 @@ def placeholder(info: ModelInfo) -> str:
 
 def build(studio: Studio) -> dict[str, Any]:
     info = studio.info.for_edits
-    vocabulary = vocabulary_markdown(info.vocabulary) if info.edit else ""
+    vocabulary = vocabulary_text(info)
     c: dict[str, Any] = {}
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):

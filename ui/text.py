@@ -32,24 +32,23 @@ def info_line(result: GenerationResult) -> str:
     return text
 
 
+def _words(vocab: dict[str, Any]) -> str:
+    return f"colors: {', '.join(vocab.get('colors', []))}  \nshapes: {', '.join(vocab.get('shapes', []))}"
+
+
 def vocabulary_markdown(vocab: dict[str, Any]) -> str:
     parts = []
     if vocab.get("pattern"):
         parts.append(
-            "**This model only knows its own small world.** Prompt pattern: "
-            f"`{vocab['pattern']}`  \n"
-            f"colors: {', '.join(vocab.get('colors', []))}  \n"
-            f"shapes: {', '.join(vocab.get('shapes', []))}"
+            f"**This model only knows its own small world.** Prompt pattern: `{vocab['pattern']}`  \n{_words(vocab)}"
         )
     if vocab.get("instructions"):  # an embedded instruction editor (tiny-shapes-edit)
         kinds = "  \n".join(
             f"{kind}: " + " · ".join(f"`{p}`" for p in patterns) for kind, patterns in vocab["instructions"].items()
         )
         parts.append(
-            "**This editor only knows its own small world.** Instructions, one change each:  \n"
-            f"{kinds}  \n"
-            f"colors: {', '.join(vocab.get('colors', []))}  \n"
-            f"shapes: {', '.join(vocab.get('shapes', []))}"
+            f"**This editor only knows its own small world.** Instructions, one change each:  \n{kinds}  \n"
+            + _words(vocab)
         )
     if vocab.get("notes"):  # a recipe's notes
         parts.append(f"ℹ️ {vocab['notes']}")
