@@ -76,7 +76,7 @@ class EditRouter:
     def status(self) -> list[ReplicaStatus]:
         rows = self.main.status()
         if self._editing:
-            rows += [dataclasses.replace(r, name=f"{r.name} (editor)") for r in self.editor.status()]
+            rows += [dataclasses.replace(r, name=f"{r.name} (editor)", role="editor") for r in self.editor.status()]
         return rows
 
     def count_tokens(self, prompt: str) -> Any:

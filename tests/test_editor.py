@@ -80,7 +80,11 @@ def test_the_embedded_model_gets_the_embedded_editor_and_edits_go_to_it(editor, 
     assert made.metadata[0]["model"] == "tiny-shapes"
     assert edited.metadata[0]["model"] == "tiny-shapes-edit"
     assert classify(edited.images[0]).background == "black"
-    assert [r.name for r in router.status()] == ["cpu", "cpu (editor)"]
+    assert [(r.name, r.role) for r in router.status()] == [("cpu", "main"), ("cpu (editor)", "editor")]
+    from ui.demo import _header
+
+    header = _header(router, info)  # one device serves, not "2 replicas": the editor sits beside it
+    assert "`cpu`" in header and "replicas" not in header
 
 
 def test_after_a_switch_to_another_model_edits_go_to_it_and_back(editor, tiny_model_dir):

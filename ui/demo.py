@@ -23,7 +23,7 @@ CSS = """
 
 
 def _header(backend: GenerationBackend, info: ModelInfo) -> str:
-    replicas = backend.status()
+    replicas = [r for r in backend.status() if r.role == "main"]  # the editor is shown in the status panel
     first = replicas[0]
     devices = first.device if len(replicas) == 1 else f"{len(replicas)} replicas ({first.backend})"
     return (
