@@ -22,7 +22,10 @@ Switching models is a redeploy of the same application with another `model` (Ser
 every replica: imperative `serve.run` gives each deploy a new code version, so Serve never
 reconfigures these replicas in place). A replica that cannot load the new model loads the
 `fallback` (the model that served before) and reports the error on the board before it is
-RUNNING, instead of failing its start: a failing start would leave no replica at all.
+RUNNING, instead of failing its start: a failing start would leave no replica at all. Once the
+app has seen every replica load the new model it marks the deploy settled on the board; a replica
+Serve restarts later no longer falls back (it fails its start, visibly), so the replicas never
+serve two different models.
 
 `serve run --name diffusion-anywhere serving.deployment:build_app model=models/tiny-shapes replicas=2 device=cpu`
 deploys it from the command line (the same as `python -m serving`).
@@ -73,6 +76,7 @@ class StatusBoard:
     def __init__(self):
         self.rows: dict[str, dict[str, Any]] = {}
         self.tokens: dict[str, tuple[asyncio.Event, list[bool], float]] = {}
+        self.settled_deploy = ""  # the deploy whose switch succeeded: its replicas may not fall back
 
     def _token(self, token: str) -> tuple[asyncio.Event, list[bool], float]:
         now = time.time()
@@ -83,6 +87,12 @@ class StatusBoard:
 
     async def report(self, replica: str, row: dict[str, Any]) -> None:
         self.rows[replica] = {**row, "seen": time.time()}
+
+    async def settle(self, deploy_id: str) -> None:
+        self.settled_deploy = deploy_id
+
+    async def settled(self, deploy_id: str) -> bool:
+        return bool(deploy_id) and deploy_id == self.settled_deploy
 
     async def snapshot(self) -> dict[str, dict[str, Any]]:
         now = time.time()
@@ -142,21 +152,25 @@ class GenerationReplica:
             import torch
 
             torch.set_num_threads(max(1, int(cpus)))  # the cores Ray reserved for this replica
-        self.pipeline, self.switch_error = self._load(model, fallback, DeviceManager(replica_device(kind)), options)
+        self.board = status_board()
+        settled = lambda: ray.get(self.board.settled.remote(deploy_id))  # noqa: E731
+        self.pipeline, self.switch_error = self._load(
+            model, fallback, DeviceManager(replica_device(kind)), options, settled
+        )
         self.replica = serve.get_replica_context().replica_id.unique_id
         self.deploy_id = deploy_id  # which deploy started it: the app reads this deploy's errors only
-        self.board = status_board()
         self._closed = threading.Event()
         ray.get(self.board.report.remote(self.replica, self._row()))  # on the board before Serve says RUNNING
         threading.Thread(target=self._heartbeat, daemon=True, name="status-heartbeat").start()
 
     @staticmethod
-    def _load(model, fallback, dm, options) -> tuple[ImagePipeline, str | None]:
-        """(pipeline, why `model` could not be loaded): `fallback` serves when `model` fails."""
+    def _load(model, fallback, dm, options, settled=lambda: False) -> tuple[ImagePipeline, str | None]:
+        """(pipeline, why `model` could not be loaded): `fallback` serves when `model` fails, while
+        the switch is under way (`settled()` False); a restart after it fails instead."""
         try:
             return ImagePipeline.from_pretrained(model, dm, **(options or {})), None
         except Exception as exc:
-            if fallback is None:
+            if fallback is None or settled():
                 raise
             log.error("could not load %s (%s); loading %s, which served before", model, exc, fallback)
             return ImagePipeline.from_pretrained(fallback, dm, **(options or {})), f"{type(exc).__name__}: {exc}"

@@ -180,6 +180,8 @@ class RayBackend:
                 raise ModelLoadError(
                     f"could not switch to {model_id}: {errors[0]}; {self.info.model_name} is serving again"
                 )
+            ray, _ = import_ray()
+            ray.get(self.board.settle.remote(self.app_args["deploy_id"]), timeout=30)  # restarts: no fallback
             self.info = self.handle.model_info.remote().result(timeout_s=600)
             say(1.0, "ready")
             return self.info

@@ -205,6 +205,27 @@ def test_the_app_runs_on_the_ray_backend(backend, tmp_path, tiny_model_dir):
     assert info["seeds"] == [8] and len(images) == 1
 
 
+def broken_model(folder):
+    folder.mkdir()
+    (folder / "model_index.json").write_text(
+        '{"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"]}'
+    )
+    return folder
+
+
+def test_a_replica_falls_back_to_the_old_model_only_while_its_switch_is_under_way(tiny_model_dir, tmp_path):
+    """After a switch has settled, a replica that Serve restarts and that cannot load the model
+    must fail its start: falling back would serve another model than its siblings, unseen."""
+    from serving.deployment import GenerationReplica
+
+    load = GenerationReplica.func_or_class._load
+    broken = str(broken_model(tmp_path / "broken"))
+    pipeline, error = load(broken, str(tiny_model_dir), DeviceManager("cpu"), None, lambda: False)
+    assert pipeline.model_info().model_name == tiny_model_dir.name and error
+    with pytest.raises(Exception, match=r"could not load model .*broken"):
+        load(broken, str(tiny_model_dir), DeviceManager("cpu"), None, lambda: True)
+
+
 def test_a_model_switch_reaches_every_replica_and_a_failed_one_keeps_the_old_model(backend, tiny_model_dir, tmp_path):
     from pipelines import ModelLoadError
     from pipelines.editing import EMBEDDED_T2I
@@ -214,11 +235,7 @@ def test_a_model_switch_reaches_every_replica_and_a_failed_one_keeps_the_old_mod
     results = run_together(backend, [5, 6])  # both replicas at once: each serves the new model
     assert {r.metadata[0]["model"] for r in results.values()} == {"tiny-shapes"}
     assert len({r.metadata[0]["replica"] for r in results.values()}) == 2
-    broken = tmp_path / "broken"
-    broken.mkdir()
-    (broken / "model_index.json").write_text(
-        '{"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"]}'
-    )
+    broken = broken_model(tmp_path / "broken")
     with pytest.raises(ModelLoadError, match=r"could not switch to .*broken.*tiny-shapes is serving again"):
         backend.load_model(str(broken))
     assert backend.model_info().model_name == "tiny-shapes"
@@ -226,5 +243,6 @@ def test_a_model_switch_reaches_every_replica_and_a_failed_one_keeps_the_old_mod
     assert {r.metadata[0]["model"] for r in results.values()} == {"tiny-shapes"}
     assert len({r.metadata[0]["replica"] for r in results.values()}) == 2
     assert backend.load_model(str(EMBEDDED_T2I)).model_name == "tiny-shapes"  # the failed deploy's errors are not read
+    assert ray.get(backend.board.settled.remote(backend.app_args["deploy_id"]))  # a restart now fails, not falls back
     assert backend.load_model(str(tiny_model_dir)).model_name == tiny_model_dir.name
     assert backend.generate(request()).metadata[0]["model"] == tiny_model_dir.name
