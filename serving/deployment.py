@@ -153,7 +153,10 @@ class GenerationReplica:
 
             torch.set_num_threads(max(1, int(cpus)))  # the cores Ray reserved for this replica
         self.board = status_board()
-        settled = lambda: ray.get(self.board.settled.remote(deploy_id))  # noqa: E731
+
+        def settled() -> bool:  # asked only if `model` fails to load
+            return ray.get(self.board.settled.remote(deploy_id))
+
         self.pipeline, self.switch_error = self._load(
             model, fallback, DeviceManager(replica_device(kind)), options, settled
         )

@@ -69,12 +69,11 @@ class Phase:
 
     steps: int
     lr: float
-    sets: tuple[int, int]  # the range of DATA_SETS it draws from
+    datasets: int  # it draws from the first `datasets` seeded sets of DATASET pairs
     high_noise_share: float  # of the batch, t drawn from the upper half [500, 1000)
 
 
-DATA_SETS = ((DATASET, NOOP_FRACTION), (DATASET, NOOP_FRACTION))  # (pairs, share that cannot apply)
-PHASES = (Phase(3000, 3e-4, (0, 1), 0.0), Phase(4000, 2e-4, (0, 2), 0.5))
+PHASES = (Phase(3000, 3e-4, 1, 0.0), Phase(4000, 2e-4, 2, 0.5))
 DEFAULT_STEPS = sum(p.steps for p in PHASES)  # train.py DEFAULT_STEPS["edit"]
 
 
@@ -87,22 +86,14 @@ def phase_at(step: int) -> tuple[Phase, int]:
     return PHASES[-1], step
 
 
-def pair_span(phase: Phase) -> tuple[int, int]:
-    """The indices of the phase's sets in the concatenated data."""
-    starts = [0]
-    for n, _ in DATA_SETS:
-        starts.append(starts[-1] + n)
-    return starts[phase.sets[0]], starts[phase.sets[1]]
-
-
-def encode_pairs(vae, n: int = DATASET, part: int = 0, noop_fraction: float = NOOP_FRACTION) -> dict:
+def encode_pairs(vae, n: int = DATASET, part: int = 0) -> dict:
     """`n` seeded (scene, instruction, result) examples, both images encoded once (cached in runs/);
     `part` picks an independent seeded set (part 0 is phase 1's data)."""
     cache = RUNS / (f"edit-pairs-{n}.pt" if part == 0 else f"edit-pairs-{n}-{part}.pt")
     if cache.exists():
         return torch.load(cache)
     rng = random.Random(f"{SEED}-edit-data" if part == 0 else f"{SEED}-edit-data-{part}")
-    edits = [edit_world.random_edit(rng, noop_fraction) for _ in range(n)]
+    edits = [edit_world.random_edit(rng, NOOP_FRACTION) for _ in range(n)]
     src_mean, tgt_mean, tgt_std = [], [], []
     with torch.no_grad():
         for i in tqdm(range(0, n, 256), desc="encode edit pairs"):
@@ -186,12 +177,11 @@ def edit_loss(unet, text_encoder, scheduler, batch: dict, generator, high_noise_
 
 
 def sample_batch(
-    data: dict, ids_all: torch.Tensor, empty_ids: torch.Tensor, scale: float, gen, span: tuple[int, int] | None = None
+    data: dict, ids_all: torch.Tensor, empty_ids: torch.Tensor, scale: float, gen, limit: int | None = None
 ) -> dict:
-    """A random batch of the pairs in `span` with InstructPix2Pix's condition dropout (the image
+    """A random batch of the first `limit` pairs with InstructPix2Pix's condition dropout (the image
     latents unscaled, as the pipeline passes them)."""
-    low, high = span or (0, len(ids_all))
-    idx = torch.randint(low, high, (BATCH,), generator=gen)
+    idx = torch.randint(0, limit or len(ids_all), (BATCH,), generator=gen)
     mean, std = data["target_mean"][idx].float(), data["target_std"][idx].float()
     latents = (mean + std * torch.randn(mean.shape, generator=gen)) * scale
     image = data["source"][idx].float()
@@ -203,8 +193,8 @@ def sample_batch(
 
 
 def load_data(vae, tokenizer) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """Every set of DATA_SETS, concatenated in order."""
-    parts = [encode_pairs(vae, n, part, noop) for part, (n, noop) in enumerate(DATA_SETS)]
+    """Every phase's pairs, concatenated in order (a phase using k sets draws from the first k)."""
+    parts = [encode_pairs(vae, DATASET, part) for part in range(max(p.datasets for p in PHASES))]
     data = {key: torch.cat([d[key] for d in parts]) for key in ("source", "target_mean", "target_std")}
     instructions = [i for d in parts for i in d["instructions"]]
     return data, tokenize(tokenizer, instructions), tokenize(tokenizer, [""])[0]
@@ -242,7 +232,8 @@ def train_edit(steps: int = DEFAULT_STEPS) -> None:
     for step in range(start, steps):
         phase, local = phase_at(step)
         gen = torch.Generator().manual_seed(SEED * 300_000 + step)
-        batch = sample_batch(data, ids_all, empty_ids, vae.config.scaling_factor, gen, pair_span(phase))
+        limit = DATASET * phase.datasets
+        batch = sample_batch(data, ids_all, empty_ids, vae.config.scaling_factor, gen, limit)
         for group, factor in zip(opt.param_groups, GROUP_LR, strict=True):
             group["lr"] = lr_at(local, phase.steps, phase.lr * factor, warmup=100)
         loss = edit_loss(unet, text_encoder, scheduler, batch, gen, phase.high_noise_share)
