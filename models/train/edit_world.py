@@ -102,3 +102,20 @@ def random_edit(rng: random.Random, noop_fraction: float = 0.1, kind: str | None
         other = {"color": scene.background, "background": scene.color}.get(kind)
         value = rng.choice([c for c in choices if c not in (current, other)])
     return Edit(scene, kind, value, instruction_for(kind, value, scene, rng), apply(scene, kind, value))
+
+
+
+def conflict_pair(rng: random.Random) -> tuple[Edit, Edit]:
+    """A colour or background instruction naming the other region's colour ("make the background
+    yellow" on a yellow shape), which cannot apply and keeps the image, and beside it the same
+    scene and kind with a colour that applies ("make the background red"). The first is the
+    hardest case to learn: the model must compare the instruction's colour with the image's other
+    colour. The second keeps it from learning the wrong rule those alone also fit ("the named
+    colour goes to the other region": with extra conflicts alone, some background edits went to
+    the shape). The editor's last training phase draws extra such pairs."""
+    scene = random_scene(rng)
+    kind = rng.choice(("color", "background"))
+    current, other = (scene.color, scene.background) if kind == "color" else (scene.background, scene.color)
+    value = rng.choice([c for c in COLORS if c not in (current, other)])
+    applies = Edit(scene, kind, value, instruction_for(kind, value, scene, rng), apply(scene, kind, value))
+    return Edit(scene, kind, other, instruction_for(kind, other, scene, rng), scene), applies
