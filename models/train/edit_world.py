@@ -104,7 +104,6 @@ def random_edit(rng: random.Random, noop_fraction: float = 0.1, kind: str | None
     return Edit(scene, kind, value, instruction_for(kind, value, scene, rng), apply(scene, kind, value))
 
 
-
 def conflict_pair(rng: random.Random) -> tuple[Edit, Edit]:
     """A colour or background instruction naming the other region's colour ("make the background
     yellow" on a yellow shape), which cannot apply and keeps the image, and beside it the same
