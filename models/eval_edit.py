@@ -64,18 +64,26 @@ def judge(source_image, output_image, source: dict[str, str], kind: str, value: 
     return row
 
 
+def edit_item(e: edit_world.Edit, image: Image.Image | None = None) -> dict:
+    """One evaluation item for `e`: its drawn input, or `image` (generated from the scene's prompt),
+    whose attributes are then read back from it by the classifier."""
+    if image is None:
+        image, attrs = draw(e.source), _attributes(e.source)
+    else:
+        attrs = _attributes(classify(image))
+    instruction = e.instruction.replace(e.source.shape, attrs["shape"])  # "turn the circle ...": the one seen
+    return {"image": image, "source": attrs, "kind": e.kind, "value": e.value, "instruction": instruction}
+
+
 def make_inputs(n: int, seed: int, generator=None) -> list[dict]:
     """`n` (input image, attributes, kind, value, instruction) items. With `generator` (tiny-shapes),
     the input is generated from the scene's prompt and its attributes are read back from it."""
     rng = random.Random(seed)
-    items = []
     edits = [edit_world.random_edit(rng, noop_fraction=0.1) for _ in range(n)]
-    images = [draw(e.source) for e in edits] if generator is None else generator([e.source.prompt for e in edits])
-    for e, image in zip(edits, images, strict=True):
-        attrs = _attributes(e.source) if generator is None else _attributes(classify(image))
-        instruction = e.instruction.replace(e.source.shape, attrs["shape"])  # "turn the circle ...": the one seen
-        items.append({"image": image, "source": attrs, "kind": e.kind, "value": e.value, "instruction": instruction})
-    return items
+    if generator is None:
+        return [edit_item(e) for e in edits]
+    images = generator([e.source.prompt for e in edits])
+    return [edit_item(e, image) for e, image in zip(edits, images, strict=True)]
 
 
 def tiny_shapes_generator(seed: int):

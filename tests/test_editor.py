@@ -10,7 +10,7 @@ import pytest
 
 from devices import DeviceManager
 from models.eval import classify
-from models.eval_edit import EDITOR_DIR, evaluate_edits, judge, make_inputs, rates
+from models.eval_edit import EDITOR_DIR, edit_item, evaluate_edits, judge, make_inputs, rates
 from models.train.edit_world import KINDS, conflict_pair
 from models.train.world import Scene, draw
 from pipelines import GenerationRequest, ImagePipeline
@@ -68,11 +68,7 @@ def test_an_instruction_that_cannot_apply_keeps_the_image_and_one_that_can_edits
     a colour that applies must change, so an editor that keeps everything fails."""
     rng = random.Random(21)
     pairs = [conflict_pair(rng) for _ in range(CONFLICTS)]
-    items = [
-        {"image": draw(e.source), "source": {"color": e.source.color, "background": e.source.background,
-         "shape": e.source.shape}, "kind": e.kind, "value": e.value, "instruction": e.instruction}
-        for pair in pairs for e in pair
-    ]  # fmt: skip
+    items = [edit_item(e) for pair in pairs for e in pair]
     info = editor.model_info()
     rows, _ = evaluate_edits(editor, items, info.default_steps, info.default_guidance, editor.default_image_guidance, 0)
     cannot, can = rows[0::2], rows[1::2]

@@ -135,10 +135,9 @@ def encode_pairs(vae, part: int = 0) -> dict:
         return torch.load(cache)
     rng = random.Random(f"{SEED}-edit-data" if part == 0 else f"{SEED}-edit-data-{part}")
     edits = _random_edits(pairs, rng)
-    n = pairs.n
     src_mean, tgt_mean, tgt_std = [], [], []
     with torch.no_grad():
-        for i in tqdm(range(0, n, 256), desc="encode edit pairs"):
+        for i in tqdm(range(0, pairs.n, 256), desc="encode edit pairs"):
             chunk = edits[i : i + 256]
             src = vae.encode(to_tensor(render_batch([e.source for e in chunk]))).latent_dist
             tgt = vae.encode(to_tensor(render_batch([e.target for e in chunk]))).latent_dist
