@@ -3,6 +3,7 @@
     python -m models.train.train all          # vae -> unet -> export -> lora, resumes where it stopped
     python -m models.train.train vae|unet|export|lora [--steps N] [--threads N]
     python -m models.train.train edit [--steps N]   # the instruction editor (models/train/edit.py)
+    python -m models.train.train edit-from-export [--source DIR]   # then `edit` runs only its last phase
 
 Each stage is seeded and checkpoints to `models/train/runs/<stage>/` (git-ignored) every few
 hundred steps; running the same command again resumes from the last checkpoint and, because
@@ -37,7 +38,7 @@ MODEL_OUT = MODELS_DIR / "tiny-shapes"
 LORA_OUT = MODELS_DIR / "loras"
 SEED = 1234
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 7800}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 8400}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
@@ -381,9 +382,15 @@ def _export_edit(_steps: int | None = None) -> None:
     export_edit()
 
 
+def _edit_from_export(source: Path | None = None) -> None:
+    from .edit import EDIT_OUT, checkpoint_from_export
+
+    checkpoint_from_export(source or EDIT_OUT)
+
+
 STAGES = {
     "vae": train_vae, "unet": train_unet, "export": export_model, "lora": train_lora,
-    "edit": _train_edit, "edit-export": _export_edit,
+    "edit": _train_edit, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
 }  # fmt: skip
 
 
@@ -394,13 +401,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--threads", type=int, default=2, help="torch CPU threads (default 2: twice as fast as 1 on an idle 2-core CPU)"
     )
+    parser.add_argument(
+        "--source",
+        type=Path,
+        help="edit-from-export: the editor folder the last phase starts from (default: the shipped one)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     torch.set_num_threads(args.threads)
     stages = ["vae", "unet", "export", "lora"] if args.stage == "all" else [args.stage]
     for stage in stages:
         t0 = time.time()
-        if stage in ("export", "edit-export"):
+        if stage == "edit-from-export":
+            STAGES[stage](args.source)
+        elif stage in ("export", "edit-export"):
             STAGES[stage]()
         else:
             STAGES[stage](args.steps or DEFAULT_STEPS[stage])
