@@ -5,18 +5,30 @@ Karras sigmas are part of the name ("DPM++ 2M Karras"). Only samplers whose sche
 the loaded scheduler's `compatibles` are offered. A chosen sampler is built with
 `from_config(model's scheduler config, **options)`, so the model's prediction type, timestep
 spacing and betas are kept; a scheduler class with no A1111 name is offered under its class name.
+
+A compatible class is not always a sampler that works with the model's noise schedule. The
+embedded tiny-shapes models use a cosine schedule with "trailing" timesteps: its last step jumps
+from sigma 12.8 (t = 998) to 20,291 (t = 999). Karras sigmas then repeat t = 998 (DPM++ 2M Karras
+crashes with an IndexError, DPM2 Karras returns NaNs) and second-order steps across the jump (Heun,
+DPM2 a) blow up. So each candidate is first run on a problem with a known answer
+(`schedule_fault`): Gaussian data through the model's schedule with the exact denoiser. The ones
+that cannot reproduce it are not offered. On SD-style schedules every sampler passes.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 KARRAS = {"use_karras_sigmas": True}
+PROBE_STEPS = 20  # a typical default; the tiny-shapes faults show at every step count from 8 to 50
+PROBE_MEAN, PROBE_STD, PROBE_TOLERANCE = 0.3, 1.0, 0.15  # the data; Euler a at 20 steps: std 0.88-0.90
 SDE = {"algorithm_type": "sde-dpmsolver++"}
 
 
@@ -64,18 +76,41 @@ BY_NAME = {s.name: s for s in SAMPLERS}
 
 def offered(scheduler: Any) -> list[Sampler]:
     """The samplers this model can use: A1111 names first, then other compatible classes by class name."""
+    offered_, _ = _check(*_key(scheduler))
+    return list(offered_)
+
+
+def faults(scheduler: Any) -> dict[str, str]:
+    """Compatible samplers left out because they cannot run this model's noise schedule: name -> why."""
+    _, faults_ = _check(*_key(scheduler))
+    return dict(faults_)
+
+
+def _key(scheduler: Any) -> tuple[tuple[str, ...], str]:
     classes = (type(scheduler).__name__, *sorted(c.__name__ for c in getattr(scheduler, "compatibles", [])))
-    config = json.dumps(dict(scheduler.config), sort_keys=True, default=str)
-    return list(_offered(classes, config))
+    return classes, json.dumps(dict(scheduler.config), sort_keys=True, default=str)
 
 
 @functools.lru_cache(maxsize=32)
-def _offered(classes: tuple[str, ...], config: str) -> tuple[Sampler, ...]:
-    """Cached per scheduler config: building every candidate once costs ~0.1 s."""
-    usable = {c for c in classes if _constructible(c, json.loads(config))}
-    named = [s for s in SAMPLERS if s.scheduler in usable]
-    covered = {s.scheduler for s in named}
-    return tuple(named + [Sampler(c, c) for c in sorted(usable - covered)])
+def _check(classes: tuple[str, ...], config: str) -> tuple[tuple[Sampler, ...], tuple[tuple[str, str], ...]]:
+    """(offered, faults), cached per scheduler config: building and probing every candidate costs ~0.3 s."""
+    cfg = json.loads(config)
+    usable = {c for c in classes if _constructible(c, cfg)}
+    candidates = [s for s in SAMPLERS if s.scheduler in usable]
+    covered = {s.scheduler for s in candidates}
+    candidates += [Sampler(c, c) for c in sorted(usable - covered)]
+    import diffusers
+
+    own = getattr(diffusers, classes[0]).from_config(cfg)
+    offered_, faults_ = [], []
+    for sampler in candidates:
+        fault = schedule_fault(own, _make(sampler, own.config))
+        if fault is None:
+            offered_.append(sampler)
+        else:
+            log.info("sampler %s not offered for this model: %s", sampler.name, fault)
+            faults_.append((sampler.name, fault))
+    return tuple(offered_), tuple(faults_)
 
 
 def _constructible(name: str, config: dict[str, Any]) -> bool:
@@ -107,12 +142,75 @@ def build(scheduler: Any, name: str) -> Any:
     """A new scheduler for sampler `name` from the model's scheduler config (ValueError if not offered)."""
     choices = {s.name: s for s in offered(scheduler)}
     if name not in choices:
-        raise ValueError(f"sampler: {name!r} is not available for this model; available: {', '.join(choices)}")
-    sampler = choices[name]
+        why = faults(scheduler).get(name)
+        reason = f" (it cannot run this model's noise schedule: {why})" if why else ""
+        raise ValueError(f"sampler: {name!r} is not available for this model{reason}; available: {', '.join(choices)}")
+    return _make(choices[name], scheduler.config)
+
+
+def _make(sampler: Sampler, config: Any) -> Any:
+    """The scheduler for `sampler` from a model's scheduler config. DDIM and DDPM clip x0 to [-1, 1]
+    unless told not to; latents are not bounded that way (A1111 and ComfyUI never clip, diffusers'
+    SD configs say `clip_sample: false`), so a config that does not set it gets False."""
     import diffusers
 
     cls = getattr(diffusers, sampler.scheduler)
-    return cls.from_config(scheduler.config, **sampler.options)
+    options = dict(sampler.options)
+    if "clip_sample" in inspect.signature(cls.__init__).parameters and "clip_sample" not in config:
+        options["clip_sample"] = False
+    return cls.from_config(config, **options)
+
+
+def schedule_fault(model_scheduler: Any, candidate: Any, steps: int = PROBE_STEPS) -> str | None:
+    """Why `candidate` cannot sample with the model's noise schedule, or None if it can.
+
+    The test has a known answer: data ~ N(PROBE_MEAN, PROBE_STD) per element, the exact denoiser for
+    it at the model's own noise levels (`alphas_cumprod`, in the model's prediction type), and 4,096
+    samples run through the candidate exactly as a pipeline does (`scale_model_input`, `step`). A
+    sampler that works returns the data's mean and spread; one that cannot step this schedule
+    raises, returns NaNs, or a spread far off. Models without a discrete schedule (EDM, flow
+    matching) are not tested here, nor pixel-space models that clip their samples to [-1, 1] (the
+    test's data are not bounded); a candidate without a discrete schedule for a model with one is
+    a different parametrisation (EDM preconditioning on a v-prediction UNet) and is refused.
+    """
+    alphas = getattr(model_scheduler, "alphas_cumprod", None)
+    prediction = model_scheduler.config.get("prediction_type", "epsilon")
+    if alphas is None or prediction not in ("epsilon", "v_prediction", "sample") or model_scheduler.config.get("clip_sample"):
+        return None
+    if getattr(candidate, "alphas_cumprod", None) is None:
+        return "it does not use the model's discrete noise schedule"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mean, std = _sample_gaussian(prediction, alphas.double(), candidate, steps)
+    except (IndexError, ValueError, RuntimeError, ZeroDivisionError) as exc:
+        return f"{steps} steps fail ({type(exc).__name__}: {exc})"
+    if not (math.isfinite(mean) and math.isfinite(std)):
+        return f"{steps} steps give NaN or infinite values"
+    if abs(mean - PROBE_MEAN) > PROBE_TOLERANCE or abs(std - PROBE_STD) > PROBE_TOLERANCE:
+        return f"on data of mean {PROBE_MEAN} and spread {PROBE_STD} it returns mean {mean:.3g}, spread {std:.3g}"
+    return None
+
+
+def _sample_gaussian(prediction_type: str, alphas: Any, scheduler: Any, steps: int) -> tuple[float, float]:
+    """Mean and spread of 4,096 samples from N(PROBE_MEAN, PROBE_STD) by `scheduler` and the exact denoiser."""
+    import torch
+
+    scheduler.set_timesteps(steps)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(4096, 1, generator=generator, dtype=torch.float64) * scheduler.init_noise_sigma
+    takes_generator = "generator" in inspect.signature(scheduler.step).parameters
+    for t in scheduler.timesteps:
+        x_in = scheduler.scale_model_input(x, t)
+        pos = min(max(float(t), 0.0), len(alphas) - 1.0)  # fractional for DPM2's interpolated steps
+        low = int(pos)
+        a_bar = torch.lerp(alphas[low], alphas[min(low + 1, len(alphas) - 1)], pos - low)
+        a, s = a_bar.sqrt(), (1 - a_bar).sqrt()
+        x0 = PROBE_MEAN + a * PROBE_STD**2 / (a**2 * PROBE_STD**2 + s**2) * (x_in - a * PROBE_MEAN)
+        eps = (x_in - a * x0) / s
+        out = {"epsilon": eps, "v_prediction": a * eps - s * x0, "sample": x0}[prediction_type]
+        x = scheduler.step(out, t, x, **({"generator": generator} if takes_generator else {})).prev_sample
+    return float(x.mean()), float(x.std())
 
 
 def from_a1111(sampler: str, schedule_type: str | None = None) -> str:

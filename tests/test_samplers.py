@@ -1,0 +1,89 @@
+"""The sampler list a model offers: only samplers that can run its noise schedule.
+
+The embedded models' cosine schedule ends in a jump (sigma 12.8 at t = 998, 20,291 at t = 999)
+that Karras sigmas and second-order steps cannot cross; before the schedule check the dropdown
+offered them anyway and they crashed (IndexError) or drew black or noise.
+"""
+
+from __future__ import annotations
+
+import diffusers
+import pytest
+
+from devices import DeviceManager
+from models.eval import classify
+from models.eval_edit import EDITOR_DIR
+from models.train.world import Scene, draw
+from pipelines import GenerationRequest, ImagePipeline, samplers
+from pipelines.options import DEFAULT_MODEL
+
+PROMPTS = ("a green circle on a blue background", "a red triangle on a white background")
+EDITS = (  # (input, instruction, what the classifier should read afterwards)
+    (Scene("red", "circle", "blue", 0.5, 0.5, 0.5, 0.0), "make it green", ("green", "circle", "blue")),
+    (Scene("white", "square", "black", 0.4, 0.45, 0.55, 10.0), "change the background to yellow", ("white", "square", "yellow")),
+)  # fmt: skip
+BROKEN_HERE = ("DPM++ 2M Karras", "DPM++ 2M SDE Karras", "DPM++ SDE Karras", "DPM2 Karras", "DPM2 a", "Heun")
+SD15_SCHEDULER = {  # runwayml/stable-diffusion-v1-5 scheduler/scheduler_config.json
+    "_class_name": "PNDMScheduler", "beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear",
+    "num_train_timesteps": 1000, "set_alpha_to_one": False, "skip_prk_steps": True, "steps_offset": 1,
+}  # fmt: skip
+
+
+def _read(image) -> tuple[str, str, str]:
+    c = classify(image)
+    return c.color, c.shape, c.background
+
+
+@pytest.fixture(scope="module")
+def text_to_image():
+    return ImagePipeline.from_pretrained(str(DEFAULT_MODEL), DeviceManager("cpu"))
+
+
+@pytest.fixture(scope="module")
+def editor():
+    return ImagePipeline.from_pretrained(str(EDITOR_DIR), DeviceManager("cpu"))
+
+
+def test_every_sampler_the_embedded_model_offers_draws_the_prompt(text_to_image):
+    offered = text_to_image.model_info().samplers
+    assert {"DPM++ 2M", "DPM++ 2M SDE", "Euler", "Euler a", "DDIM", "UniPC"} <= set(offered), offered
+    assert not set(BROKEN_HERE) & set(offered), offered
+    wrong = []
+    for name in offered:
+        request = GenerationRequest(prompt=list(PROMPTS), steps=20, guidance_scale=4.0, seed=1, sampler=name)
+        for prompt, image in zip(PROMPTS, text_to_image.generate(request).images, strict=True):
+            color, shape, background = _read(image)
+            assert shape != "none", f"{name}: no shape at all for {prompt!r} (black or noise)"
+            wrong += [] if prompt == f"a {color} {shape} on a {background} background" else [(name, prompt)]
+    assert len(wrong) <= len(offered) * len(PROMPTS) // 10, wrong  # PLMS, a multistep on eps, misses one
+
+
+def test_every_sampler_the_embedded_editor_offers_edits(editor):
+    offered = editor.model_info().samplers
+    assert not set(BROKEN_HERE) & set(offered), offered
+    wrong = []
+    for name in offered:
+        for scene, instruction, want in EDITS:
+            request = GenerationRequest(prompt=instruction, init_images=[draw(scene)], steps=20, seed=1, sampler=name,
+                                        guidance_scale=3.0, image_guidance_scale=2.5)  # fmt: skip
+            got = _read(editor.generate(request).images[0])
+            assert got[1] != "none", f"{name}: no shape at all after {instruction!r} (black or noise)"
+            wrong += [] if got == want else [(name, instruction, got)]
+    assert len(wrong) <= len(offered) * len(EDITS) // 10, wrong  # the editor keeps the shape ~98 % of the time
+
+
+def test_a_sampler_the_schedule_cannot_run_is_refused_with_the_reason(text_to_image):
+    request = GenerationRequest(prompt=PROMPTS[0], steps=20, seed=1, sampler="DPM++ 2M Karras")
+    with pytest.raises(ValueError, match=r"'DPM\+\+ 2M Karras' is not available.*cannot run this model's noise schedule"):
+        text_to_image.generate(request)  # was: IndexError deep inside the scheduler
+    assert "Heun" in samplers.faults(text_to_image.diffusers_pipeline.scheduler)
+
+
+def test_an_sd_schedule_keeps_every_sampler_and_ddim_does_not_clip():
+    own = diffusers.PNDMScheduler.from_config(SD15_SCHEDULER)
+    names = {s.name for s in samplers.offered(own)}
+    assert set(BROKEN_HERE) | {"DPM++ 2M", "Euler a", "DDIM", "PLMS", "UniPC", "DEIS"} <= names, names
+    assert set(samplers.faults(own)) <= {"EDMEulerScheduler"}  # EDM preconditioning is not SD's
+    assert samplers.build(own, "DDIM").config.clip_sample is False  # latents are not bounded to [-1, 1]
+    pixel = diffusers.DDPMScheduler(clip_sample=True)  # a pixel-space model that asks for clipping keeps it
+    assert samplers.build(pixel, "DDIM").config.clip_sample is True
