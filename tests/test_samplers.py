@@ -23,7 +23,7 @@ EDITS = (  # (input, instruction, what the classifier should read afterwards)
     (Scene("white", "square", "black", 0.4, 0.45, 0.55, 10.0), "change the background to yellow", ("white", "square", "yellow")),
 )  # fmt: skip
 BROKEN_HERE = ("DPM++ 2M Karras", "DPM++ 2M SDE Karras", "DPM++ SDE Karras", "DPM2 Karras", "DPM2 a", "Heun")
-SD15_SCHEDULER = {  # runwayml/stable-diffusion-v1-5 scheduler/scheduler_config.json
+SD15_SCHEDULER = {  # SD 1.5's scheduler config less its `clip_sample: false`, which many configs omit
     "_class_name": "PNDMScheduler", "beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear",
     "num_train_timesteps": 1000, "set_alpha_to_one": False, "skip_prk_steps": True, "steps_offset": 1,
 }  # fmt: skip
