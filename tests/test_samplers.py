@@ -12,15 +12,16 @@ import pytest
 
 from devices import DeviceManager
 from models.eval import classify
-from models.eval_edit import EDITOR_DIR
-from models.train.world import Scene, draw
+from models.eval_edit import EDITOR_DIR, edit_item, judge
+from models.train import edit_world
+from models.train.world import Scene
 from pipelines import GenerationRequest, ImagePipeline, samplers
 from pipelines.options import DEFAULT_MODEL
 
 PROMPTS = ("a green circle on a blue background", "a red triangle on a white background")
-EDITS = (  # (input, instruction, what the classifier should read afterwards)
-    (Scene("red", "circle", "blue", 0.5, 0.5, 0.5, 0.0), "make it green", ("green", "circle", "blue")),
-    (Scene("white", "square", "black", 0.4, 0.45, 0.55, 10.0), "change the background to yellow", ("white", "square", "yellow")),
+EDITS = (  # (input, instruction, kind, value): judged by the evaluation's `judge`
+    (Scene("red", "circle", "blue", 0.5, 0.5, 0.5, 0.0), "make it green", "color", "green"),
+    (Scene("white", "square", "black", 0.4, 0.45, 0.55, 10.0), "change the background to yellow", "background", "yellow"),
 )  # fmt: skip
 BROKEN_HERE = ("DPM++ 2M Karras", "DPM++ 2M SDE Karras", "DPM++ SDE Karras", "DPM2 Karras", "DPM2 a", "Heun")
 SD15_SCHEDULER = {  # SD 1.5's scheduler config less its `clip_sample: false`, which many configs omit
@@ -63,12 +64,13 @@ def test_every_sampler_the_embedded_editor_offers_edits(editor):
     assert not set(BROKEN_HERE) & set(offered), offered
     wrong = []
     for name in offered:
-        for scene, instruction, want in EDITS:
-            request = GenerationRequest(prompt=instruction, init_images=[draw(scene)], steps=20, seed=1, sampler=name,
+        for scene, instruction, kind, value in EDITS:
+            item = edit_item(edit_world.Edit(scene, kind, value, instruction, edit_world.apply(scene, kind, value)))
+            request = GenerationRequest(prompt=instruction, init_images=[item["image"]], steps=20, seed=1, sampler=name,
                                         guidance_scale=3.0, image_guidance_scale=2.5)  # fmt: skip
-            got = _read(editor.generate(request).images[0])
-            assert got[1] != "none", f"{name}: no shape at all after {instruction!r} (black or noise)"
-            wrong += [] if got == want else [(name, instruction, got)]
+            verdict = judge(item["image"], editor.generate(request).images[0], item["source"], kind, value)
+            assert verdict["got"]["shape"] != "none", f"{name}: no shape at all after {instruction!r} (black or noise)"
+            wrong += [] if verdict["all"] else [(name, instruction, verdict["got"])]
     assert len(wrong) <= len(offered) * len(EDITS) // 10, wrong  # the editor keeps the shape ~98 % of the time
 
 
