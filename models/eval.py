@@ -222,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--edit", action="store_true", help="evaluate the instruction editor (models/eval_edit.py)")
     parser.add_argument("--image-guidance", type=float, default=None, help="--edit: image guidance (model default)")
+    parser.add_argument(
+        "--guidance-end", type=float, default=None, help="--edit: share of the steps with guidance (model default)"
+    )
     parser.add_argument("--json", default=None, help="write the figures (and per-image rows) here")
     parser.add_argument("--grid", default=None, help="save a labelled grid of the first 48 images here")
     args = parser.parse_args(argv)

@@ -122,8 +122,10 @@ def rates(rows: list[dict]) -> dict:
     }
 
 
-def evaluate_edits(pipeline, items: list[dict], steps: int, guidance: float, image_guidance: float, seed: int):
-    """(rows, outputs): each item edited once through our ImagePipeline."""
+def evaluate_edits(
+    pipeline, items: list[dict], steps: int, guidance: float, image_guidance: float, seed: int, guidance_end=None
+):
+    """(rows, outputs): each item edited once through our ImagePipeline (`guidance_end` None: the model's)."""
     from pipelines import GenerationRequest
 
     rows, outputs = [], []
@@ -131,7 +133,7 @@ def evaluate_edits(pipeline, items: list[dict], steps: int, guidance: float, ima
         result = pipeline.generate(
             GenerationRequest(
                 prompt=item["instruction"], init_images=[item["image"]], steps=steps, guidance_scale=guidance,
-                image_guidance_scale=image_guidance, seed=seed + i,
+                image_guidance_scale=image_guidance, guidance_end=guidance_end, seed=seed + i,
             )
         )  # fmt: skip
         out = result.images[0]
@@ -166,12 +168,17 @@ def run(args) -> dict:
     steps = args.steps or info.default_steps
     guidance = args.guidance if args.guidance is not None else info.default_guidance
     image_guidance = args.image_guidance if args.image_guidance is not None else editor.default_image_guidance
-    report = {"n": args.n, "steps": steps, "guidance": guidance, "image_guidance": image_guidance}
+    guidance_end = args.guidance_end if args.guidance_end is not None else editor.default_guidance_end
+    report = {
+        "n": args.n, "steps": steps, "guidance": guidance, "image_guidance": image_guidance,
+        "guidance_end": guidance_end,
+    }  # fmt: skip
+    print(f"{args.n} pairs, {steps} steps, guidance {guidance}, image guidance {image_guidance}, guidance end {guidance_end}")
     grids = []
     for source in ("drawn", "generated"):
         gen = tiny_shapes_generator(args.seed + 7) if source == "generated" else None
         items = make_inputs(args.n, args.seed, gen)
-        rows, outputs = evaluate_edits(editor, items, steps, guidance, image_guidance, args.seed)
+        rows, outputs = evaluate_edits(editor, items, steps, guidance, image_guidance, args.seed, guidance_end)
         report[source] = rates(rows)
         report[f"{source}_rows"] = rows  # per edit, for --json: what went wrong where
         print(f"{source:>9} inputs: {report[source]}")

@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--steps", type=int, default=None, help="denoising steps (default: the model's)")
     p.add_argument("--guidance", type=float, default=None, help="CFG scale (default: the model's)")
+    p.add_argument("--image-guidance", type=float, default=None, help="instruction editors (default: the model's)")
+    p.add_argument("--guidance-end", type=float, default=None, help="share of the steps with guidance (the model's)")
     p.add_argument("--width", type=int, default=None)
     p.add_argument("--height", type=int, default=None)
     p.add_argument("--device", default=None, help="auto|cpu|cuda[:N]|rocm|npu[:N]|xpu[:N]|mps")
@@ -82,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             init_images=[Image.open(f).convert("RGB") for f in args.init_image] or None,
             strength=args.strength,
+            image_guidance_scale=args.image_guidance if args.image_guidance is not None else info.default_image_guidance,
+            guidance_end=args.guidance_end,
             loras=loras,
         )
         bar = tqdm(total=1, unit="step", desc="denoising")

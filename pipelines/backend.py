@@ -74,6 +74,8 @@ class ModelInfo:
     guidance_label: str = "CFG scale"  # what the guidance slider drives on this model
     image_guidance: bool = False  # takes image_guidance_scale (InstructPix2Pix)
     default_image_guidance: float = 1.5
+    guidance_end: bool = False  # can stop guidance before the last step (pipelines.guidance)
+    default_guidance_end: float = 1.0
     notes: str = ""  # a recipe's notes for the user
     lora_supported: bool = True
     attention: dict[str, str] = field(default_factory=dict)  # per component, what runs

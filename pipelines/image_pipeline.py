@@ -32,6 +32,7 @@ from . import samplers
 from .backend import ModelInfo, ReplicaStatus
 from .calls import call_kwargs, size_for
 from .errors import OutOfMemoryError, UnsupportedTaskError
+from .guidance import DEFAULT_GUIDANCE_END, GuidanceCutoff, supports_guidance_end
 from .lora import LoraInfo, LoraManager
 from .options import PipelineOptions
 from .preview import PreviewDecoder
@@ -171,6 +172,16 @@ class _Previews:
             self.decoder.learn(self.latents, images)
 
 
+class _Chained:
+    """The step callback, then guidance end: progress and previews see every step as before."""
+
+    def __init__(self, callback: Callable[..., dict], cutoff: GuidanceCutoff):
+        self.callback, self.cutoff = callback, cutoff
+
+    def __call__(self, pipe: Any, step: int, timestep: Any, tensors: dict) -> dict:
+        return {**self.callback(pipe, step, timestep, tensors), **self.cutoff(pipe, step, timestep, tensors)}
+
+
 class _Interrupted(Exception):
     """Raised from a legacy step callback to stop a pipeline that has no `_interrupt` check."""
 
@@ -210,6 +221,7 @@ class ImagePipeline:
         self._token_windows = token_windows(pipe, private=True)  # counted beside a running generation
         self.vocabulary = read_vocabulary(source)
         self.default_image_guidance = float(self.vocabulary.get("default_image_guidance", 1.5))
+        self.default_guidance_end = float(self.vocabulary.get("default_guidance_end", DEFAULT_GUIDANCE_END))
         self.activity = "idle"  # what it does now, for the status panel
         self._previews = PreviewDecoder(pipe)
 
@@ -279,6 +291,10 @@ class ImagePipeline:
         self.traits = dataclasses.replace(self.traits, **changes)
         if "image_guidance" in d:
             self.default_image_guidance = float(d["image_guidance"])
+        if "guidance_end" in d:
+            self.default_guidance_end = float(d["guidance_end"])
+            if not supports_guidance_end(self.pipe):
+                log.warning("%s: %s cannot stop guidance early; guidance_end is ignored", recipe.name, type(self.pipe).__name__)
         if "sampler" in d:
             self.pipe.scheduler = samplers.build(self.pipe.scheduler, d["sampler"])
         for lora in recipe.loras:
@@ -372,6 +388,8 @@ class ImagePipeline:
             lora_supported=traits.lora,
             image_guidance=traits.image_guidance,
             default_image_guidance=self.default_image_guidance,
+            guidance_end=traits.step_callback == "on_step_end" and supports_guidance_end(self.pipe),
+            default_guidance_end=self.default_guidance_end,
             notes=str(vocab.get("notes", "")),
             attention=dict(self.attention_applied),
         )
@@ -535,6 +553,7 @@ class ImagePipeline:
             items = items[item_range[0] : item_range[1]]
         accepted = frozenset(inspect.signature(pipe.__call__).parameters)
         warnings = self._request_warnings(request, pipe, accepted)
+        guidance_end = self._guidance_end(request, pipe, warnings)
         prompts = {p: fit_prompt(pipe, p) for p in request.prompts}  # metadata keeps the user's full text
 
         # 5-6. micro-batches (halved on out-of-memory), progress and cancel through the step callback
@@ -559,7 +578,7 @@ class ImagePipeline:
                 pipe, self.dm, progress, should_cancel, steps_done, total_steps, first + done, steps_per_call
             )
             try:
-                output, timing = self._call(pipe, call, timer, preview, first + done)
+                output, timing = self._call(pipe, call, timer, preview, first + done, guidance_end)
             except Exception as exc:
                 if not is_out_of_memory(exc):
                     raise
@@ -575,7 +594,7 @@ class ImagePipeline:
             for item, image in zip(chunk, output.images, strict=True):
                 images.append(image)
                 inputs.append(item["image"])
-                metas.append(self._metadata(request, item, *image.size))
+                metas.append(self._metadata(request, item, *image.size, guidance_end))
             done += len(chunk)
         # 7. what finished, with its metadata and timings
         if oom_splits:
@@ -588,14 +607,26 @@ class ImagePipeline:
             warnings.append(f"{self.traits.class_name} produced {w}x{h} instead of the requested {width}x{height}")
         return self._result(images, metas, inputs, timings, warnings, cancelled)
 
-    def _call(self, pipe: Any, call: dict[str, Any], timer: _CallMonitor, preview: PreviewFn | None, first: int):
-        """One diffusers call with the step callback (and previews); returns (output, phase timings)."""
+    def _call(
+        self,
+        pipe: Any,
+        call: dict[str, Any],
+        timer: _CallMonitor,
+        preview: PreviewFn | None,
+        first: int,
+        guidance_end: float = DEFAULT_GUIDANCE_END,
+    ):
+        """One diffusers call with the step callback (previews, guidance end); returns (output, phase timings)."""
         callback = timer
         if preview is not None:
             callback = _Previews(timer, self._previews, preview, first, self.options.preview_every)
         style = self.traits.step_callback
         if style == "on_step_end":
             call["callback_on_step_end"] = callback
+            if guidance_end < 1.0:
+                cutoff = GuidanceCutoff(pipe, guidance_end)
+                call["callback_on_step_end"] = _Chained(callback, cutoff)
+                call["callback_on_step_end_tensor_inputs"] = ["latents", *cutoff.tensor_inputs]
         elif style == "legacy":  # PixArt: callback(step, timestep, latents), no interrupt flag
             call["callback"] = _LegacyCallback(pipe, callback)
             call["callback_steps"] = 1
@@ -641,6 +672,18 @@ class ImagePipeline:
             return request.steps
         return max(1, int(request.steps * request.strength))
 
+    def _guidance_end(self, request: GenerationRequest, pipe: Any, warnings: list[str]) -> float:
+        """The share of the steps to guide: the request's, else the model's default; 1.0 (every
+        step) where this pipeline cannot stop guidance, with a warning if the request asked."""
+        end = request.guidance_end if request.guidance_end is not None else self.default_guidance_end
+        if end >= 1.0:
+            return 1.0
+        if self.traits.step_callback != "on_step_end" or not supports_guidance_end(pipe):
+            if request.guidance_end is not None:
+                warnings.append(f"{type(pipe).__name__} cannot stop guidance early; guidance end was ignored")
+            return 1.0
+        return end
+
     def _request_warnings(self, request: GenerationRequest, pipe: Any, accepted: frozenset[str]) -> list[str]:
         """What the user asked for that this model will not do as asked, said before it runs."""
         warnings: list[str] = []
@@ -654,7 +697,9 @@ class ImagePipeline:
             warnings += truncation_warnings(pipe, prompt)
         return warnings
 
-    def _metadata(self, request: GenerationRequest, item: dict, width: int, height: int) -> dict[str, Any]:
+    def _metadata(
+        self, request: GenerationRequest, item: dict, width: int, height: int, guidance_end: float = 1.0
+    ) -> dict[str, Any]:
         meta = {
             "prompt": item["prompt"],
             "negative_prompt": request.negative_prompt or "",
@@ -673,6 +718,8 @@ class ImagePipeline:
         }
         if request.init_images is not None:
             meta["strength"] = request.strength
+        if guidance_end < 1.0:
+            meta["guidance_end"] = guidance_end
         return meta
 
     def _result(self, images, metas, inputs, timings, warnings, cancelled) -> GenerationResult:

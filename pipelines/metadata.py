@@ -43,6 +43,7 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         ("Sampler", sampler),
         ("Schedule type", schedule),
         ("CFG scale", meta["guidance_scale"]),
+        ("Guidance end", meta.get("guidance_end")),  # written only when guidance stopped early
         ("Seed", meta["seed"]),
         ("Size", f"{meta['width']}x{meta['height']}"),
         ("Model hash", meta.get("model_hash")),

@@ -86,7 +86,10 @@ def parse_a1111(text: str) -> dict[str, Any]:
 
 
 def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
-    numbers = {"steps": ("Steps", int), "guidance_scale": ("CFG scale", float), "seed": ("Seed", int)}
+    numbers = {
+        "steps": ("Steps", int), "guidance_scale": ("CFG scale", float), "seed": ("Seed", int),
+        "guidance_end": ("Guidance end", float),
+    }  # fmt: skip
     for field, (key, kind) in numbers.items():
         value = extra.get(key, "")
         if _NUMBER.match(value):  # a malformed value stays only in "extra"

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "models" / "recipes"
 TASKS = ("text-to-image", "edit", "both")
 DTYPES = ("float32", "float16", "bfloat16")
-DEFAULT_KEYS = {"steps": int, "guidance": float, "image_guidance": float, "width": int, "height": int, "sampler": str}
+DEFAULT_KEYS = {"steps": int, "guidance": float, "image_guidance": float, "guidance_end": float, "width": int, "height": int, "sampler": str}
 TOP_KEYS = {
     "name", "description", "source", "pipeline_class", "custom_pipeline", "components", "dtype", "loras",
     "defaults", "task", "vocabulary", "notes", "$schema",
@@ -154,6 +154,8 @@ def _defaults(where: str, raw: Any) -> dict[str, Any]:
         if key not in DEFAULT_KEYS:
             raise _fail(where, f"defaults.{key}: unknown (known: {', '.join(DEFAULT_KEYS)})")
         _check_type(where, f"defaults.{key}", value, DEFAULT_KEYS[key])
+        if key == "guidance_end" and not 0 < value <= 1:
+            raise _fail(where, f"defaults.guidance_end: {value} is out of range (0, 1]")
     return dict(raw)
 
 

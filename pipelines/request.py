@@ -33,6 +33,7 @@ class GenerationRequest:
     init_images: list[Image.Image] | None = None
     strength: float = 0.6  # image-to-image: how much of the input is re-drawn
     image_guidance_scale: float = 1.5  # instruction-edit pipelines only (InstructPix2Pix-style)
+    guidance_end: float | None = None  # share of the steps with guidance (pipelines.guidance); None: the model's
     loras: dict[str, float] = field(default_factory=dict)  # adapter name -> scale
     sampler: str | None = None  # A1111-style name ("DPM++ 2M Karras"); None: the model's own scheduler
 
@@ -74,6 +75,8 @@ class GenerationRequest:
             )
         _check_int("steps", self.steps, MIN_STEPS, MAX_STEPS)
         _check_number("guidance_scale", self.guidance_scale, 0.0, MAX_GUIDANCE)
+        if self.guidance_end is not None:
+            _check_number("guidance_end", self.guidance_end, 0.0, 1.0, low_open=True)
         for name in ("width", "height"):
             value = getattr(self, name)
             if value is None:

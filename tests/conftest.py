@@ -16,3 +16,9 @@ def tiny_model_dir(tmp_path_factory):
     from tests.tiny_model import save_tiny_pipeline
 
     return save_tiny_pipeline(tmp_path_factory.mktemp("tiny-sd") / "model")
+
+
+@pytest.fixture(scope="session")
+def family_root(tmp_path_factory):
+    """Where the tiny model families (tests/families.py) are built, once per session."""
+    return tmp_path_factory.mktemp("families")

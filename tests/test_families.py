@@ -29,11 +29,6 @@ GUIDANCE = {"flux": "distilled", "flux-kontext": "distilled", "qwen-image": "tru
 FUSED = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn")
 
 
-@pytest.fixture(scope="session")
-def family_root(tmp_path_factory):
-    return tmp_path_factory.mktemp("families")
-
-
 _LOADED: dict[tuple, ImagePipeline] = {}
 
 

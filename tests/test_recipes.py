@@ -61,6 +61,7 @@ GOOD = {"name": "x", "source": "some/model"}
         ({"components": {"te": {"source": "a", "class": "os.system"}}}, "components.te.class"),
         ({"defaults": {"steps": "many"}}, "defaults.steps: expected int"),
         ({"defaults": {"cfg": 3}}, "defaults.cfg: unknown"),
+        ({"defaults": {"guidance_end": 1.5}}, "defaults.guidance_end: 1.5 is out of range"),
         ({"loras": [{"path": "style.ckpt"}]}, "loras[0].path: a .safetensors file"),
     ],
 )
@@ -109,7 +110,7 @@ def hidream_recipe(tmp_path_factory):
                                "kwargs": {"output_hidden_states": True}},
         },
         "dtype": "bfloat16", "task": "edit", "loras": [{"path": "detail.safetensors", "scale": 0.8}],
-        "defaults": {"steps": 3, "guidance": 5.0, "image_guidance": 4.0}, "notes": "Describe the change.",
+        "defaults": {"steps": 3, "guidance": 5.0, "image_guidance": 4.0, "guidance_end": 0.5}, "notes": "Describe the change.",
     }  # fmt: skip
     path = root / "tiny-hidream-e1.json"
     path.write_text(json.dumps(recipe))
@@ -124,6 +125,7 @@ def test_recipe_end_to_end_custom_pipeline_extra_components_defaults_lora(hidrea
     info = pipe.model_info()
     assert (info.model_name, info.default_steps, info.default_guidance) == ("tiny-hidream-e1", 3, 5.0)
     assert (info.default_image_guidance, info.notes, info.text_to_image, info.edit) == (4.0, "Describe the change.", False, True)
+    assert info.default_guidance_end == 0.5 and not info.guidance_end  # a custom pipeline: not one it can stop
     with pytest.raises(ValueError, match="needs an input image"):
         pipe.generate(GenerationRequest(prompt="a cat", steps=1, seed=1))
     request = GenerationRequest(
@@ -132,6 +134,7 @@ def test_recipe_end_to_end_custom_pipeline_extra_components_defaults_lora(hidrea
     )
     result = pipe.generate(request)
     assert len(result.images) == 1 and result.metadata[0]["model"] == "tiny-hidream-e1"
+    assert "guidance_end" not in result.metadata[0] and not any("guidance end" in w for w in result.warnings)
     call = type(raw).calls[-1]
     assert call["image_guidance_scale"] == 4.0 and len(call["image"]) == 1 and call["prompt"] == ["make it red"]
     assert raw.get_active_adapters() == ["detail"]  # the recipe's LoRA stays on

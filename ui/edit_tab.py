@@ -26,7 +26,7 @@ def updates(info: ModelInfo, e: dict[str, Any]) -> dict[Any, Any]:
     """What changes in this tab when another model is loaded."""
     info = info.for_edits
     props = sampling_props(info)
-    out = {e[name]: gr.update(**props[name]) for name in ("sampler", "steps", "guidance_scale")}
+    out = {e[name]: gr.update(**props[name]) for name in ("sampler", "steps", "guidance_scale", "guidance_end")}
     out[e["mode"]] = gr.update(value=mode_text(info))
     out[e["strength"]] = gr.update(visible=info.image_to_image and not info.edit)
     out[e["image_guidance_scale"]] = gr.update(visible=info.image_guidance, value=info.default_image_guidance)
@@ -76,7 +76,7 @@ def build(studio: Studio) -> dict[str, Any]:
             with gr.Accordion("Advanced", open=False):
                 controls = sampling_controls(info, prefix="edit-")
                 c["sampler"], c["steps"] = controls["sampler"], controls["steps"]
-                c["guidance_scale"] = controls["guidance_scale"]
+                c["guidance_scale"], c["guidance_end"] = controls["guidance_scale"], controls["guidance_end"]
             with gr.Row():
                 c["run"] = gr.Button(
                     "Edit", variant="primary", elem_id="edit-btn", interactive=info.edit or info.image_to_image
@@ -95,12 +95,13 @@ def build(studio: Studio) -> dict[str, Any]:
 def wire(studio: Studio, e: dict[str, Any]) -> None:
     names = (
         "prompt", "strength", "num_images", "steps", "guidance_scale", "seed", "random_seed", "sampler",
-        "image_guidance_scale",
+        "image_guidance_scale", "guidance_end",
     )  # fmt: skip
 
     def ui_edit(files, prompt, strength, num_images, steps, guidance, seed, random_seed, sampler, image_guidance,
-                request: gr.Request, progress=gr.Progress()):  # fmt: skip
-        given = (prompt, strength, num_images, steps, guidance, seed, random_seed, sampler, image_guidance)
+                guidance_end, request: gr.Request, progress=gr.Progress()):  # fmt: skip
+        given = (prompt, strength, num_images, steps, guidance, seed, random_seed, sampler, image_guidance,
+                 guidance_end)  # fmt: skip
         raw = dict(zip(names, given, strict=True))  # no size: each edit keeps its input's aspect ratio
         pairs, result, paths = studio.edit(raw, files, request, progress)
         return pairs, info_line(result), paths

@@ -19,6 +19,7 @@ def sampling_props(info: ModelInfo) -> dict[str, dict[str, Any]]:
         "sampler": {"choices": list(info.samplers), "value": info.scheduler},
         "steps": {"value": info.default_steps},
         "guidance_scale": {"value": info.default_guidance, "info": info.guidance_label},
+        "guidance_end": {"value": info.default_guidance_end, "visible": info.guidance_end},
         "width": {"minimum": step, "maximum": info.max_side, "value": info.default_width, "step": step},
         "height": {"minimum": step, "maximum": info.max_side, "value": info.default_height, "step": step},
     }
@@ -31,6 +32,10 @@ def sampling_controls(info: ModelInfo, prefix: str = "") -> dict[str, Any]:
         "sampler": gr.Dropdown(**p["sampler"], label="Sampler", elem_id=f"{prefix}sampler"),
         "steps": gr.Slider(1, 150, **p["steps"], step=1, label="Steps"),
         "guidance_scale": gr.Slider(0, 50, **p["guidance_scale"], step=0.5, label="Guidance (CFG)", elem_id=f"{prefix}guidance"),
+        "guidance_end": gr.Slider(
+            0.05, 1.0, **p["guidance_end"], step=0.05, label="Guidance end", elem_id=f"{prefix}guidance-end",
+            info="share of the steps with guidance; the last ones run unguided (1 = every step)",
+        ),
         "width": gr.Slider(**p["width"], label="Width"),
         "height": gr.Slider(**p["height"], label="Height"),
     }
@@ -104,7 +109,10 @@ def build(studio: Studio) -> dict[str, Any]:
 
 def wire(studio: Studio, g: dict[str, Any]) -> None:
     """Generate button: `v` maps each input component to its value (no coupling to argument order)."""
-    names = ("prompt", "negative_prompt", "num_images", "steps", "guidance_scale", "width", "height", "seed", "sampler")
+    names = (
+        "prompt", "negative_prompt", "num_images", "steps", "guidance_scale", "guidance_end", "width", "height", "seed",
+        "sampler",
+    )  # fmt: skip
     lora_names = list(studio.info.loras)
 
     def ui_generate(v: dict, request: gr.Request, progress=gr.Progress()):

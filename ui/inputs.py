@@ -152,6 +152,7 @@ def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) ->
         image_guidance_scale=finite_number(
             "image_guidance_scale", raw.get("image_guidance_scale", m.default_image_guidance), 0.0, 10.0
         ),
+        guidance_end=None if raw.get("guidance_end") is None else finite_number("guidance_end", raw["guidance_end"], 0.01, 1.0),
     )
 
 

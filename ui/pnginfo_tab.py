@@ -42,11 +42,13 @@ def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], tabs: gr.Tabs) -
     def send_edit(p: dict | None):
         values, _ = form_values(need(p), studio.info.for_edits)  # fitted to the model that edits
         return [
-            gr.update(value=values[k]) for k in ("prompt", "seed", "random_seed", "steps", "guidance_scale", "sampler")
+            gr.update(value=values[k])
+            for k in ("prompt", "seed", "random_seed", "steps", "guidance_scale", "guidance_end", "sampler")
         ] + [gr.Tabs(selected="edit")]
 
     events = dict(api_visibility="private", queue=False)
     upload.change(read, upload, [details, raw, params], **events)
     to_generate.click(send_generate, params, [*generate_targets(g), tabs], **events)
-    edit_targets = [e["prompt"], e["seed"], e["random_seed"], e["steps"], e["guidance_scale"], e["sampler"], tabs]
+    edit_fields = ("prompt", "seed", "random_seed", "steps", "guidance_scale", "guidance_end", "sampler")
+    edit_targets = [*(e[k] for k in edit_fields), tabs]
     to_edit.click(send_edit, params, edit_targets, **events)

@@ -19,6 +19,7 @@ FORM = (
     "random_seed",
     "steps",
     "guidance_scale",
+    "guidance_end",
     "width",
     "height",
     "sampler",
@@ -46,6 +47,10 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
         "width": _fit_size(params.get("width"), info, info.default_width),
         "height": _fit_size(params.get("height"), info, info.default_height),
     }
+    end = params.get("guidance_end", 1.0)  # not written: guidance ran every step
+    values["guidance_end"] = min(1.0, max(0.05, float(end))) if info.guidance_end else info.default_guidance_end
+    if end < 1.0 and not info.guidance_end:
+        notes.append(f"guidance end {end:g} is not available with {info.model_name}; guidance runs every step")
     if (values["width"], values["height"]) != (params.get("width"), params.get("height")) and "width" in params:
         notes.append(f"size {params['width']}x{params['height']} fitted to {values['width']}x{values['height']}")
     wanted = params.get("sampler")
