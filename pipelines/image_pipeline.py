@@ -363,6 +363,7 @@ class ImagePipeline:
         vocab, traits = self.vocabulary, self.traits
         defaults = GenerationRequest(prompt="")
         w, h = self.default_size
+        stops_guidance = traits.step_callback == "on_step_end" and supports_guidance_end(self.pipe)
         return ModelInfo(
             model_name=self.model_name,
             default_width=w,
@@ -388,8 +389,8 @@ class ImagePipeline:
             lora_supported=traits.lora,
             image_guidance=traits.image_guidance,
             default_image_guidance=self.default_image_guidance,
-            guidance_end=traits.step_callback == "on_step_end" and supports_guidance_end(self.pipe),
-            default_guidance_end=self.default_guidance_end,
+            guidance_end=stops_guidance,
+            default_guidance_end=self.default_guidance_end if stops_guidance else 1.0,  # what a request gets
             notes=str(vocab.get("notes", "")),
             attention=dict(self.attention_applied),
         )

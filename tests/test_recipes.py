@@ -125,7 +125,7 @@ def test_recipe_end_to_end_custom_pipeline_extra_components_defaults_lora(hidrea
     info = pipe.model_info()
     assert (info.model_name, info.default_steps, info.default_guidance) == ("tiny-hidream-e1", 3, 5.0)
     assert (info.default_image_guidance, info.notes, info.text_to_image, info.edit) == (4.0, "Describe the change.", False, True)
-    assert info.default_guidance_end == 0.5 and not info.guidance_end  # a custom pipeline: not one it can stop
+    assert info.default_guidance_end == 1.0 and not info.guidance_end  # the recipe's 0.5 cannot apply here
     with pytest.raises(ValueError, match="needs an input image"):
         pipe.generate(GenerationRequest(prompt="a cat", steps=1, seed=1))
     request = GenerationRequest(
