@@ -8,8 +8,8 @@ better on the evaluation (README, the embedded editor).
 
 diffusers' own `SDCFGCutoffCallback` family does the same, but keeps `prompt_embeds[-1:]`: one
 prompt's embeddings, so a batch of two images stops with a RuntimeError (size 128 vs 64, tried on
-the tiny SD 1.5 of tests/families.py). `GuidanceCutoff` keeps the
-conditional half (or third) of the whole batch instead.
+the tiny SD 1.5 of tests/families.py). `GuidanceCutoff` keeps the conditional half (or third) of
+the whole batch instead.
 """
 
 from __future__ import annotations

@@ -293,7 +293,7 @@ class ImagePipeline:
             self.default_image_guidance = float(d["image_guidance"])
         if "guidance_end" in d:
             self.default_guidance_end = float(d["guidance_end"])
-            if not supports_guidance_end(self.pipe):
+            if not self._stops_guidance(self.pipe):
                 log.warning("%s: %s cannot stop guidance early; guidance_end is ignored", recipe.name, type(self.pipe).__name__)
         if "sampler" in d:
             self.pipe.scheduler = samplers.build(self.pipe.scheduler, d["sampler"])
@@ -363,7 +363,7 @@ class ImagePipeline:
         vocab, traits = self.vocabulary, self.traits
         defaults = GenerationRequest(prompt="")
         w, h = self.default_size
-        stops_guidance = traits.step_callback == "on_step_end" and supports_guidance_end(self.pipe)
+        stops_guidance = self._stops_guidance(self.pipe)
         return ModelInfo(
             model_name=self.model_name,
             default_width=w,
@@ -673,13 +673,18 @@ class ImagePipeline:
             return request.steps
         return max(1, int(request.steps * request.strength))
 
+    def _stops_guidance(self, pipe: Any) -> bool:
+        """Whether `pipe` can turn guidance off mid-run: it is known to pipelines.guidance and reads
+        its tensors back from `callback_on_step_end`."""
+        return self.traits.step_callback == "on_step_end" and supports_guidance_end(pipe)
+
     def _guidance_end(self, request: GenerationRequest, pipe: Any, warnings: list[str]) -> float:
         """The share of the steps to guide: the request's, else the model's default; 1.0 (every
         step) where this pipeline cannot stop guidance, with a warning if the request asked."""
         end = request.guidance_end if request.guidance_end is not None else self.default_guidance_end
         if end >= 1.0:
             return 1.0
-        if self.traits.step_callback != "on_step_end" or not supports_guidance_end(pipe):
+        if not self._stops_guidance(pipe):
             if request.guidance_end is not None:
                 warnings.append(f"{type(pipe).__name__} cannot stop guidance early; guidance end was ignored")
             return 1.0

@@ -11,6 +11,9 @@ from ui.history import params_markdown
 from ui.send import form_values, generate_targets, generate_updates
 from ui.studio import Studio
 
+# The Edit tab's fields "Send to Edit" fills, in the order of its outputs.
+EDIT_FIELDS = ("prompt", "seed", "random_seed", "steps", "guidance_scale", "guidance_end", "sampler")
+
 
 def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], tabs: gr.Tabs) -> None:
     upload = gr.File(label="Drop a PNG", file_types=[".png"], type="filepath", height=120, elem_id="pnginfo-file")
@@ -41,14 +44,10 @@ def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], tabs: gr.Tabs) -
 
     def send_edit(p: dict | None):
         values, _ = form_values(need(p), studio.info.for_edits)  # fitted to the model that edits
-        return [
-            gr.update(value=values[k])
-            for k in ("prompt", "seed", "random_seed", "steps", "guidance_scale", "guidance_end", "sampler")
-        ] + [gr.Tabs(selected="edit")]
+        return [gr.update(value=values[k]) for k in EDIT_FIELDS] + [gr.Tabs(selected="edit")]
 
     events = dict(api_visibility="private", queue=False)
     upload.change(read, upload, [details, raw, params], **events)
     to_generate.click(send_generate, params, [*generate_targets(g), tabs], **events)
-    edit_fields = ("prompt", "seed", "random_seed", "steps", "guidance_scale", "guidance_end", "sampler")
-    edit_targets = [*(e[k] for k in edit_fields), tabs]
+    edit_targets = [*(e[k] for k in EDIT_FIELDS), tabs]
     to_edit.click(send_edit, params, edit_targets, **events)
