@@ -722,7 +722,9 @@ class ImagePipeline:
             "attention": self.dm.attention,
             "attention_components": dict(self.attention_applied),
         }
-        if request.init_images is not None:
+        if request.init_images is not None and self.traits.image_guidance:
+            meta["image_guidance_scale"] = request.image_guidance_scale
+        if request.init_images is not None and not self.traits.edit:  # an instruction editor takes no strength
             meta["strength"] = request.strength
         if guidance_end < 1.0:
             meta["guidance_end"] = guidance_end

@@ -43,6 +43,7 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         ("Sampler", sampler),
         ("Schedule type", schedule),
         ("CFG scale", meta["guidance_scale"]),
+        ("Image CFG scale", meta.get("image_guidance_scale")),  # A1111's name, for instruct-pix2pix models
         ("Guidance end", meta.get("guidance_end")),  # written only when guidance stopped early
         ("Seed", meta["seed"]),
         ("Size", f"{meta['width']}x{meta['height']}"),

@@ -88,7 +88,7 @@ def parse_a1111(text: str) -> dict[str, Any]:
 def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
     numbers = {
         "steps": ("Steps", int), "guidance_scale": ("CFG scale", float), "seed": ("Seed", int),
-        "guidance_end": ("Guidance end", float),
+        "guidance_end": ("Guidance end", float), "image_guidance_scale": ("Image CFG scale", float),
     }  # fmt: skip
     for field, (key, kind) in numbers.items():
         value = extra.get(key, "")

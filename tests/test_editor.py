@@ -117,3 +117,29 @@ def test_after_a_switch_to_another_model_edits_go_to_it_and_back(editor, tiny_mo
     assert edited.metadata[0]["model"] == tiny_model_dir.name
     router.load_model(str(EMBEDDED_T2I))
     assert router.model_info().editor.model_name == "tiny-shapes-edit"
+
+
+def test_an_edit_png_records_its_image_guidance_and_send_to_edit_restores_it(editor, tmp_path):
+    """A1111's "Image CFG scale" (its instruct-pix2pix field), not the "Denoising strength" an
+    instruction editor never takes; read back, it fills the Edit tab's slider, clamped to its range."""
+    from pipelines.metadata import a1111_parameters, png_info
+    from pipelines.pnginfo import read_png_info
+    from ui.send import form_values
+
+    request = GenerationRequest(prompt="make it green", init_images=[draw(SCENES["a"])], steps=2, seed=1,
+                                image_guidance_scale=1.8)  # fmt: skip
+    meta = editor.generate(request).metadata[0]
+    assert meta["image_guidance_scale"] == 1.8 and "strength" not in meta
+    assert "Image CFG scale: 1.8" in a1111_parameters(meta) and "Denoising strength" not in a1111_parameters(meta)
+    path = tmp_path / "edit.png"
+    draw(SCENES["a"]).save(path, pnginfo=png_info(meta))
+    params = read_png_info(path)["parameters"]
+    info = editor.model_info()
+    values, notes = form_values(params, info)
+    assert values["image_guidance_scale"] == 1.8 and notes == []
+    assert form_values({**params, "image_guidance_scale": 25.0}, info)[0]["image_guidance_scale"] == 10.0
+    assert form_values({"prompt": "x"}, info)[0]["image_guidance_scale"] == editor.default_image_guidance
+    main = ImagePipeline.from_pretrained(str(EMBEDDED_T2I), DeviceManager("cpu")).model_info()
+    values, notes = form_values(params, main)  # a text-to-image model edits by strength: a note, not a value
+    assert values["image_guidance_scale"] == main.default_image_guidance
+    assert any("image guidance 1.8 is for instruction editors" in n for n in notes)

@@ -8,6 +8,7 @@ import gradio as gr
 
 from pipelines.backend import ModelInfo
 from ui.generate_tab import sampling_controls, sampling_props
+from ui.inputs import DEFAULT_STRENGTH
 from ui.studio import Studio
 from ui.text import info_line, vocabulary_markdown
 
@@ -62,7 +63,7 @@ def build(studio: Studio) -> dict[str, Any]:
             c["mode"] = gr.Markdown(mode_text(info), elem_id="edit-mode")
             c["vocabulary"] = gr.Markdown(vocabulary, elem_id="edit-vocabulary", visible=bool(vocabulary))
             c["strength"] = gr.Slider(
-                0.05, 1.0, value=0.6, step=0.05, label="Strength", info="how much of each input is re-drawn",
+                0.05, 1.0, value=DEFAULT_STRENGTH, step=0.05, label="Strength", info="how much of each input is re-drawn",
                 visible=info.image_to_image and not info.edit,
             )  # fmt: skip
             c["image_guidance_scale"] = gr.Slider(

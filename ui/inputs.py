@@ -21,6 +21,7 @@ from pipelines import GenerationRequest
 from pipelines.backend import ModelInfo
 
 ALLOWED_CONTROL = {"\n", "\t", "\r"}
+DEFAULT_STRENGTH = 0.6  # image-to-image: the Edit tab's slider and a request that leaves it out
 
 
 class InputError(ValueError):
@@ -148,7 +149,7 @@ def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) ->
         loras=loras(raw.get("loras"), m.loras),
         sampler=sampler(raw.get("sampler"), m),
         init_images=init_images,
-        strength=finite_number("strength", raw.get("strength", 0.6), 0.01, 1.0),
+        strength=finite_number("strength", raw.get("strength", DEFAULT_STRENGTH), 0.01, 1.0),
         image_guidance_scale=finite_number(
             "image_guidance_scale", raw.get("image_guidance_scale", m.default_image_guidance), 0.0, 10.0
         ),

@@ -12,7 +12,10 @@ from ui.send import form_values, generate_targets, generate_updates
 from ui.studio import Studio
 
 # The Edit tab's fields "Send to Edit" fills, in the order of its outputs.
-EDIT_FIELDS = ("prompt", "seed", "random_seed", "steps", "guidance_scale", "guidance_end", "sampler")
+EDIT_FIELDS = (
+    "prompt", "seed", "random_seed", "steps", "guidance_scale", "guidance_end", "sampler", "image_guidance_scale",
+    "strength",
+)  # fmt: skip
 
 
 def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], tabs: gr.Tabs) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
+from ui.inputs import DEFAULT_STRENGTH
 
 FORM = (
     "prompt",
@@ -51,6 +52,7 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
     values["guidance_end"] = min(1.0, max(0.05, float(end))) if info.guidance_end else info.default_guidance_end
     if end < 1.0 and not info.guidance_end:
         notes.append(f"guidance end {end:g} is not available with {info.model_name}; guidance runs every step")
+    _edit_values(params, info, values, notes)
     if (values["width"], values["height"]) != (params.get("width"), params.get("height")) and "width" in params:
         notes.append(f"size {params['width']}x{params['height']} fitted to {values['width']}x{values['height']}")
     wanted = params.get("sampler")
@@ -65,6 +67,17 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
     if params.get("model") and params["model"] != info.model_name:
         notes.append(f"made with model {params['model']}; this server runs {info.model_name}")
     return values, notes
+
+
+def _edit_values(params: dict[str, Any], info: ModelInfo, values: dict[str, Any], notes: list[str]) -> None:
+    """The Edit tab's own fields: image guidance (instruction editors) and strength (image-to-image)."""
+    wanted = params.get("image_guidance_scale")
+    values["image_guidance_scale"] = info.default_image_guidance
+    if wanted is not None and info.image_guidance:
+        values["image_guidance_scale"] = min(10.0, max(0.0, float(wanted)))
+    elif wanted is not None:
+        notes.append(f"image guidance {wanted:g} is for instruction editors; {info.model_name} does not take it")
+    values["strength"] = min(1.0, max(0.05, float(params.get("strength", DEFAULT_STRENGTH))))
 
 
 def generate_updates(params: dict[str, Any], info: ModelInfo, scales: list) -> list[Any]:
