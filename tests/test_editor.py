@@ -121,10 +121,11 @@ def test_after_a_switch_to_another_model_edits_go_to_it_and_back(editor, tiny_mo
 
 def test_an_edit_png_records_its_image_guidance_and_send_to_edit_restores_it(editor, tmp_path):
     """A1111's "Image CFG scale" (its instruct-pix2pix field), not the "Denoising strength" an
-    instruction editor never takes; read back, it fills the Edit tab's slider, clamped to its range."""
+    instruction editor never takes; read back, it fills the Edit tab's slider, clamped to its range,
+    and PNG info checks it against the model that edits, not the main one."""
     from pipelines.metadata import a1111_parameters, png_info
     from pipelines.pnginfo import read_png_info
-    from ui.send import form_values
+    from ui.send import form_values, model_for
 
     request = GenerationRequest(prompt="make it green", init_images=[draw(SCENES["a"])], steps=2, seed=1,
                                 image_guidance_scale=1.8)  # fmt: skip
@@ -139,7 +140,11 @@ def test_an_edit_png_records_its_image_guidance_and_send_to_edit_restores_it(edi
     assert values["image_guidance_scale"] == 1.8 and notes == []
     assert form_values({**params, "image_guidance_scale": 25.0}, info)[0]["image_guidance_scale"] == 10.0
     assert form_values({"prompt": "x"}, info)[0]["image_guidance_scale"] == editor.default_image_guidance
-    main = ImagePipeline.from_pretrained(str(EMBEDDED_T2I), DeviceManager("cpu")).model_info()
+    t2i = ImagePipeline.from_pretrained(str(EMBEDDED_T2I), DeviceManager("cpu"))
+    main = t2i.model_info()
     values, notes = form_values(params, main)  # a text-to-image model edits by strength: a note, not a value
     assert values["image_guidance_scale"] == main.default_image_guidance
     assert any("image guidance 1.8 is for instruction editors" in n for n in notes)
+    router_info = EditRouter(t2i, editor).model_info()
+    assert model_for(params, router_info).model_name == "tiny-shapes-edit"  # PNG info checks an edit against the editor
+    assert model_for({"prompt": "x", "seed": 1}, router_info).model_name == "tiny-shapes"

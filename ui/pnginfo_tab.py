@@ -8,7 +8,7 @@ import gradio as gr
 
 from pipelines.pnginfo import read_png_info
 from ui.history import params_markdown
-from ui.send import form_values, generate_targets, generate_updates
+from ui.send import form_values, generate_targets, generate_updates, model_for
 from ui.studio import Studio
 
 # The Edit tab's fields "Send to Edit" fills, in the order of its outputs.
@@ -34,7 +34,7 @@ def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], tabs: gr.Tabs) -
             info = read_png_info(path)
         except (ValueError, OSError) as exc:
             return f"⚠️ {exc}", "", None
-        _, notes = form_values(info["parameters"], studio.info)
+        _, notes = form_values(info["parameters"], model_for(info["parameters"], studio.info))
         return params_markdown(info, notes), info["raw"], info["parameters"]
 
     def need(p: dict | None) -> dict:

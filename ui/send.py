@@ -69,6 +69,12 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
     return values, notes
 
 
+def model_for(params: dict[str, Any], info: ModelInfo) -> ModelInfo:
+    """The model a PNG's parameters are checked against: an edit's (it records image guidance or a
+    strength) goes to the model that serves the Edit tab, anything else to the main one."""
+    return info.for_edits if {"image_guidance_scale", "strength"} & set(params) else info
+
+
 def _edit_values(params: dict[str, Any], info: ModelInfo, values: dict[str, Any], notes: list[str]) -> None:
     """The Edit tab's own fields: image guidance (instruction editors) and strength (image-to-image)."""
     wanted = params.get("image_guidance_scale")
