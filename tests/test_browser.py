@@ -223,7 +223,8 @@ def test_switch_model_and_sampler_in_the_browser(browser, tmp_path):
 
 
 def test_instruction_edit_in_the_browser(browser, tmp_path):
-    """Beside the embedded model, the Edit tab follows an instruction with the embedded editor."""
+    """Beside the embedded model, the Edit tab follows an instruction with the embedded editor; the
+    edit's PNG brings its image guidance back through PNG info's Send to Edit."""
     from PIL import Image
     from playwright.sync_api import expect
 
@@ -251,6 +252,9 @@ def test_instruction_edit_in_the_browser(browser, tmp_path):
         page.locator("#edit-files input[type=file]").set_input_files(str(source))
         page.locator("#edit-prompt textarea").fill("change the background to black")
         page.locator("#edit-random-seed input").uncheck()  # seed 0: the same edit on every run
+        guidance = page.locator("#image-guidance input[type=number]")
+        guidance.fill("2.2")
+        guidance.press("Enter")
         page.get_by_role("button", name="Edit", exact=True).click()
         expect(page.locator("#edit-info")).to_contain_text("image(s) in", timeout=120_000)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -258,4 +262,14 @@ def test_instruction_edit_in_the_browser(browser, tmp_path):
         saved = sorted(out.rglob("*.png"), key=lambda p: p.stat().st_mtime)[-1]
         got = classify(Image.open(saved).convert("RGB"))
         assert (got.color, got.shape, got.background) == ("red", "circle", "black")
+        # its PNG records the image guidance; PNG info's Send to Edit puts it back on the slider
+        guidance.fill("4")
+        guidance.press("Enter")
+        page.get_by_role("tab", name="PNG info").click()
+        page.locator("#pnginfo-file input[type=file]").set_input_files(str(saved))
+        expect(page.locator("#pnginfo-details")).to_contain_text("image_guidance_scale", timeout=30_000)
+        expect(page.locator("#pnginfo-details")).not_to_contain_text("⚠️")  # checked against the editor
+        page.get_by_role("button", name="Send to Edit").click()
+        expect(page.locator("#edit-prompt textarea")).to_have_value("change the background to black", timeout=10_000)
+        expect(guidance).to_have_value("2.2")
         page.close()
