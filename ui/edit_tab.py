@@ -8,7 +8,7 @@ import gradio as gr
 
 from pipelines.backend import ModelInfo
 from ui.generate_tab import sampling_controls, sampling_props
-from ui.inputs import DEFAULT_STRENGTH
+from ui.inputs import DEFAULT_STRENGTH, MAX_IMAGE_GUIDANCE
 from ui.studio import Studio
 from ui.text import info_line, vocabulary_markdown
 
@@ -67,7 +67,7 @@ def build(studio: Studio) -> dict[str, Any]:
                 visible=info.image_to_image and not info.edit,
             )  # fmt: skip
             c["image_guidance_scale"] = gr.Slider(
-                0, 10, value=info.default_image_guidance, step=0.1, label="Image guidance", visible=info.image_guidance,
+                0, MAX_IMAGE_GUIDANCE, value=info.default_image_guidance, step=0.1, label="Image guidance", visible=info.image_guidance,
                 info="how closely the result keeps the input image", elem_id="image-guidance",
             )  # fmt: skip
             c["num_images"] = gr.Slider(1, info.max_batch, value=1, step=1, label="Images per input")

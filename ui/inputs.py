@@ -22,6 +22,7 @@ from pipelines.backend import ModelInfo
 
 ALLOWED_CONTROL = {"\n", "\t", "\r"}
 DEFAULT_STRENGTH = 0.6  # image-to-image: the Edit tab's slider and a request that leaves it out
+MAX_IMAGE_GUIDANCE = 10.0  # the Edit tab's slider, a request's check and a PNG's value sent to Edit
 
 
 class InputError(ValueError):
@@ -151,7 +152,7 @@ def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) ->
         init_images=init_images,
         strength=finite_number("strength", raw.get("strength", DEFAULT_STRENGTH), 0.01, 1.0),
         image_guidance_scale=finite_number(
-            "image_guidance_scale", raw.get("image_guidance_scale", m.default_image_guidance), 0.0, 10.0
+            "image_guidance_scale", raw.get("image_guidance_scale", m.default_image_guidance), 0.0, MAX_IMAGE_GUIDANCE
         ),
         guidance_end=None if raw.get("guidance_end") is None else finite_number("guidance_end", raw["guidance_end"], 0.01, 1.0),
     )

@@ -11,7 +11,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
-from ui.inputs import DEFAULT_STRENGTH
+from ui.inputs import DEFAULT_STRENGTH, MAX_IMAGE_GUIDANCE
 
 FORM = (
     "prompt",
@@ -80,7 +80,7 @@ def _edit_values(params: dict[str, Any], info: ModelInfo, values: dict[str, Any]
     wanted = params.get("image_guidance_scale")
     values["image_guidance_scale"] = info.default_image_guidance
     if wanted is not None and info.image_guidance:
-        values["image_guidance_scale"] = min(10.0, max(0.0, float(wanted)))
+        values["image_guidance_scale"] = min(MAX_IMAGE_GUIDANCE, max(0.0, float(wanted)))
     elif wanted is not None:
         notes.append(f"image guidance {wanted:g} is for instruction editors; {info.model_name} does not take it")
     values["strength"] = min(1.0, max(0.05, float(params.get("strength", DEFAULT_STRENGTH))))
