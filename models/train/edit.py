@@ -89,8 +89,7 @@ class Phase:
     that applies (`edit_world.conflict_pair`), at half phase 2's rate: 73 in 100 then kept it.
     Without the partners (three pairs in ten cannot apply) 84 did, but background edits that apply
     started to recolour the shape instead; at phase 2's rate, or with three in four of the extra
-    ones of the background kind, it did no better (64, 77). (Phases 3 and 4 were tuned, and
-    these figures taken, when phase 2 ran 4,000 steps.)
+    ones of the background kind, it did no better (64, 77).
 
     Phase 4 (`from_ema`) starts from the EMA weights, the ones phase 3 exports, with a fresh
     optimizer, and runs phase 3's data again at half its rate; its own EMA (time constant 500
@@ -98,6 +97,7 @@ class Phase:
     naming the other region's colour then kept the image 83 times in 100 instead of 71, with
     all-three on random pairs 97.3 % / 95.7 % (drawn / generated inputs) instead of 96.7 % / 95.7 %.
     Because its start is an exported editor, `edit-from-export` can run it alone (see its docstring).
+    Phases 3 and 4 were tuned, and their figures here taken, when phase 2 ran 4,000 steps.
     """
 
     steps: int
