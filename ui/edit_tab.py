@@ -8,7 +8,7 @@ import gradio as gr
 
 from pipelines.backend import ModelInfo
 from ui.generate_tab import sampling_controls, sampling_props
-from ui.inputs import DEFAULT_STRENGTH, MAX_IMAGE_GUIDANCE
+from ui.inputs import DEFAULT_STRENGTH, SLIDER_RANGES
 from ui.studio import Studio
 from ui.text import info_line, vocabulary_markdown
 
@@ -63,11 +63,11 @@ def build(studio: Studio) -> dict[str, Any]:
             c["mode"] = gr.Markdown(mode_text(info), elem_id="edit-mode")
             c["vocabulary"] = gr.Markdown(vocabulary, elem_id="edit-vocabulary", visible=bool(vocabulary))
             c["strength"] = gr.Slider(
-                0.05, 1.0, value=DEFAULT_STRENGTH, step=0.05, label="Strength", info="how much of each input is re-drawn",
+                *SLIDER_RANGES["strength"], value=DEFAULT_STRENGTH, step=0.05, label="Strength", info="how much of each input is re-drawn",
                 visible=info.image_to_image and not info.edit,
             )  # fmt: skip
             c["image_guidance_scale"] = gr.Slider(
-                0, MAX_IMAGE_GUIDANCE, value=info.default_image_guidance, step=0.1, label="Image guidance", visible=info.image_guidance,
+                *SLIDER_RANGES["image_guidance_scale"], value=info.default_image_guidance, step=0.1, label="Image guidance", visible=info.image_guidance,
                 info="how closely the result keeps the input image", elem_id="image-guidance",
             )  # fmt: skip
             c["num_images"] = gr.Slider(1, info.max_batch, value=1, step=1, label="Images per input")

@@ -7,6 +7,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
+from ui.inputs import SLIDER_RANGES
 from ui.studio import Studio
 from ui.text import info_line, vocabulary_markdown
 
@@ -30,10 +31,10 @@ def sampling_controls(info: ModelInfo, prefix: str = "") -> dict[str, Any]:
     p = sampling_props(info)
     return {
         "sampler": gr.Dropdown(**p["sampler"], label="Sampler", elem_id=f"{prefix}sampler"),
-        "steps": gr.Slider(1, 150, **p["steps"], step=1, label="Steps"),
-        "guidance_scale": gr.Slider(0, 50, **p["guidance_scale"], step=0.5, label="Guidance (CFG)", elem_id=f"{prefix}guidance"),
+        "steps": gr.Slider(*SLIDER_RANGES["steps"], **p["steps"], step=1, label="Steps"),
+        "guidance_scale": gr.Slider(*SLIDER_RANGES["guidance_scale"], **p["guidance_scale"], step=0.5, label="Guidance (CFG)", elem_id=f"{prefix}guidance"),
         "guidance_end": gr.Slider(
-            0.05, 1.0, **p["guidance_end"], step=0.05, label="Guidance end", elem_id=f"{prefix}guidance-end",
+            *SLIDER_RANGES["guidance_end"], **p["guidance_end"], step=0.05, label="Guidance end", elem_id=f"{prefix}guidance-end",
             info="share of the steps with guidance; the last ones run unguided (1 = every step)",
         ),
         "width": gr.Slider(**p["width"], label="Width"),

@@ -22,7 +22,15 @@ from pipelines.backend import ModelInfo
 
 ALLOWED_CONTROL = {"\n", "\t", "\r"}
 DEFAULT_STRENGTH = 0.6  # image-to-image: the Edit tab's slider and a request that leaves it out
-MAX_IMAGE_GUIDANCE = 10.0  # the Edit tab's slider, a request's check and a PNG's value sent to Edit
+# The form's slider ranges, read by the sliders, by Send to Generate / Edit (a PNG's value is
+# clamped to its slider) and by a request's check where the API takes no finer value.
+SLIDER_RANGES = {
+    "steps": (1, 150),
+    "guidance_scale": (0.0, 50.0),
+    "guidance_end": (0.05, 1.0),
+    "strength": (0.05, 1.0),
+    "image_guidance_scale": (0.0, 10.0),
+}
 
 
 class InputError(ValueError):
@@ -142,8 +150,10 @@ def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) ->
         negative_prompt=clean_text("negative_prompt", raw.get("negative_prompt"), limits.max_prompt_chars, False)
         or None,
         num_images=whole_number("num_images", raw.get("num_images", 1), 1, m.max_batch),
-        steps=whole_number("steps", raw.get("steps", m.default_steps), 1, 150),
-        guidance_scale=finite_number("guidance_scale", raw.get("guidance_scale", m.default_guidance), 0.0, 50.0),
+        steps=whole_number("steps", raw.get("steps", m.default_steps), *SLIDER_RANGES["steps"]),
+        guidance_scale=finite_number(
+            "guidance_scale", raw.get("guidance_scale", m.default_guidance), *SLIDER_RANGES["guidance_scale"]
+        ),
         width=_size(raw, "width", m.default_width, m, init_images is not None),
         height=_size(raw, "height", m.default_height, m, init_images is not None),
         seed=seed(raw.get("seed"), bool(raw.get("random_seed"))),
@@ -152,7 +162,8 @@ def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) ->
         init_images=init_images,
         strength=finite_number("strength", raw.get("strength", DEFAULT_STRENGTH), 0.01, 1.0),
         image_guidance_scale=finite_number(
-            "image_guidance_scale", raw.get("image_guidance_scale", m.default_image_guidance), 0.0, MAX_IMAGE_GUIDANCE
+            "image_guidance_scale", raw.get("image_guidance_scale", m.default_image_guidance),
+            *SLIDER_RANGES["image_guidance_scale"],
         ),
         guidance_end=None if raw.get("guidance_end") is None else finite_number("guidance_end", raw["guidance_end"], 0.01, 1.0),
     )

@@ -11,7 +11,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
-from ui.inputs import DEFAULT_STRENGTH, MAX_IMAGE_GUIDANCE
+from ui.inputs import DEFAULT_STRENGTH, SLIDER_RANGES
 
 FORM = (
     "prompt",
@@ -43,13 +43,13 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
         "negative_prompt": params.get("negative_prompt", ""),
         "seed": params.get("seed", 0),
         "random_seed": "seed" not in params,
-        "steps": min(150, max(1, int(params.get("steps") or info.default_steps))),
-        "guidance_scale": min(50.0, max(0.0, float(params.get("guidance_scale", info.default_guidance)))),
+        "steps": _fit("steps", int(params.get("steps") or info.default_steps)),
+        "guidance_scale": _fit("guidance_scale", float(params.get("guidance_scale", info.default_guidance))),
         "width": _fit_size(params.get("width"), info, info.default_width),
         "height": _fit_size(params.get("height"), info, info.default_height),
     }
     end = params.get("guidance_end", 1.0)  # not written: guidance ran every step
-    values["guidance_end"] = min(1.0, max(0.05, float(end))) if info.guidance_end else info.default_guidance_end
+    values["guidance_end"] = _fit("guidance_end", float(end)) if info.guidance_end else info.default_guidance_end
     if end < 1.0 and not info.guidance_end:
         notes.append(f"guidance end {end:g} is not available with {info.model_name}; guidance runs every step")
     _edit_values(params, info, values, notes)
@@ -80,10 +80,16 @@ def _edit_values(params: dict[str, Any], info: ModelInfo, values: dict[str, Any]
     wanted = params.get("image_guidance_scale")
     values["image_guidance_scale"] = info.default_image_guidance
     if wanted is not None and info.image_guidance:
-        values["image_guidance_scale"] = min(MAX_IMAGE_GUIDANCE, max(0.0, float(wanted)))
+        values["image_guidance_scale"] = _fit("image_guidance_scale", float(wanted))
     elif wanted is not None:
         notes.append(f"image guidance {wanted:g} is for instruction editors; {info.model_name} does not take it")
-    values["strength"] = min(1.0, max(0.05, float(params.get("strength", DEFAULT_STRENGTH))))
+    values["strength"] = _fit("strength", float(params.get("strength", DEFAULT_STRENGTH)))
+
+
+def _fit(field: str, value: float) -> float:
+    """`value` clamped to its slider's range (SLIDER_RANGES)."""
+    low, high = SLIDER_RANGES[field]
+    return min(high, max(low, value))
 
 
 def generate_updates(params: dict[str, Any], info: ModelInfo, scales: list) -> list[Any]:
