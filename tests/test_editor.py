@@ -47,7 +47,7 @@ def test_the_editor_loads_as_an_instruction_editor_with_its_vocabulary(editor):
 
 def test_edits_of_every_kind_change_that_attribute_and_keep_the_rest(editor):
     """24 random (drawn input, instruction) pairs of the evaluation, judged by its classifier and
-    mask overlap. Thresholds sit below the measured figures (README) and far above what an editor
+    mask overlap. Thresholds sit below the measured figures (docs/embedded-models.md) and far above what an editor
     that returns its input (nothing edited) or redraws from scratch (nothing kept) would get."""
     items = make_inputs(24, seed=11)
     assert {item["kind"] for item in items} == set(KINDS)

@@ -87,7 +87,7 @@ def written_out(editor, instruction, image, seed, steps, guided, g, ig):
 
 def test_the_editor_stops_guidance_where_asked_and_guides_every_step_by_default(editor):
     info = editor.model_info()
-    assert info.guidance_end and info.default_guidance_end == 1.0  # measured: 0.75 was no better (README)
+    assert info.guidance_end and info.default_guidance_end == 1.0  # measured: 0.75 no better (docs/embedded-models.md)
     image = draw(Scene("green", "square", "black", 0.5, 0.5, 0.5, 0.0))
     steps, g, ig = info.default_steps, info.default_guidance, editor.default_image_guidance
     ask = dict(prompt="change the background to purple", init_images=[image], seed=3, steps=steps, guidance_scale=g,

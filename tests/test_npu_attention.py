@@ -1,6 +1,6 @@
 """DIFFUSERS_ATTENTION_TYPE=npu: Ascend's fused attention, chosen explicitly, on a simulated NPU.
 
-On real hardware, check it with the parity command in the README ("Models"): the same seeds
+On real hardware, check it with the parity command in docs/models.md ("Model families"): the same seeds
 with `--attention npu` against vanilla.
 """
 

@@ -36,7 +36,7 @@ def test_every_shipped_recipe_validates(path):
     assert recipe.name == path.stem
     assert recipe.defaults.get("sampler") in (None, *BY_NAME)
     if recipe.custom_pipeline:
-        assert recipe.custom_pipeline.startswith("custom/")  # README: the folder for trusted code
+        assert recipe.custom_pipeline.startswith("custom/")  # docs/models.md: the folder for trusted code
 
 
 def test_the_shipped_recipes_cover_the_models_users_ask_for():

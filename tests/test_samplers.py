@@ -73,7 +73,7 @@ def test_every_sampler_the_embedded_editor_offers_edits(editor):
             wrong += [] if verdict["all"] else [(name, instruction, verdict["got"])]
     # a sampler that cannot run the schedule draws noise: nothing right. The second edit is a hard
     # case for the shipped weights (a large square turned 10 degrees comes back a circle in 8 of 10
-    # seeds with the default sampler; README), so the bar is test_editor's 80 % all-right, not 90 %
+    # seeds with the default sampler; docs/embedded-models.md), so the bar is test_editor's 80 % all-right, not 90 %
     assert len(wrong) <= len(offered) * len(EDITS) // 5, wrong
 
 
