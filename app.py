@@ -5,7 +5,8 @@
     PREFERRED_DEVICE=all python app.py    # one replica per device of the best backend
 
 Importing this module reads no setting, loads no model and probes no device: `ui.main.main()`
-checks every setting first, then builds the backend and the UI (`ui.demo.create_demo`).
+checks every setting first, then builds the engine (`engine.build_engine`) and the UI
+(`ui.demo.create_demo`).
 """
 
 import contextlib
@@ -13,8 +14,18 @@ import contextlib
 with contextlib.suppress(ImportError):  # ZeroGPU Spaces: `spaces` must be imported before anything touches CUDA
     import spaces  # noqa: F401
 
-from ui.demo import create_demo, launch  # noqa: F401  (re-exported for embedding: app.create_demo)
 from ui.main import main
+
+
+def __getattr__(name: str):
+    """`app.create_demo` / `app.launch` for embedding, imported on first use: gradio reads
+    GRADIO_SERVER_PORT at import, which must come after the settings check of `main()`."""
+    if name in ("create_demo", "launch"):
+        from ui import demo
+
+        return getattr(demo, name)
+    raise AttributeError(name)
+
 
 if __name__ == "__main__":
     main()

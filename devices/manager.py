@@ -58,6 +58,8 @@ class DeviceManager:
             PREFERRED_DEVICE, then "auto". Case-insensitive, whitespace-tolerant.
         dtype: torch dtype or its name; None reads TORCH_DTYPE, then the dtype table.
         attention: vanilla | sdpa | npu; None reads DIFFUSERS_ATTENTION_TYPE, then the policy.
+        options: everything at once, read from the app's settings (`DeviceOptions.for_device`):
+            then nothing is read from the environment.
     """
 
     def __init__(
@@ -65,8 +67,10 @@ class DeviceManager:
         preferred_device: str | None = None,
         dtype: str | torch.dtype | None = None,
         attention: str | None = None,
+        *,
+        options: DeviceOptions | None = None,
     ):
-        self.options = DeviceOptions.resolve(preferred_device, dtype, attention)
+        self.options = options or DeviceOptions.resolve(preferred_device, dtype, attention)
         self.requested = str(self.options.device)
         self.fallback_reason: str | None = None
         self.backend, index = self._select()

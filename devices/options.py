@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -84,6 +85,11 @@ class DeviceOptions:
     strict: bool
 
     @classmethod
+    def for_device(cls, device: str | None, settings: DeviceSettings) -> DeviceOptions:
+        """One device's options from the app's settings (no environment read)."""
+        return cls(parse_device(device), settings.dtype, settings.attention, settings.strict)
+
+    @classmethod
     def resolve(
         cls,
         preferred_device: str | None = None,
@@ -97,5 +103,43 @@ class DeviceOptions:
             device=parse_device(preferred_device if preferred_device is not None else env.get("PREFERRED_DEVICE")),
             dtype=parse_dtype(dtype if dtype is not None else env.get("TORCH_DTYPE")),
             attention=parse_attention(attention if attention is not None else env.get("DIFFUSERS_ATTENTION_TYPE")),
+            strict=env.get("PREFERRED_DEVICE_STRICT", "").strip().lower() in _TRUE,
+        )
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    """The device variables, read once by the app's settings and passed down (never re-read below).
+
+    `preferred` is PREFERRED_DEVICE as given: one device, a list or `all` (devices.pool expands it,
+    probing the hardware, when the backend is built); `cpu_replicas` is CPU_REPLICAS.
+    """
+
+    preferred: str = "auto"
+    cpu_replicas: int | None = None
+    dtype: torch.dtype | None = None  # TORCH_DTYPE; None: the device's dtype table
+    attention: str | None = None  # DIFFUSERS_ATTENTION_TYPE; None: the device's policy
+    strict: bool = False  # PREFERRED_DEVICE_STRICT
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> DeviceSettings:
+        """Parse the variables; ValueError naming the variable and what it accepts."""
+        env = os.environ if environ is None else environ
+        replicas = env.get("CPU_REPLICAS", "").strip()
+        if replicas and (not replicas.isdigit() or not 1 <= int(replicas) <= 64):
+            raise ValueError(f"CPU_REPLICAS={replicas!r} is not valid: expected an integer from 1 to 64")
+        try:
+            dtype = parse_dtype(env.get("TORCH_DTYPE"))
+        except ValueError as exc:
+            raise ValueError(f"TORCH_DTYPE: {exc}") from None
+        try:
+            attention = parse_attention(env.get("DIFFUSERS_ATTENTION_TYPE"))
+        except ValueError as exc:
+            raise ValueError(f"DIFFUSERS_ATTENTION_TYPE: {exc}") from None
+        return cls(
+            preferred=env.get("PREFERRED_DEVICE", "").strip().lower() or "auto",
+            cpu_replicas=int(replicas) if replicas else None,
+            dtype=dtype,
+            attention=attention,
             strict=env.get("PREFERRED_DEVICE_STRICT", "").strip().lower() in _TRUE,
         )

@@ -44,34 +44,46 @@ def _best_backend() -> str:
 
 
 def expand_devices(value: str | None = None, environ: Mapping[str, str] | None = None) -> list[str | None]:
-    """The devices of the replicas: [None] means one replica on DeviceManager's automatic choice."""
+    """The devices of the replicas from PREFERRED_DEVICE / CPU_REPLICAS (`value` overrides the first):
+    for command lines and tests; the app passes its settings to `devices_for` instead."""
     env = os.environ if environ is None else environ
-    text = (value if value is not None else env.get("PREFERRED_DEVICE", "")).strip().lower()
+    text = value if value is not None else env.get("PREFERRED_DEVICE", "")
     replicas_text = env.get("CPU_REPLICAS", "").strip()
+    if replicas_text and (not replicas_text.isdigit() or not 1 <= int(replicas_text) <= 64):
+        raise ValueError(f"CPU_REPLICAS={replicas_text!r} is not valid: expected an integer from 1 to 64")
+    return devices_for(text, int(replicas_text) if replicas_text else None)
+
+
+def devices_for(preferred: str, cpu_replicas: int | None = None) -> list[str | None]:
+    """The devices of the replicas: [None] means one replica on DeviceManager's automatic choice."""
+    text = preferred.strip().lower()
     if text == "all":
         devices: list[str | None] = list(_all_of(_best_backend()))
     elif text.endswith(":all"):
         devices = list(_all_of(text.removesuffix(":all")))
     elif "," in text:
-        devices = [item.strip() for item in text.split(",")]
-        for item in devices:
-            try:
-                request = parse_device(item)
-            except ValueError:
-                raise ValueError(
-                    f"PREFERRED_DEVICE={value or text!r}: {item!r} is not a device; "
-                    f"valid values: {VALID_DEVICES}, or {VALID_LISTS}"
-                ) from None
-            if request.kind == "auto":
-                raise ValueError(f"PREFERRED_DEVICE={text!r}: 'auto' cannot be part of a list")
-        for item in devices:  # every entry parsed: now each must be usable
-            _check_usable(text, parse_device(item))
+        devices = _listed(preferred, text)
     else:
         parse_device(text or None)  # raises with the valid values
         devices = [text or None]
-    if replicas_text:
-        if not replicas_text.isdigit() or not 1 <= int(replicas_text) <= 64:
-            raise ValueError(f"CPU_REPLICAS={replicas_text!r} is not valid: expected an integer from 1 to 64")
-        if devices in (["cpu"], [None]) and (devices == ["cpu"] or _best_backend() == "cpu"):
-            devices = ["cpu"] * int(replicas_text)
+    if cpu_replicas and devices in (["cpu"], [None]) and (devices == ["cpu"] or _best_backend() == "cpu"):
+        devices = ["cpu"] * cpu_replicas
+    return devices
+
+
+def _listed(value: str, text: str) -> list[str | None]:
+    """A comma-separated list: every entry parsed first, then each must be usable."""
+    devices: list[str | None] = [item.strip() for item in text.split(",")]
+    for item in devices:
+        try:
+            request = parse_device(item)
+        except ValueError:
+            raise ValueError(
+                f"PREFERRED_DEVICE={value or text!r}: {item!r} is not a device; "
+                f"valid values: {VALID_DEVICES}, or {VALID_LISTS}"
+            ) from None
+        if request.kind == "auto":
+            raise ValueError(f"PREFERRED_DEVICE={text!r}: 'auto' cannot be part of a list")
+    for item in devices:
+        _check_usable(text, parse_device(item))
     return devices

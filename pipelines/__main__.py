@@ -21,6 +21,7 @@ from devices.memory import human_bytes
 from .errors import PipelineError
 from .image_pipeline import ImagePipeline
 from .metadata import save_images
+from .options import PipelineOptions
 from .request import GenerationRequest
 
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         dm = DeviceManager(args.device, args.dtype)
-        pipeline = ImagePipeline.from_pretrained(args.model, dm)
+        pipeline = ImagePipeline.from_pretrained(args.model, dm, PipelineOptions.from_env())  # MODEL_ID, MAX_BATCH...
         loras = {}
         for path, scale in args.lora:
             loras[pipeline.load_lora(path, allow_outside=True)] = scale

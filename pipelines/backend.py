@@ -7,8 +7,14 @@ Three implementations exist:
 - `pipelines.batch`: offline jobs over processes/machines with accelerate (not a live backend).
 
 Every backend keeps the invariant of the whole project: image i of a request has the seed
-`seed + i` and is drawn from its own CPU generator, so it is the same image whichever replica,
-process or device makes it (within the dtype's tolerance).
+`seed + i` (mod 2^64, `request.item_seed`) and is drawn from its own CPU generator, so it is the
+same image whichever replica, process or device makes it (within the dtype's tolerance).
+
+Optional abilities are declared, not guessed: a backend says in `capabilities` whether it streams
+previews, switches models and counts prompt tokens, and has `load_model` / `count_tokens`
+exactly when it declares them (tests/test_engine.py checks every backend class). A wrapper (the
+EditRouter, the engine) forwards what the backends behind it declare, so a new wrapper cannot
+silently drop an ability the way the editor router once dropped live previews.
 """
 
 from __future__ import annotations
@@ -17,10 +23,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .request import GenerationRequest, GenerationResult
+from .request import GenerationRequest, GenerationResult, RequestLimits
 
 ProgressFn = Callable[[int, int, int], None]  # (steps done, steps in all, index of the image being made)
 CancelFn = Callable[[], bool]  # polled between denoising steps; True stops after the current step
+PreviewFn = Callable[[int, list[Any]], None]  # (index of the first image, preview images of this chunk)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The optional abilities of a backend: what the UI and the APIs may offer with it."""
+
+    previews: bool = False  # `generate(..., preview=fn)` calls fn with frames while it denoises
+    switch_models: bool = False  # has `load_model(model_id, progress)`
+    count_tokens: bool = False  # has `count_tokens(prompt)`
 
 
 @dataclass
@@ -82,6 +98,11 @@ class ModelInfo:
     editor: ModelInfo | None = None  # the model serving edits, when it is another one (pipelines.editing)
 
     @property
+    def limits(self) -> RequestLimits:
+        """The limits `validate(request, limits)` enforces for this model on its device."""
+        return RequestLimits(self.size_multiple, self.max_batch, self.max_pixels, self.max_side)
+
+    @property
     def for_edits(self) -> ModelInfo:
         """The model the Edit tab's requests go to: its defaults, samplers and limits."""
         return self.editor or self
@@ -96,8 +117,17 @@ class GenerationBackend(Protocol):
 
     `generate` has `ImagePipeline.generate`'s contract: validate first (ValueError naming the
     field), then run; returns what finished, also when cancelled; raises `PipelineError`
-    subclasses with a user-facing message.
+    subclasses with a user-facing message. `preview` is called only where `capabilities.previews`.
+
+    Declared in `capabilities`, and present only then:
+        load_model(model_id: str, progress: Callable[[float, str], None] | None) -> ModelInfo
+        count_tokens(prompt: str) -> list  (pipelines.tokens)
     """
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The optional abilities this backend has (and forwards, for a wrapper)."""
+        ...
 
     @property
     def concurrency(self) -> int:
@@ -109,6 +139,7 @@ class GenerationBackend(Protocol):
         request: GenerationRequest,
         progress: ProgressFn | None = None,
         should_cancel: CancelFn | None = None,
+        preview: PreviewFn | None = None,
     ) -> GenerationResult: ...
 
     def model_info(self) -> ModelInfo:

@@ -52,7 +52,8 @@ from .__main__ import parse_lora
 from .errors import PipelineError
 from .image_pipeline import ImagePipeline
 from .metadata import TEMP_SUFFIX, save_png
-from .request import GenerationRequest
+from .options import PipelineOptions
+from .request import GenerationRequest, item_seed
 
 log = logging.getLogger(__name__)
 RUN_ONLY = ("timings", "device")  # per-run values (cuda:0 vs cuda:1): manifest only; dtype/attention stay
@@ -173,7 +174,7 @@ def load(args: argparse.Namespace, device: str) -> tuple[ImagePipeline, Generati
     CLI takes them) and the whole job as one request: the app's defaults where an option is unset."""
     prompts = read_prompts(args.prompts)
     options = {"micro_batch": args.micro_batch} if args.micro_batch else {}
-    pipeline = ImagePipeline.from_pretrained(args.model, DeviceManager(device), **options)
+    pipeline = ImagePipeline.from_pretrained(args.model, DeviceManager(device), PipelineOptions.from_env(), **options)
     info = pipeline.model_info()
     loras = {}
     for name, scale in args.lora:
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         pipeline, request = load(args, args.device or process_device(state))
         total = request.total_images
-        todo = [k for k in range(total) if not (out / item_name(k, args.seed + k)).is_file()]
+        todo = [k for k in range(total) if not (out / item_name(k, item_seed(args.seed, k))).is_file()]
         if state.is_main_process:
             remove_stale_temp_files(out)
         # Every process must split the same list: none may write before all have looked.

@@ -19,7 +19,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from .backend import CancelFn, GenerationBackend, ModelInfo, ProgressFn, ReplicaStatus
+from .backend import CancelFn, Capabilities, GenerationBackend, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
 from .request import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
@@ -59,13 +59,27 @@ class EditRouter:
         return self.editor if request.init_images and self._editing else self.main
 
     @property
+    def capabilities(self) -> Capabilities:
+        """Previews where both backends stream them; switching and token counting are the main model's."""
+        main, editor = self.main.capabilities, self.editor.capabilities
+        return Capabilities(
+            previews=main.previews and editor.previews,
+            switch_models=main.switch_models,
+            count_tokens=main.count_tokens,
+        )
+
+    @property
     def concurrency(self) -> int:
         return self.main.concurrency
 
     def generate(
-        self, request: GenerationRequest, progress: ProgressFn | None = None, should_cancel: CancelFn | None = None
+        self,
+        request: GenerationRequest,
+        progress: ProgressFn | None = None,
+        should_cancel: CancelFn | None = None,
+        preview: PreviewFn | None = None,
     ) -> GenerationResult:
-        return self._for(request).generate(request, progress, should_cancel)
+        return self._for(request).generate(request, progress, should_cancel, preview)
 
     def model_info(self) -> ModelInfo:
         info = self.main.model_info()
@@ -80,10 +94,12 @@ class EditRouter:
         return rows
 
     def count_tokens(self, prompt: str) -> Any:
+        """The main model's token counter (declared in `capabilities` when the main backend has one)."""
         return self.main.count_tokens(prompt)  # type: ignore[attr-defined]
 
     def load_model(self, model_id: str, progress: Any = None) -> ModelInfo:
-        """Switch the main model; a default editor serves on only beside the embedded model."""
+        """Switch the main model (declared when the main backend switches); a default editor serves
+        on only beside the embedded model."""
         self.main.load_model(model_id, progress=progress)  # type: ignore[attr-defined]
         if self.automatic:
             self._editing = default_editor(model_id, "") is not None

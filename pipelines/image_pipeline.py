@@ -16,7 +16,6 @@ import dataclasses
 import inspect
 import json
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from devices import DeviceManager
 from devices.attention import describe as describe_attention
 
 from . import samplers
-from .backend import ModelInfo, ReplicaStatus
+from .backend import Capabilities, ModelInfo, ReplicaStatus
 from .calls import call_kwargs, size_for
 from .errors import OutOfMemoryError, UnsupportedTaskError
 from .guidance import DEFAULT_GUIDANCE_END, GuidanceCutoff, supports_guidance_end
@@ -37,7 +36,7 @@ from .lora import LoraInfo, LoraManager
 from .options import PipelineOptions
 from .preview import PreviewDecoder
 from .recipes import Recipe, open_model
-from .request import GenerationRequest, GenerationResult
+from .request import GenerationRequest, GenerationResult, RequestLimits, item_seed, pin_seed, validate
 from .tokens import count_tokens, fit_prompt, truncation_warnings
 from .tokens import windows as token_windows
 from .traits import inspect_pipeline
@@ -228,10 +227,15 @@ class ImagePipeline:
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_pretrained(
-        cls, source: str | Path | None = None, device_manager: DeviceManager | None = None, **options: Any
+        cls,
+        source: str | Path | None = None,
+        device_manager: DeviceManager | None = None,
+        options: PipelineOptions | None = None,
+        **overrides: Any,
     ) -> ImagePipeline:
-        """Load `source` (folder, Hub id or .safetensors; default MODEL_ID) onto the manager's device."""
-        opts = PipelineOptions.from_env(**options)
+        """Load `source` (folder, Hub id or .safetensors; default `options.model_id`) onto the manager's
+        device. `overrides` replace fields of `options` (default: PipelineOptions(), not the environment)."""
+        opts = (options or PipelineOptions()).updated(**overrides)
         source = str(source or opts.model_id)
         dm = device_manager or DeviceManager()
         start = time.perf_counter()
@@ -334,6 +338,11 @@ class ImagePipeline:
         return w * h * PIXEL_BUDGET_FACTOR.get(self.dm.backend, DEFAULT_PIXEL_BUDGET_FACTOR)
 
     @property
+    def limits(self) -> RequestLimits:
+        """What `validate` enforces here: the model's size step, MAX_BATCH, the pixel and side caps."""
+        return RequestLimits(self.size_multiple, self.options.max_batch, self.max_pixels, self.max_side)
+
+    @property
     def max_side(self) -> int:
         """Largest width or height accepted: MAX_SIDE, else 4 x the native side (room for wide
         and tall formats inside the pixel budget)."""
@@ -401,6 +410,8 @@ class ImagePipeline:
         return samplers.current(self.pipe.scheduler).name
 
     # ------------------------------------------------------------------ as a GenerationBackend
+    capabilities = Capabilities(previews=True, switch_models=False, count_tokens=True)
+
     @property
     def concurrency(self) -> int:
         """One generation at a time: a pipeline is one device (pipelines.pool spreads over several)."""
@@ -482,7 +493,7 @@ class ImagePipeline:
         for image in request.init_images or [None]:
             for prompt in request.prompts:
                 for _ in range(request.num_images):
-                    items.append({"prompt": prompt, "image": image, "seed": seed + len(items)})
+                    items.append({"prompt": prompt, "image": image, "seed": item_seed(seed, len(items))})
         return items
 
     def generate(
@@ -510,10 +521,9 @@ class ImagePipeline:
             if not 0 <= start < stop <= request.total_images:
                 raise ValueError(f"item_range: {item_range} is not a range inside 0..{request.total_images}")
             count = stop - start
-        request.validate(
-            self.size_multiple, self.options.max_batch, self.max_pixels, count=count, max_side=self.max_side
-        )
+        validate(request, self.limits, count=count)
         self.check_task(request)
+        request = pin_seed(request)
         scheduler = samplers.build(self.pipe.scheduler, request.sampler) if request.sampler else None
         count_now = count if count is not None else request.total_images
 
@@ -546,8 +556,7 @@ class ImagePipeline:
         self.loras.activate({**self.base_loras, **request.loras})
         # 4. one seed per image
         width, height = size_for(request, self.traits)
-        seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
-        items = self.work_items(request, seed)
+        items = self.work_items(request, request.seed)
         first = 0
         if item_range is not None:
             first = item_range[0]

@@ -1,4 +1,5 @@
-"""Pipeline options, read from the environment once (arguments override them).
+"""Pipeline options: read from the environment once, by the app's settings (`from_env`), and passed
+down as this object; below that nothing reads the environment (arguments override fields: `updated`).
 
 - MODEL_ID: a diffusers folder, a Hub id or a .safetensors checkpoint (default: the embedded
   model in models/tiny-shapes)
@@ -50,9 +51,10 @@ class PipelineOptions:
     extra: dict = field(default_factory=dict)  # passed to diffusers' from_pretrained
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> PipelineOptions:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineOptions:
+        """The variables above; ValueError naming a bad one."""
         env = os.environ if environ is None else environ
-        base = cls(
+        return cls(
             model_id=env.get("MODEL_ID", "").strip() or str(DEFAULT_MODEL),
             lora_dir=Path(env.get("LORA_DIR", "").strip() or DEFAULT_LORA_DIR),
             max_batch=_env_int(env, "MAX_BATCH", 16),
@@ -62,9 +64,13 @@ class PipelineOptions:
             memory_mode=env.get("MEMORY_MODE", "").strip() or "auto",
             preview_every=_env_int(env, "PREVIEW_EVERY", 5),
         )
-        known = {f.name for f in fields(cls)}
+
+    def updated(self, **overrides) -> PipelineOptions:
+        """These options with fields replaced by the non-None `overrides`; unknown keywords are
+        diffusers' `from_pretrained` arguments and go to `extra`."""
+        known = {f.name for f in fields(self)}
         extra = {k: v for k, v in overrides.items() if k not in known}
         chosen = {k: v for k, v in overrides.items() if k in known and v is not None}
         if "lora_dir" in chosen:
             chosen["lora_dir"] = Path(chosen["lora_dir"])
-        return replace(base, **chosen, extra={**base.extra, **extra})
+        return replace(self, **chosen, extra={**self.extra, **extra})

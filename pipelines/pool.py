@@ -21,7 +21,6 @@ import dataclasses
 import gc
 import logging
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -30,14 +29,15 @@ from typing import Any
 import torch
 
 from devices import DeviceManager
-from devices.pool import expand_devices
+from devices.options import DeviceOptions, DeviceSettings
+from devices.pool import devices_for
 
-from .backend import CancelFn, ModelInfo, ProgressFn, ReplicaStatus
+from .backend import CancelFn, Capabilities, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
 from .errors import ModelLoadError, OutOfMemoryError, PipelineError
-from .image_pipeline import ImagePipeline, PreviewFn
+from .image_pipeline import ImagePipeline
 from .options import PipelineOptions
 from .recipes import open_model
-from .request import GenerationRequest, GenerationResult
+from .request import GenerationRequest, GenerationResult, pin_seed, validate
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +68,26 @@ class DevicePool:
 
     # ---------------------------------------------------------------- building
     @classmethod
-    def from_pretrained(cls, source: str | None = None, devices: str | None = None, **options: Any) -> DevicePool:
-        """Load `source` once and place one replica on each device of `devices` (default PREFERRED_DEVICE)."""
-        targets = expand_devices(devices)
-        managers = [DeviceManager(d) for d in targets]
+    def from_pretrained(
+        cls,
+        source: str | None = None,
+        devices: str | None = None,
+        options: PipelineOptions | None = None,
+        device_settings: DeviceSettings | None = None,
+        **overrides: Any,
+    ) -> DevicePool:
+        """Load `source` once and place one replica on each device of `devices` (default: the settings'
+        PREFERRED_DEVICE). Nothing is read from the environment: the app passes its settings objects."""
+        settings = device_settings or DeviceSettings()
+        targets = devices_for(devices if devices is not None else settings.preferred, settings.cpu_replicas)
+        managers = [DeviceManager(options=DeviceOptions.for_device(d, settings)) for d in targets]
         share_cpu_threads(managers)
-        opts = PipelineOptions.from_env(**options)
+        opts = (options or PipelineOptions()).updated(**overrides)
         return cls(_build(str(source or opts.model_id), managers, opts))
 
     # ---------------------------------------------------------------- GenerationBackend
+    capabilities = Capabilities(previews=True, switch_models=True, count_tokens=True)
+
     @property
     def concurrency(self) -> int:
         return max(1, sum(r.healthy for r in self._replicas))
@@ -111,10 +122,8 @@ class DevicePool:
         preview: PreviewFn | None = None,
     ) -> GenerationResult:
         """Validate, take the free replicas, split by work item, merge in order."""
-        first = self._replicas[0].pipeline
-        request.validate(first.size_multiple, first.options.max_batch, first.max_pixels, max_side=first.max_side)
-        if request.seed is None:
-            request = dataclasses.replace(request, seed=secrets.randbelow(2**31))
+        validate(request, self._replicas[0].pipeline.limits)  # the whole request: parts check only their range
+        request = pin_seed(request)  # one seed for every part
         total = request.total_images
         taken = self._acquire(total)
         ranges = split_range(total, len(taken))
@@ -319,7 +328,7 @@ def _build(source: str, managers: list[DeviceManager], opts: PipelineOptions) ->
     """One replica of `source` per manager: read from disk once, then copied per device."""
     start = time.perf_counter()
     if len(managers) == 1:
-        pipeline = ImagePipeline.from_pretrained(source, managers[0], **_as_overrides(opts))
+        pipeline = ImagePipeline.from_pretrained(source, managers[0], opts)
         pipeline.model_id = source
         return [pipeline]
     loaded, recipe, weights = open_model(source, managers[0], opts.extra)  # on the CPU, read once
@@ -331,12 +340,6 @@ def _build(source: str, managers: list[DeviceManager], opts: PipelineOptions) ->
         r.model_id = source
     log.info("device pool: %d replicas of %s in %.2f s", len(replicas), source, time.perf_counter() - start)
     return replicas
-
-
-def _as_overrides(opts: PipelineOptions) -> dict[str, Any]:
-    """`opts` as `ImagePipeline.from_pretrained` keywords (diffusers' extra arguments spread out)."""
-    named = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts) if f.name not in ("model_id", "extra")}
-    return {**named, **opts.extra}
 
 
 def share_cpu_threads(managers: list[DeviceManager]) -> None:

@@ -1,21 +1,80 @@
-"""What the UI, the CLI and the API ask for, and what they get back.
+"""What the UI, the CLI and the APIs ask for, and what they get back; the bounds every caller obeys.
 
-`GenerationRequest.validate()` is the pipeline's `check_inputs`: every rule raises a
-`ValueError` that names the field and the bad value, before any model work starts.
+This module owns every request bound and default (`BOUNDS`, the dataclass defaults): the UI's
+sliders, the API's parsing, Send-to's clamping and `validate` all read them from here, so a
+bound cannot drift between front ends. A model's own limits (size step, largest side and area,
+batch) come as one `RequestLimits` object (`ModelInfo.limits`).
+
+`validate(request, limits)` is the pipeline's `check_inputs`: every rule raises a `ValueError`
+that names the field and the bad value, before any model work starts.
+
+Seeds: any seed 0..2^64-1 is accepted (the range of torch's generators, and what ComfyUI writes);
+a request without one gets a random seed once (`pin_seed`, below 2^32 as A1111 draws them, so it
+stays valid in tools with 32-bit seeds), and image k of a request has seed (seed + k) mod 2^64.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
 from PIL import Image
 
-MIN_STEPS, MAX_STEPS = 1, 150
-MAX_GUIDANCE = 50.0
-MAX_SEED = 2**32 - 1
 IMAGE_MODES = ("RGB", "RGBA", "L")
+SEED_SPACE = 2**64  # torch.Generator.manual_seed takes 0..2^64-1
+RANDOM_SEED_SPACE = 2**32  # random seeds: short, and valid in tools that keep 32-bit seeds
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The accepted range of one request field (`low_open`: `low` itself is refused)."""
+
+    low: float
+    high: float
+    integer: bool = False
+    low_open: bool = False
+
+    def check(self, name: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int if self.integer else int | float):
+            raise ValueError(f"{name}: must be {'an integer' if self.integer else 'a number'}, got {value!r}")
+        if not self.integer and (math.isnan(value) or math.isinf(value)):
+            raise ValueError(f"{name}: must be a finite number, got {value}")
+        if value > self.high or value < self.low or (self.low_open and value == self.low):
+            raise ValueError(f"{name}: {value} is out of range {self.describe()}")
+
+    def describe(self) -> str:
+        if self.integer:
+            return f"{self.low}..{self.high}"
+        return f"({self.low:g}, {self.high:g}]" if self.low_open else f"[{self.low:g}, {self.high:g}]"
+
+
+# Every numeric field a caller sets, with its one range. Why these numbers:
+# steps 150 (A1111's slider end), guidance 50 (what some distilled models are run at),
+# strength and guidance end down to 0.01 (0 would skip every step / all guidance), image
+# guidance 10 (InstructPix2Pix-style editors are run at 1-5), LoRA scales +-4 (A1111 allows any,
+# Forge's sliders stop at +-2 and merges beyond 4 are noise).
+BOUNDS: dict[str, Bound] = {
+    "steps": Bound(1, 150, integer=True),
+    "guidance_scale": Bound(0.0, 50.0),
+    "guidance_end": Bound(0.01, 1.0),
+    "strength": Bound(0.01, 1.0),
+    "image_guidance_scale": Bound(0.0, 10.0),
+    "lora_scale": Bound(-4.0, 4.0),
+    "seed": Bound(0, SEED_SPACE - 1, integer=True),
+}
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """A loaded model's limits on this device, as one object (`ModelInfo.limits`)."""
+
+    size_multiple: int = 8  # width/height step
+    max_batch: int = 16  # most images per request
+    max_pixels: int = 2048 * 2048  # largest width x height
+    max_side: int = 16384  # largest width or height
 
 
 @dataclass
@@ -29,7 +88,7 @@ class GenerationRequest:
     guidance_scale: float = 4.0
     width: int | None = None  # None: the model's default size
     height: int | None = None
-    seed: int | None = None  # None: random, reported back in the result
+    seed: int | None = None  # None: random (pin_seed), reported back in the result
     init_images: list[Image.Image] | None = None
     strength: float = 0.6  # image-to-image: how much of the input is re-drawn
     image_guidance_scale: float = 1.5  # instruction-edit pipelines only (InstructPix2Pix-style)
@@ -45,85 +104,94 @@ class GenerationRequest:
     def total_images(self) -> int:
         return len(self.prompts) * self.num_images * max(1, len(self.init_images or []))
 
-    def validate(
-        self,
-        size_multiple: int = 8,
-        max_batch: int = 16,
-        max_pixels: int = 2048 * 2048,
-        count: int | None = None,
-        max_side: int = 16384,
-    ) -> None:
-        """Raise ValueError naming the first bad field; cheap, runs before any model work.
 
-        `count`: the images actually run now when only a range of the request runs (a pool or a
-        batch job splitting it); the batch cap applies to those.
-        """
-        prompts = self.prompts
-        if not prompts:
-            raise ValueError("prompt: at least one prompt is required, got an empty list")
-        for p in prompts:
-            if not isinstance(p, str) or not p.strip():
-                raise ValueError(f"prompt: must be non-empty text, got {p!r}")
-        if self.negative_prompt is not None and not isinstance(self.negative_prompt, str):
-            raise ValueError(f"negative_prompt: must be text or None, got {self.negative_prompt!r}")
-        _check_int("num_images", self.num_images, 1, max_batch)
-        if (count if count is not None else self.total_images) > max_batch:
-            raise ValueError(
-                f"num_images: {len(prompts)} prompt(s) x {self.num_images} image(s)"
-                + (f" x {len(self.init_images)} input image(s)" if self.init_images else "")
-                + f" = {self.total_images} images, more than MAX_BATCH={max_batch}"
-            )
-        _check_int("steps", self.steps, MIN_STEPS, MAX_STEPS)
-        _check_number("guidance_scale", self.guidance_scale, 0.0, MAX_GUIDANCE)
-        if self.guidance_end is not None:
-            _check_number("guidance_end", self.guidance_end, 0.0, 1.0, low_open=True)
-        for name in ("width", "height"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            _check_int(name, value, size_multiple, max_side)
-            if value % size_multiple:
-                raise ValueError(f"{name}: {value} is not a multiple of {size_multiple} (this model's size step)")
-        if self.width and self.height and self.width * self.height > max_pixels:
-            raise ValueError(
-                f"width x height: {self.width}x{self.height} = {self.width * self.height} pixels, "
-                f"more than this model's cap of {max_pixels} on this device (MAX_PIXELS)"
-            )
-        if self.seed is not None:
-            _check_int("seed", self.seed, 0, MAX_SEED)
-        if self.init_images is not None:
-            if not self.init_images:
-                raise ValueError("init_images: empty list; pass None for text-to-image")
-            for i, image in enumerate(self.init_images):
-                if not isinstance(image, Image.Image):
-                    raise ValueError(f"init_images[{i}]: must be a PIL image, got {type(image).__name__}")
-                if image.mode not in IMAGE_MODES:
-                    raise ValueError(f"init_images[{i}]: image mode {image.mode!r} not supported; use RGB")
-                if image.width < 8 or image.height < 8:
-                    raise ValueError(f"init_images[{i}]: {image.width}x{image.height} is too small")
-            _check_number("strength", self.strength, 0.0, 1.0, low_open=True)
-            _check_number("image_guidance_scale", self.image_guidance_scale, 0.0, MAX_GUIDANCE)
-        if not isinstance(self.loras, dict):
-            raise ValueError(f"loras: must be a dict of adapter name -> scale, got {type(self.loras).__name__}")
-        for name, scale in self.loras.items():
-            _check_number(f"loras[{name!r}]", scale, -4.0, 4.0)
+DEFAULTS = GenerationRequest(prompt="")  # the request defaults, read by forms that leave a field out
 
 
-def _check_int(name: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name}: must be an integer, got {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"{name}: {value} is out of range {low}..{high}")
+def pin_seed(request: GenerationRequest) -> GenerationRequest:
+    """The request with its seed fixed: a random one drawn here when it has none.
+
+    Drawn once, before a request is split or sent anywhere, so every part and replica uses the
+    same seed and the result reports the seed that reproduces it.
+    """
+    if request.seed is not None:
+        return request
+    return dataclasses.replace(request, seed=secrets.randbelow(RANDOM_SEED_SPACE))
 
 
-def _check_number(name: str, value: Any, low: float, high: float, low_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name}: must be a number, got {value!r}")
-    if math.isnan(value) or math.isinf(value):
-        raise ValueError(f"{name}: must be a finite number, got {value}")
-    if value > high or value < low or (low_open and value == low):
-        bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
-        raise ValueError(f"{name}: {value} is out of range {bound}")
+def item_seed(seed: int, index: int) -> int:
+    """The seed of image `index` of a request: seed + index, wrapping inside the generator's range."""
+    return (seed + index) % SEED_SPACE
+
+
+def validate(request: GenerationRequest, limits: RequestLimits, count: int | None = None) -> None:
+    """Raise ValueError naming the first bad field; cheap, runs before any model work.
+
+    `count`: the images actually run now when only a range of the request runs (a pool or a
+    batch job splitting it); the batch cap applies to those.
+    """
+    _check_prompts(request)
+    Bound(1, limits.max_batch, integer=True).check("num_images", request.num_images)
+    if (count if count is not None else request.total_images) > limits.max_batch:
+        raise ValueError(
+            f"num_images: {len(request.prompts)} prompt(s) x {request.num_images} image(s)"
+            + (f" x {len(request.init_images)} input image(s)" if request.init_images else "")
+            + f" = {request.total_images} images, more than MAX_BATCH={limits.max_batch}"
+        )
+    for name in ("steps", "guidance_scale"):
+        BOUNDS[name].check(name, getattr(request, name))
+    if request.guidance_end is not None:
+        BOUNDS["guidance_end"].check("guidance_end", request.guidance_end)
+    _check_size(request, limits)
+    if request.seed is not None:
+        BOUNDS["seed"].check("seed", request.seed)
+    if request.init_images is not None:
+        _check_images(request)
+    if not isinstance(request.loras, dict):
+        raise ValueError(f"loras: must be a dict of adapter name -> scale, got {type(request.loras).__name__}")
+    for name, scale in request.loras.items():
+        BOUNDS["lora_scale"].check(f"loras[{name!r}]", scale)
+
+
+def _check_prompts(request: GenerationRequest) -> None:
+    prompts = request.prompts
+    if not prompts:
+        raise ValueError("prompt: at least one prompt is required, got an empty list")
+    for p in prompts:
+        if not isinstance(p, str) or not p.strip():
+            raise ValueError(f"prompt: must be non-empty text, got {p!r}")
+    if request.negative_prompt is not None and not isinstance(request.negative_prompt, str):
+        raise ValueError(f"negative_prompt: must be text or None, got {request.negative_prompt!r}")
+
+
+def _check_size(request: GenerationRequest, limits: RequestLimits) -> None:
+    step = limits.size_multiple
+    for name in ("width", "height"):
+        value = getattr(request, name)
+        if value is None:
+            continue
+        Bound(step, limits.max_side, integer=True).check(name, value)
+        if value % step:
+            raise ValueError(f"{name}: {value} is not a multiple of {step} (this model's size step)")
+    if request.width and request.height and request.width * request.height > limits.max_pixels:
+        raise ValueError(
+            f"width x height: {request.width}x{request.height} = {request.width * request.height} pixels, "
+            f"more than this model's cap of {limits.max_pixels} on this device (MAX_PIXELS)"
+        )
+
+
+def _check_images(request: GenerationRequest) -> None:
+    if not request.init_images:
+        raise ValueError("init_images: empty list; pass None for text-to-image")
+    for i, image in enumerate(request.init_images):
+        if not isinstance(image, Image.Image):
+            raise ValueError(f"init_images[{i}]: must be a PIL image, got {type(image).__name__}")
+        if image.mode not in IMAGE_MODES:
+            raise ValueError(f"init_images[{i}]: image mode {image.mode!r} not supported; use RGB")
+        if image.width < 8 or image.height < 8:
+            raise ValueError(f"init_images[{i}]: {image.width}x{image.height} is too small")
+    BOUNDS["strength"].check("strength", request.strength)
+    BOUNDS["image_guidance_scale"].check("image_guidance_scale", request.image_guidance_scale)
 
 
 @dataclass

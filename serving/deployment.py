@@ -6,8 +6,9 @@ Ray makes only that device visible (CUDA_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVI
 ONEAPI_DEVICE_SELECTOR), so it is index 0 inside the replica. `max_ongoing_requests=1`: a replica
 that owns one accelerator takes one request; Serve queues the rest.
 
-`generate` is an async generator streaming ("progress", (done, total, image)) per step, then
-("result", wire result) or ("error", wire error) (serving.wire: plain data, PNG bytes).
+`generate` is an async generator streaming ("progress", (done, total, image)) per step,
+("preview", (first image, [PNG bytes])) every PREVIEW_EVERY steps when the caller asks for
+previews, then ("result", wire result) or ("error", wire error) (serving.wire: plain data, PNG bytes).
 It is async on purpose: Ray Serve runs a sync generator to its end in a thread and never closes
 it, while an async one gets a CancelledError when the caller cancels or disconnects
 (`ray/serve/_private/replica.py: call_user_generator`), which sets the flag the pipeline's
@@ -44,9 +45,10 @@ import ray
 from ray import serve
 
 from devices import DeviceManager
+from devices.options import DeviceOptions, parse_attention, parse_device, parse_dtype
 from pipelines import ImagePipeline
 
-from .wire import error_to_wire, request_from_wire, result_to_wire
+from .wire import error_to_wire, png_bytes, request_from_wire, result_to_wire
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +149,7 @@ class GenerationReplica:
         options: dict | None = None,
         fallback: str | None = None,
         deploy_id: str = "",
+        device_options: dict | None = None,
     ):
         if kind == "cpu":
             import torch
@@ -158,7 +161,7 @@ class GenerationReplica:
             return ray.get(self.board.settled.remote(deploy_id))
 
         self.pipeline, self.switch_error = self._load(
-            model, fallback, DeviceManager(replica_device(kind)), options, settled
+            model, fallback, _device_manager(replica_device(kind), device_options or {}), options, settled
         )
         self.replica = serve.get_replica_context().replica_id.unique_id
         self.deploy_id = deploy_id  # which deploy started it: the app reads this deploy's errors only
@@ -203,7 +206,7 @@ class GenerationReplica:
         except ray.exceptions.RayActorError as exc:  # the board restarted: Stop is lost, a disconnect still stops
             log.warning("status board lost while request %s ran: %s", token, exc)
 
-    async def generate(self, data: dict[str, Any], token: str):
+    async def generate(self, data: dict[str, Any], token: str, previews: bool = False):
         """Events of one request (module docstring); the work runs in a thread, off the event loop."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
@@ -217,9 +220,14 @@ class GenerationReplica:
             if done == 1:
                 self._report()  # busy now, not at the next heartbeat
 
+        def preview(first: int, images: list[Any]) -> None:
+            put(("preview", (first, [png_bytes(image) for image in images])))
+
         def work() -> None:
             try:
-                result = result_to_wire(self.pipeline.generate(request_from_wire(data), progress, cancel.is_set))
+                request = request_from_wire(data)
+                result = self.pipeline.generate(request, progress, cancel.is_set, preview if previews else None)
+                result = result_to_wire(result)
                 for meta in result["metadata"]:
                     meta["replica"] = self.replica
                 put(("result", result))
@@ -234,13 +242,22 @@ class GenerationReplica:
             while True:
                 kind, value = await events.get()
                 yield kind, value
-                if kind != "progress":
+                if kind not in ("progress", "preview"):
                     return
         finally:  # also on CancelledError: the caller cancelled or went away, so stop after this step
             cancel.set()
             watcher.cancel()
             self.board.end.remote(token)
             self._report()
+
+
+def _device_manager(device: str, chosen: dict[str, str | None]) -> DeviceManager:
+    """The replica's device with the app's dtype and attention settings (TORCH_DTYPE,
+    DIFFUSERS_ATTENTION_TYPE as the app read them), not the replica process's environment."""
+    options = DeviceOptions(
+        parse_device(device), parse_dtype(chosen.get("dtype")), parse_attention(chosen.get("attention")), False
+    )
+    return DeviceManager(options=options)
 
 
 def application(
@@ -251,14 +268,16 @@ def application(
     options: dict | None = None,
     fallback: str | None = None,
     deploy_id: str = "",
+    device_options: dict | None = None,
 ) -> Any:
     """The bound Serve application: `replicas` replicas of `kind`, each with `cpus` CPUs, serving
-    `model` (or `fallback` where `model` fails to load; module docstring)."""
+    `model` (or `fallback` where `model` fails to load; module docstring). `device_options`:
+    {"dtype", "attention"} names from the app's settings (None: the device's own policy)."""
     if kind not in RESOURCES:
         raise ValueError(f"device: {kind!r} is not valid: expected one of {', '.join(RESOURCES)} or auto")
     actor_options = {"num_cpus": cpus, **RESOURCES[kind]}
     return GenerationReplica.options(num_replicas=replicas, ray_actor_options=actor_options).bind(
-        model, kind, cpus, options or {}, fallback, deploy_id
+        model, kind, cpus, options or {}, fallback, deploy_id, device_options or {}
     )
 
 

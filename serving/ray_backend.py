@@ -14,7 +14,6 @@ if the new one fails to load.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import secrets
 import threading
@@ -23,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from pipelines import ModelLoadError, PipelineError
-from pipelines.backend import CancelFn, ModelInfo, ProgressFn, ReplicaStatus
-from pipelines.request import GenerationRequest, GenerationResult
+from pipelines.backend import CancelFn, Capabilities, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
+from pipelines.request import GenerationRequest, GenerationResult, pin_seed, validate
 
 from . import import_ray
-from .wire import error_from_wire, request_to_wire, result_from_wire
+from .wire import error_from_wire, png_image, request_to_wire, result_from_wire
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +64,7 @@ class RayBackend:
         address: str | None = None,
         cpus_per_replica: float = 1.0,
         reuse: bool = True,
+        device_options: dict[str, str | None] | None = None,
         **options: Any,
     ) -> RayBackend:
         """Connect, deploy `replicas` replicas (or reuse the running deployment), wait until one answers.
@@ -87,6 +87,7 @@ class RayBackend:
             opts = {k: _local_path(v) for k, v in options.items() if v is not None}
             app_args = {"model": _local_path(model), "replicas": replicas, "kind": kind, "cpus": cpus_per_replica}
             app_args["options"] = opts
+            app_args["device_options"] = dict(device_options or {})  # the app's TORCH_DTYPE / attention
             serve.start(proxy_location="Disabled")  # the app calls through handles, not HTTP
             handle = serve.run(application(**app_args), name=APP_NAME, route_prefix=None)
             log.info("Ray Serve: deployed %d %s replica(s)", replicas, kind)
@@ -98,6 +99,8 @@ class RayBackend:
         return cls(handle, board, replicas, info, app_args, owns_ray)
 
     # ---------------------------------------------------------------- GenerationBackend
+    capabilities = Capabilities(previews=True, switch_models=True, count_tokens=False)
+
     @property
     def concurrency(self) -> int:
         return self.replicas
@@ -106,32 +109,37 @@ class RayBackend:
         return self.info
 
     def generate(
-        self, request: GenerationRequest, progress: ProgressFn | None = None, should_cancel: CancelFn | None = None
+        self,
+        request: GenerationRequest,
+        progress: ProgressFn | None = None,
+        should_cancel: CancelFn | None = None,
+        preview: PreviewFn | None = None,
     ) -> GenerationResult:
         """Stream one request's events from a replica; Stop keeps what finished, as in-process."""
         with self._gate:  # behind a model switch in progress
             self._gate.wait_for(lambda: not self._switching)
             self._active += 1
         try:
-            info = self.info  # fail fast without taking a replica; the replica checks again
-            request.validate(info.size_multiple, info.max_batch, info.max_pixels, max_side=info.max_side)
-            if request.seed is None:
-                request = dataclasses.replace(request, seed=secrets.randbelow(2**31))
-            return self._stream(request, progress, should_cancel)
+            validate(request, self.info.limits)  # fail fast without taking a replica; the replica checks again
+            return self._stream(pin_seed(request), progress, should_cancel, preview)
         finally:
             with self._gate:
                 self._active -= 1
                 self._gate.notify_all()
 
-    def _stream(self, request: GenerationRequest, progress: ProgressFn | None, should_cancel: CancelFn | None):
+    def _stream(self, request: GenerationRequest, progress, should_cancel, preview: PreviewFn | None):
         ray, _ = import_ray()
         from ray.serve.exceptions import DeploymentUnavailableError, ReplicaUnavailableError
 
         token = secrets.token_hex(8)
-        stream = self.handle.options(stream=True).generate.remote(request_to_wire(request), token)
+        stream = self.handle.options(stream=True).generate.remote(request_to_wire(request), token, preview is not None)
         finished = cancel_sent = False
         try:
             for kind, value in stream:
+                if kind == "preview":  # (first image, PNG bytes): frames of the chunk being denoised
+                    if preview is not None:
+                        preview(value[0], [png_image(b) for b in value[1]])
+                    continue
                 if kind == "progress":
                     if progress is not None:
                         progress(*value)

@@ -1,4 +1,10 @@
-"""Start the real app (create_demo + launch) on a free local port, for API and browser tests."""
+"""Start the app as `python app.py` builds it, on a free local port, for API and browser tests.
+
+Settings come from an environment mapping through `AppSettings.from_env` (the same parsing as a
+real start), the engine and its backend from `engine.build_engine` (a device pool, with the
+embedded editor beside the embedded model), the UI from `ui.demo.create_demo` + `launch`. Only a
+test that is about another backend (Ray, a hand-made pool) passes its own.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from devices import DeviceManager
-from pipelines import ImagePipeline
-from pipelines.options import DEFAULT_LORA_DIR, DEFAULT_MODEL, PipelineOptions
+from engine import AppSettings, build_engine
+from pipelines.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
 from ui.demo import create_demo, launch
-from ui.settings import AppSettings
 
 
 def free_port() -> int:
@@ -24,23 +28,39 @@ def embedded_model_available() -> bool:
     return (DEFAULT_MODEL / "model_index.json").is_file()
 
 
-@contextmanager
-def running_app(model: Path, output_dir: Path, lora_dir: Path = DEFAULT_LORA_DIR, backend=None, **settings) -> Iterator:
-    """Yield (demo, backend) for an app serving `model` (or `backend`) on 127.0.0.1:<free port>.
+def app_settings(model: Path, output_dir: Path, lora_dir: Path = DEFAULT_LORA_DIR, env=None, **overrides) -> AppSettings:
+    """The settings `python app.py` would read from `env` (plus MODEL_ID, LORA_DIR, OUTPUT_DIR and a free
+    port), with `overrides` replacing fields afterwards (objects such as users)."""
+    environ = {
+        "MODEL_ID": str(model),
+        "LORA_DIR": str(lora_dir),
+        "OUTPUT_DIR": str(output_dir),
+        "GRADIO_SERVER_NAME": "127.0.0.1",
+        "GRADIO_SERVER_PORT": str(free_port()),
+        **(env or {}),
+    }
+    return AppSettings.from_env(environ).replace(**overrides)
 
-    The backend is one ImagePipeline on the CPU unless given (a DevicePool, a Ray backend).
+
+@contextmanager
+def running_app(model: Path, output_dir: Path, lora_dir: Path = DEFAULT_LORA_DIR, backend=None, env=None, **settings) -> Iterator:
+    """Yield (demo, backend) for the app serving `model` on 127.0.0.1:<free port>.
+
+    The backend is what the app builds from the settings (`build_engine`) unless one is given.
     """
-    if backend is None:
-        backend = ImagePipeline.from_pretrained(model, DeviceManager("cpu"), lora_dir=lora_dir)
-    config = AppSettings(
-        pipeline=PipelineOptions(lora_dir=lora_dir),
-        output_dir=Path(output_dir),
-        server_name="127.0.0.1",
-        server_port=free_port(),
-        **settings,
-    )
-    demo = launch(create_demo(backend, config), config, quiet=True)
+    config = app_settings(model, output_dir, lora_dir, env, **settings)
+    engine = build_engine(config, backend)
+    demo = launch(create_demo(engine, config), config, quiet=True)
     try:
-        yield demo, backend
+        yield demo, engine.backend
     finally:
         demo.close()
+        if backend is None:
+            engine.close()
+
+
+def main_pipeline(backend):
+    """The ImagePipeline that serves text-to-image in an app's backend (the editor router's main
+    pool's first replica), for tests that reach into the model."""
+    pool = getattr(backend, "main", backend)
+    return pool.replicas[0]

@@ -17,7 +17,7 @@ from PIL import Image
 from devices.memory import STATS_KEYS
 from pipelines import read_metadata
 from pipelines.options import DEFAULT_MODEL
-from tests.app_server import embedded_model_available, running_app
+from tests.app_server import embedded_model_available, main_pipeline, running_app
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "a red circle on a blue background"
@@ -175,7 +175,8 @@ def test_out_of_memory_keeps_what_finished(server, client, monkeypatch):
     """Memory runs out for any batch and again after the first image: the API still returns that image."""
     import torch
 
-    unet = server[1].diffusers_pipeline.unet
+    pipeline = main_pipeline(server[1])
+    unet = pipeline.diffusers_pipeline.unet
     real = unet.forward
     single_calls = {"n": 0}
 
@@ -189,7 +190,7 @@ def test_out_of_memory_keeps_what_finished(server, client, monkeypatch):
     images, info = generate(client, num_images=4, steps=2, seed=40)
     assert len(images) == 1 and info["seeds"] == [40]
     assert any("even with one image at a time" in w for w in info["warnings"]), info["warnings"]
-    server[1]._micro_batch_limit.clear()
+    pipeline._micro_batch_limit.clear()
 
 
 def test_ui_limits_and_defaults_are_the_models(server, client):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from gradio_client import Client
 
+from engine.auth import AuthError, Users, hash_password
+from engine.settings import AppSettings
 from tests.app_server import running_app
 from tests.test_reliability import args, wait_until_busy
-from ui.auth import AuthError, Users, hash_password
-from ui.settings import AppSettings
 
 
 def test_plain_and_hashed_passwords(tmp_path):

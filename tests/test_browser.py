@@ -160,7 +160,7 @@ def test_png_info_fills_the_form(browser, served, tmp_path):
 def test_sign_in_in_the_browser(browser, tmp_path, tiny_model_dir):
     from playwright.sync_api import expect
 
-    from ui.auth import Users
+    from engine.auth import Users
 
     with running_app(tiny_model_dir, tmp_path, users=Users({"alice": "wonder"})) as (demo, _):
         page = browser.new_page(viewport={"width": 1280, "height": 800})

@@ -100,9 +100,10 @@ def test_the_embedded_model_gets_the_embedded_editor_and_edits_go_to_it(editor, 
     assert edited.metadata[0]["model"] == "tiny-shapes-edit"
     assert classify(edited.images[0]).background == "black"
     assert [(r.name, r.role) for r in router.status()] == [("cpu", "main"), ("cpu (editor)", "editor")]
+    from engine import Engine
     from ui.demo import _header
 
-    header = _header(router, info)  # one device serves, not "2 replicas": the editor sits beside it
+    header = _header(Engine(router), info)  # one device serves, not "2 replicas": the editor sits beside it
     assert "`cpu`" in header and "replicas" not in header
 
 

@@ -280,10 +280,11 @@ def test_lora_on_the_denoiser_or_clear_refusal(family_root, tmp_path_factory, na
 
 # --------------------------------------------------------------------------- the UI per family
 def _ui(pipe):
+    from engine import Engine
+    from engine.settings import AppSettings
     from ui.demo import create_demo
-    from ui.settings import AppSettings
 
-    config = create_demo(pipe, AppSettings()).get_config_file()
+    config = create_demo(Engine(pipe), AppSettings()).get_config_file()
     by_id = {c["props"].get("elem_id"): c for c in config["components"] if c["props"].get("elem_id")}
     tabs = [c for c in config["components"] if c["type"] == "tabs"]
     return by_id, tabs[0]["props"].get("selected")
@@ -304,10 +305,11 @@ def test_ui_offers_only_what_the_model_can_do(family_root, name):
 
 @pytest.mark.parametrize("name", ["sd15", "sd3", "qwen-image"])
 def test_token_counter_uses_the_models_tokenizers(family_root, name):
-    from ui.settings import AppSettings
+    from engine import Engine
+    from engine.settings import AppSettings
     from ui.studio import Studio
 
-    studio = Studio(load(family_root, name), AppSettings())
+    studio = Studio(Engine(load(family_root, name)), AppSettings())
     short = studio.token_count("a red circle")
     labels = [c.label for c in load(family_root, name).count_tokens("a red circle")]
     assert labels and all(label in short for label in labels) and "cut" not in short

@@ -21,13 +21,13 @@ import pytest
 from gradio_client import Client
 from PIL import Image
 
+from engine import Admission, Engine
+from engine.settings import AppSettings, SettingsError
 from pipelines import GenerationRequest, read_metadata
 from pipelines.metadata import save_png
 from pipelines.options import DEFAULT_LORA_DIR
 from tests.app_server import running_app
-from ui.jobs import JobRunner
 from ui.outputs import OutputStore
-from ui.settings import AppSettings, SettingsError
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "a red circle on a blue background"
@@ -324,10 +324,9 @@ def test_each_setting_is_checked(name, value, message):
 
 # ---------------------------------------------------------------- bounded work
 def test_the_time_budget_stops_a_long_job_with_what_finished(app):
-    backend = app[1]
-    runner = JobRunner(backend, time_budget=0.3)
+    engine = Engine(app[1], Admission(time_budget=0.3))
     request = GenerationRequest(prompt=PROMPT, num_images=8, steps=150, width=32, height=32, seed=3)
-    result = runner.run(request, "budget-test", None)
+    result = engine.run(request)
     assert result.cancelled and len(result.images) < 8
     assert any("time budget of 0.3 s (TIME_BUDGET)" in w for w in result.warnings)
 

@@ -8,12 +8,11 @@ import weakref
 import pytest
 from gradio_client import Client
 
+from engine import build_engine
+from engine.settings import AppSettings, SettingsError
 from pipelines.options import DEFAULT_MODEL
-from pipelines.pool import DevicePool
 from tests.app_server import running_app
 from tests.tiny_model import save_tiny_pipeline
-from ui.settings import AppSettings, SettingsError
-from ui.studio import Studio
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +27,8 @@ def models_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def app(models_dir, tmp_path_factory):
-    pool = DevicePool.from_pretrained(str(DEFAULT_MODEL), devices="cpu", memory_mode="off")
-    with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("out"), backend=pool, models_dir=models_dir) as (demo, _):
-        yield demo, pool, Client(demo.local_url, verbose=False)
+    with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("out"), models_dir=models_dir) as (demo, backend):
+        yield demo, backend, Client(demo.local_url, verbose=False)
 
 
 def _generate(client: Client, **kw):
@@ -68,9 +66,9 @@ def test_switch_frees_the_old_model_shows_new_defaults_and_a_failed_switch_keeps
 
 
 def test_switching_is_localhost_only_unless_allowed(app):
-    _, pool, _ = app
-    assert not Studio(pool, AppSettings(server_name="0.0.0.0")).can_switch
-    assert Studio(pool, AppSettings(server_name="0.0.0.0", allow_model_switch="1")).can_switch
-    assert not Studio(pool, AppSettings(allow_model_switch="0")).can_switch
+    _, backend, _ = app
+    assert not build_engine(AppSettings(server_name="0.0.0.0"), backend).can_switch
+    assert build_engine(AppSettings(server_name="0.0.0.0", allow_model_switch="1"), backend).can_switch
+    assert not build_engine(AppSettings(allow_model_switch="0"), backend).can_switch
     with pytest.raises(SettingsError, match="ALLOW_MODEL_SWITCH"):
         AppSettings.from_env({"ALLOW_MODEL_SWITCH": "sometimes"})

@@ -3,67 +3,88 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
 import gradio as gr
 
+from ui.fields import API_FIELDS
 from ui.status import status_json
 from ui.studio import Studio
+
+# Labels of /generate's parameters (what gradio_client's view_api shows beside the names).
+API_LABELS = {
+    "prompt": "Prompt", "negative_prompt": "Negative prompt", "num_images": "num_images", "steps": "steps",
+    "guidance_scale": "guidance_scale", "width": "width", "height": "height", "seed": "seed (-1: random)",
+    "loras": "loras (name -> scale)", "sampler": "sampler (\"\": the model's)",
+    "guidance_end": "guidance_end (share of the steps with guidance; null: the model's)",
+}  # fmt: skip
+
+
+def api_defaults(studio: Studio) -> dict[str, Any]:
+    """The value each /generate parameter takes when a caller leaves it out."""
+    info = studio.info
+    return {
+        "prompt": "", "negative_prompt": "", "num_images": 4, "steps": info.default_steps,
+        "guidance_scale": info.default_guidance, "width": info.default_width, "height": info.default_height,
+        "seed": -1, "loras": {}, "sampler": "", "guidance_end": None,
+    }  # fmt: skip
+
+
+def generate_endpoint(studio: Studio):
+    """`/generate`'s function, its parameters named by API_FIELDS (Gradio reads the signature)."""
+
+    def api_generate(*args: Any):
+        request, *values, progress = args
+        raw = dict(zip(API_FIELDS, values, strict=True))
+        gallery, result, _ = studio.generate(raw, request, progress)
+        return gallery, result.info()
+
+    defaults = api_defaults(studio)
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter("request", kind, annotation=gr.Request)]  # first: it has no default
+    params += [inspect.Parameter(name, kind, default=defaults[name]) for name in API_FIELDS]
+    params.append(inspect.Parameter("progress", kind, default=gr.Progress()))
+    api_generate.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    api_generate.__annotations__ = {"request": gr.Request}
+    api_generate.__doc__ = (
+        "Generate images. seed < 0 means random (any seed 0..2^64-1 reproduces); loras maps LoRA names to "
+        'scales; sampler "" is the model\'s; guidance_end null is the model\'s.'
+    )
+    return api_generate
 
 
 def wire(studio: Studio) -> None:
     """The public API: keyword parameters taken as raw JSON (checked by ui.inputs, not by UI sliders)."""
-
-    def api_generate(
-        prompt: str,
-        negative_prompt: str,
-        num_images: Any,
-        steps: Any,
-        guidance_scale: Any,
-        width: Any,
-        height: Any,
-        seed: Any,
-        loras: Any,
-        sampler: Any,
-        request: gr.Request,
-        progress=gr.Progress(),
-    ):
-        """Generate images. seed < 0 means random; loras maps LoRA names to scales; sampler "" is the model's."""
-        raw = dict(prompt=prompt, negative_prompt=negative_prompt, num_images=num_images, steps=steps,
-                   guidance_scale=guidance_scale, width=width, height=height, seed=seed, loras=loras,
-                   sampler=sampler)  # fmt: skip
-        gallery, result, _ = studio.generate(raw, request, progress)
-        return gallery, result.info()
-
-    info = studio.info
-    defaults = [("", "Prompt"), ("", "Negative prompt")]
-    numbers = [(4, "num_images"), (info.default_steps, "steps"), (info.default_guidance, "guidance_scale"),
-               (info.default_width, "width"), (info.default_height, "height"), (-1, "seed (-1: random)"),
-               ({}, "loras (name -> scale)"), ("", "sampler (\"\": the model's)")]  # fmt: skip
-    api_inputs = [gr.Textbox(value=v, label=label, visible=False) for v, label in defaults]
-    api_inputs += [gr.JSON(value=json.dumps(v), label=label, visible=False) for v, label in numbers]
-    api_btn = gr.Button(visible=False)
-    api_btn.click(
-        api_generate,
+    defaults = api_defaults(studio)
+    api_inputs = [gr.Textbox(value=defaults[n], label=API_LABELS[n], visible=False) for n in API_FIELDS[:2]]
+    api_inputs += [gr.JSON(value=json.dumps(defaults[n]), label=API_LABELS[n], visible=False) for n in API_FIELDS[2:]]
+    gr.Button(visible=False).click(
+        generate_endpoint(studio),
         api_inputs,
         [gr.Gallery(visible=False, format="png"), gr.JSON(visible=False)],
         api_name="generate",
-        concurrency_id="gpu",
-        concurrency_limit=studio.backend.concurrency,
+        concurrency_id="generate",
+        concurrency_limit=None,  # the engine admits and queues (ui.demo)
     )
-    job_id = gr.Textbox(value="", visible=False, label="job_id")
-    stopped = gr.JSON(visible=False)
+    _wire_control(studio)
 
-    async def stop(job_id: str, request: gr.Request) -> dict[str, int]:
+
+def _wire_control(studio: Studio) -> None:
+    """/stop, /status, /models and /load_model."""
+
+    def stop(job_id: str, request: gr.Request) -> dict[str, int]:
         """Stop a generation: the caller's session, or the REST job whose event id is `job_id`."""
-        return await studio.stop(job_id, request)
+        return studio.stop(job_id, request)
 
-    gr.Button(visible=False).click(stop, job_id, stopped, api_name="stop", queue=False)
+    gr.Button(visible=False).click(
+        stop, gr.Textbox(value="", visible=False, label="job_id"), gr.JSON(visible=False), api_name="stop", queue=False
+    )
 
     def status() -> dict:
         """Every replica's device, dtype, attention, memory and what it does now."""
-        return status_json(studio.backend.status())
+        return status_json(studio.engine.status())
 
     gr.api(status, api_name="status", queue=False)
 
@@ -78,7 +99,7 @@ def wire(studio: Studio) -> None:
         Allowed by default only when the server listens on localhost (ALLOW_MODEL_SWITCH)."""
         return studio.load_model(name, progress).to_dict()
 
-    model_name = gr.Textbox(visible=False, label="name")
     gr.Button(visible=False).click(
-        load_model, model_name, gr.JSON(visible=False), api_name="load_model", concurrency_id="gpu"
-    )
+        load_model, gr.Textbox(visible=False, label="name"), gr.JSON(visible=False), api_name="load_model",
+        concurrency_id="switch",
+    )  # fmt: skip

@@ -1,4 +1,9 @@
-"""`create_demo(backend, settings)`: the Blocks assembled from the tabs; `launch`; `make_backend`."""
+"""`create_demo(engine, settings)`: the Blocks assembled from the tabs; `launch`.
+
+The engine (`engine.build_engine`) owns admission, so Gradio's queue only carries events: the
+generation events run as soon as they arrive (no Gradio concurrency limit) and wait, if they must,
+in the engine's queue, where every front end's jobs are counted together.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,9 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.backend import GenerationBackend, ModelInfo
+from engine import AppSettings, Engine
+from pipelines.backend import ModelInfo
 from ui import api, edit_tab, generate_tab, history, models, pnginfo_tab, status
-from ui.jobs import guard_admissions
-from ui.settings import AppSettings
 from ui.studio import Studio
 
 log = logging.getLogger("diffusion_anywhere")
@@ -22,8 +26,8 @@ CSS = """
 """
 
 
-def _header(backend: GenerationBackend, info: ModelInfo) -> str:
-    replicas = [r for r in backend.status() if r.role == "main"]  # the editor is shown in the status panel
+def _header(engine: Engine, info: ModelInfo) -> str:
+    replicas = [r for r in engine.status() if r.role == "main"]  # the editor is shown in the status panel
     first = replicas[0]
     devices = first.device if len(replicas) == 1 else f"{len(replicas)} replicas ({first.backend})"
     return (
@@ -32,13 +36,13 @@ def _header(backend: GenerationBackend, info: ModelInfo) -> str:
     )
 
 
-def create_demo(backend: GenerationBackend, settings: AppSettings | None = None) -> gr.Blocks:
-    """Build the Blocks for a ready backend. Launch it with `launch(demo, settings)`."""
+def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Blocks:
+    """Build the Blocks for a ready engine. Launch it with `launch(demo, settings)`."""
     settings = settings or AppSettings()
-    studio = Studio(backend, settings)
+    studio = Studio(engine, settings)
     age = settings.cache_minutes * 60
     with gr.Blocks(title="Diffusion Anywhere", delete_cache=(min(age, 600), age)) as demo:
-        header = gr.Markdown(_header(backend, studio.info))
+        header = gr.Markdown(_header(engine, studio.info))
         picker = models.build(studio)
         with gr.Row(equal_height=False):
             first_tab = "generate" if studio.info.text_to_image else "edit"
@@ -54,11 +58,11 @@ def create_demo(backend: GenerationBackend, settings: AppSettings | None = None)
             with gr.Column(scale=2, min_width=280, elem_id="status-panel"):
                 status_md, plot = status.panel()
         generate_tab.wire(studio, g)
-        models.wire(studio, picker, g, e, header, tabs, lambda info: _header(studio.backend, info))
+        models.wire(studio, picker, g, e, header, tabs, lambda info: _header(engine, info))
         edit_tab.wire(studio, e)
 
-        async def ui_stop(request: gr.Request) -> None:
-            await studio.stop(None, request)
+        def ui_stop(request: gr.Request) -> None:
+            studio.stop(None, request)
 
         for btn in (g["stop"], e["stop"]):
             btn.click(ui_stop, None, None, api_visibility="private", queue=False)
@@ -76,10 +80,11 @@ def create_demo(backend: GenerationBackend, settings: AppSettings | None = None)
 
 
 def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
-    """One bounded queue for every route (REST included: api_open=False), then launch without blocking."""
+    """Launch without blocking. Every route is queued (REST included: api_open=False); generations are
+    admitted by the engine, so Gradio needs a thread for each one it holds (QUEUE_SIZE waiting plus
+    the running ones) besides its own 40."""
     settings.output_dir.mkdir(parents=True, exist_ok=True)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1, api_open=False)
-    guard_admissions(demo, "gpu", settings.queue_per_user, lambda why: log.info("refused: %s", why))
     options = dict(
         server_name=settings.server_name,
         server_port=settings.server_port,
@@ -90,34 +95,8 @@ def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
         css=CSS,
         show_error=True,
         prevent_thread_lock=True,
+        max_threads=40 + settings.queue_size + demo.studio.engine.backend.concurrency,
     )
     options.update(kwargs)
     demo.launch(**options)
     return demo
-
-
-def make_backend(settings: AppSettings, model: str | None = None, device: str | None = None) -> GenerationBackend:
-    """The in-process device pool (one replica per device), or Ray Serve (GENERATION_BACKEND=ray);
-    with an instruction editor for the Edit tab beside it (EDIT_MODEL_ID, `pipelines.editing`)."""
-    model = model or settings.pipeline.model_id
-    opts = settings.pipeline
-    options = dict(lora_dir=opts.lora_dir, max_batch=opts.max_batch, max_pixels=opts.max_pixels, max_side=opts.max_side)
-    if settings.generation_backend == "ray":
-        from serving.ray_backend import RayBackend
-
-        return RayBackend.start(
-            model=model,
-            address=settings.ray_address,
-            replicas=settings.ray_replicas,
-            device=settings.ray_device,
-            cpus_per_replica=settings.ray_cpus_per_replica,
-            **options,
-        )
-    from pipelines.editing import EditRouter, default_editor
-    from pipelines.pool import DevicePool
-
-    main = DevicePool.from_pretrained(model, devices=device, **options)
-    editor = default_editor(model, settings.edit_model_id)
-    if editor is None:
-        return main
-    return EditRouter(main, DevicePool.from_pretrained(editor, devices=device, **options), not settings.edit_model_id)

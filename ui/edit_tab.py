@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import gradio as gr
 
 from pipelines.backend import ModelInfo
-from ui.generate_tab import sampling_controls, sampling_props
-from ui.inputs import DEFAULT_STRENGTH, SLIDER_RANGES
+from pipelines.request import DEFAULTS
+from ui import fields
+from ui.generate_tab import sampling_controls, sampling_props, seed_box
+from ui.inputs import bounds
 from ui.studio import Studio
 from ui.text import info_line, vocabulary_markdown
 
@@ -27,7 +30,7 @@ def updates(info: ModelInfo, e: dict[str, Any]) -> dict[Any, Any]:
     """What changes in this tab when another model is loaded."""
     info = info.for_edits
     props = sampling_props(info)
-    out = {e[name]: gr.update(**props[name]) for name in ("sampler", "steps", "guidance_scale", "guidance_end")}
+    out = {e[name]: gr.update(**props[name]) for name in fields.SAMPLING}
     out[e["mode"]] = gr.update(value=mode_text(info))
     out[e["strength"]] = gr.update(visible=info.image_to_image and not info.edit)
     out[e["image_guidance_scale"]] = gr.update(visible=info.image_guidance, value=info.default_image_guidance)
@@ -63,21 +66,20 @@ def build(studio: Studio) -> dict[str, Any]:
             c["mode"] = gr.Markdown(mode_text(info), elem_id="edit-mode")
             c["vocabulary"] = gr.Markdown(vocabulary, elem_id="edit-vocabulary", visible=bool(vocabulary))
             c["strength"] = gr.Slider(
-                *SLIDER_RANGES["strength"], value=DEFAULT_STRENGTH, step=0.05, label="Strength", info="how much of each input is re-drawn",
+                *bounds("strength"), value=DEFAULTS.strength, step=0.01, label="Strength", info="how much of each input is re-drawn",
                 visible=info.image_to_image and not info.edit,
             )  # fmt: skip
             c["image_guidance_scale"] = gr.Slider(
-                *SLIDER_RANGES["image_guidance_scale"], value=info.default_image_guidance, step=0.1, label="Image guidance", visible=info.image_guidance,
+                *bounds("image_guidance_scale"), value=info.default_image_guidance, step=0.1, label="Image guidance", visible=info.image_guidance,
                 info="how closely the result keeps the input image", elem_id="image-guidance",
             )  # fmt: skip
             c["num_images"] = gr.Slider(1, info.max_batch, value=1, step=1, label="Images per input")
             with gr.Row():
-                c["seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=-1)
+                c["seed"] = seed_box()
                 c["random_seed"] = gr.Checkbox(label="Random seed", value=True, elem_id="edit-random-seed")
             with gr.Accordion("Advanced", open=False):
                 controls = sampling_controls(info, prefix="edit-")
-                c["sampler"], c["steps"] = controls["sampler"], controls["steps"]
-                c["guidance_scale"], c["guidance_end"] = controls["guidance_scale"], controls["guidance_end"]
+                c.update({name: controls[name] for name in fields.SAMPLING})
             with gr.Row():
                 c["run"] = gr.Button(
                     "Edit", variant="primary", elem_id="edit-btn", interactive=info.edit or info.image_to_image
@@ -94,24 +96,30 @@ def build(studio: Studio) -> dict[str, Any]:
 
 
 def wire(studio: Studio, e: dict[str, Any]) -> None:
-    names = (
-        "prompt", "strength", "num_images", "steps", "guidance_scale", "seed", "random_seed", "sampler",
-        "image_guidance_scale", "guidance_end",
-    )  # fmt: skip
+    """The Edit button; its public API (`/edit`) keeps the parameter names it was published with."""
+    api_names = [name for name, _ in fields.EDIT_API]
 
-    def ui_edit(files, prompt, strength, num_images, steps, guidance, seed, random_seed, sampler, image_guidance,
-                guidance_end, request: gr.Request, progress=gr.Progress()):  # fmt: skip
-        given = (prompt, strength, num_images, steps, guidance, seed, random_seed, sampler, image_guidance,
-                 guidance_end)  # fmt: skip
-        raw = dict(zip(names, given, strict=True))  # no size: each edit keeps its input's aspect ratio
-        pairs, result, paths = studio.edit(raw, files, request, progress)
-        return pairs, info_line(result), paths
+    def ui_edit(files, *args):
+        *values, request, progress = args
+        raw = {field: value for (_, field), value in zip(fields.EDIT_API, values, strict=True)}
+        for kind, value in studio.edit(raw, files, request, progress):
+            if kind == "preview":  # the results forming
+                yield [(im, "preview") for im in value], gr.skip(), gr.skip()
+            else:
+                pairs, result, paths = value
+                yield pairs, info_line(result), paths
 
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter(n, kind) for n in ("files", *api_names)]
+    params += [inspect.Parameter("request", kind, annotation=gr.Request),
+               inspect.Parameter("progress", kind, default=gr.Progress())]  # fmt: skip
+    ui_edit.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    ui_edit.__annotations__ = {"request": gr.Request}
     e["run"].click(
         ui_edit,
-        [e["files"], *(e[n] for n in names)],
+        [e["files"], *(e[field] for _, field in fields.EDIT_API)],
         [e["gallery"], e["info"], e["downloads"]],
         api_name="edit",
-        concurrency_id="gpu",
-        concurrency_limit=studio.backend.concurrency,
+        concurrency_id="generate",
+        concurrency_limit=None,  # the engine admits and queues (ui.demo)
     )

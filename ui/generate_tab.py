@@ -7,7 +7,8 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
-from ui.inputs import SLIDER_RANGES
+from ui import fields
+from ui.inputs import bounds
 from ui.studio import Studio
 from ui.text import info_line, vocabulary_markdown
 
@@ -31,15 +32,21 @@ def sampling_controls(info: ModelInfo, prefix: str = "") -> dict[str, Any]:
     p = sampling_props(info)
     return {
         "sampler": gr.Dropdown(**p["sampler"], label="Sampler", elem_id=f"{prefix}sampler"),
-        "steps": gr.Slider(*SLIDER_RANGES["steps"], **p["steps"], step=1, label="Steps"),
-        "guidance_scale": gr.Slider(*SLIDER_RANGES["guidance_scale"], **p["guidance_scale"], step=0.5, label="Guidance (CFG)", elem_id=f"{prefix}guidance"),
+        "steps": gr.Slider(*bounds("steps"), **p["steps"], step=1, label="Steps"),
+        "guidance_scale": gr.Slider(*bounds("guidance_scale"), **p["guidance_scale"], step=0.5, label="Guidance (CFG)", elem_id=f"{prefix}guidance"),
         "guidance_end": gr.Slider(
-            *SLIDER_RANGES["guidance_end"], **p["guidance_end"], step=0.05, label="Guidance end", elem_id=f"{prefix}guidance-end",
+            *bounds("guidance_end"), **p["guidance_end"], step=0.01, label="Guidance end", elem_id=f"{prefix}guidance-end",
             info="share of the steps with guidance; the last ones run unguided (1 = every step)",
         ),
         "width": gr.Slider(**p["width"], label="Width"),
         "height": gr.Slider(**p["height"], label="Height"),
     }
+
+
+def seed_box(**props: Any) -> gr.Textbox:
+    """The seed, as text: seeds go up to 2^64-1 (ComfyUI writes such seeds), which a browser's number
+    field would round (JavaScript numbers keep 53 bits)."""
+    return gr.Textbox(label="Seed", value="0", max_lines=1, min_width=100, **props)
 
 
 def unavailable_text(info: ModelInfo) -> str:
@@ -78,7 +85,7 @@ def build(studio: Studio) -> dict[str, Any]:
                 1, info.max_batch, value=min(4, info.max_batch), step=1, label="Number of images", elem_id="num-images"
             )
             with gr.Row():
-                c["seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=-1, min_width=100)
+                c["seed"] = seed_box()
                 c["random_seed"] = gr.Checkbox(label="Random seed", value=True, min_width=100)
             c["unavailable"] = gr.Markdown(
                 unavailable_text(info), elem_id="generate-unavailable", visible=not info.text_to_image
@@ -94,7 +101,8 @@ def build(studio: Studio) -> dict[str, Any]:
                     list(info.loras), label="LoRAs", visible=bool(info.loras), info="from the server's LoRA folder"
                 )
                 c["scales"] = [
-                    gr.Slider(-2, 2, value=1.0, step=0.05, label=f"{n} scale", visible=False) for n in info.loras
+                    gr.Slider(*bounds("lora_scale"), value=1.0, step=0.05, label=f"{n} scale", visible=False)
+                    for n in info.loras
                 ]
         with gr.Column(scale=3, min_width=360):
             c["gallery"] = gr.Gallery(
@@ -110,17 +118,13 @@ def build(studio: Studio) -> dict[str, Any]:
 
 def wire(studio: Studio, g: dict[str, Any]) -> None:
     """Generate button: `v` maps each input component to its value (no coupling to argument order)."""
-    names = (
-        "prompt", "negative_prompt", "num_images", "steps", "guidance_scale", "guidance_end", "width", "height", "seed",
-        "sampler",
-    )  # fmt: skip
+    names = [n for n in fields.GENERATE if n != "loras"]
     lora_names = list(studio.info.loras)
 
     def ui_generate(v: dict, request: gr.Request, progress=gr.Progress()):
         raw = {name: v[g[name]] for name in names}
         chosen = v[g["loras"]] or []
         raw["loras"] = {n: v[s] for n, s in zip(lora_names, g["scales"], strict=True) if n in chosen}
-        raw["random_seed"] = v[g["random_seed"]]
         for kind, value in studio.generate_live(raw, request, progress):
             if kind == "preview":  # the batch forming, every PREVIEW_EVERY steps
                 yield [(im, "preview") for im in value], gr.skip(), gr.skip(), gr.skip()
@@ -137,10 +141,10 @@ def wire(studio: Studio, g: dict[str, Any]) -> None:
         )  # fmt: skip
     g["run"].click(
         ui_generate,
-        {*(g[n] for n in names), g["random_seed"], g["loras"], *g["scales"]},
+        {*(g[n] for n in names), g["loras"], *g["scales"]},
         [g["gallery"], g["info"], g["downloads"], g["info_json"]],
         show_progress_on=[g["info"]],  # the gallery stays visible: it shows the live previews
         api_visibility="private",
-        concurrency_id="gpu",
-        concurrency_limit=studio.backend.concurrency,
+        concurrency_id="generate",
+        concurrency_limit=None,  # the engine admits and queues (ui.demo)
     )

@@ -19,18 +19,16 @@ from PIL import Image
 
 from pipelines import GenerationRequest
 from pipelines.backend import ModelInfo
+from pipelines.request import BOUNDS, DEFAULTS
 
 ALLOWED_CONTROL = {"\n", "\t", "\r"}
-DEFAULT_STRENGTH = 0.6  # image-to-image: the Edit tab's slider and a request that leaves it out
-# The form's slider ranges, read by the sliders, by Send to Generate / Edit (a PNG's value is
-# clamped to its slider) and by a request's check where the API takes no finer value.
-SLIDER_RANGES = {
-    "steps": (1, 150),
-    "guidance_scale": (0.0, 50.0),
-    "guidance_end": (0.05, 1.0),
-    "strength": (0.05, 1.0),
-    "image_guidance_scale": (0.0, 10.0),
-}
+
+
+def bounds(name: str) -> tuple[float, float]:
+    """(low, high) of a field, from the pipeline's BOUNDS: the sliders, the API's parsing and
+    Send-to's clamping all use this, so none can drift from what the pipeline accepts."""
+    bound = BOUNDS[name]
+    return bound.low, bound.high
 
 
 class InputError(ValueError):
@@ -65,7 +63,11 @@ def _number(name: str, value: Any, what: str) -> int | float:
 
 
 def whole_number(name: str, value: Any, low: int, high: int) -> int:
-    """An integer given as int, integral float or digit string; NaN, inf, fractions and bools refused."""
+    """An integer given as int, integral float or digit string; NaN, inf, fractions and bools refused.
+
+    Digit strings are read exactly (a 64-bit seed as text keeps every digit, which a float would not)."""
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        value = int(value.strip())
     value = _number(name, value, "a whole number")
     if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
         raise InputError(f"{name}: must be a whole number, got {value!r}")
@@ -111,10 +113,10 @@ def prompts(value: Any, max_chars: int) -> str | list[str]:
 
 
 def seed(value: Any, random: bool = False) -> int | None:
-    """None (random) for the random toggle or a negative seed."""
-    if random or value is None or value == "":
+    """None (random) for the random toggle, an empty field or a negative seed (A1111's -1)."""
+    if random or value is None or (isinstance(value, str) and not value.strip()):
         return None
-    number = whole_number("seed", value, -(2**63), 2**32 - 1)
+    number = whole_number("seed", value, -(2**63), int(BOUNDS["seed"].high))
     return None if number < 0 else number
 
 
@@ -129,7 +131,7 @@ def loras(value: Any, known: Sequence[str]) -> dict[str, float]:
         if name not in known:
             offered = ", ".join(known) or "none"
             raise InputError(f"loras: unknown LoRA {str(name)[:80]!r}; available: {offered}")
-        chosen[name] = finite_number(f"loras[{name!r}]", scale, -4.0, 4.0)
+        chosen[name] = finite_number(f"loras[{name!r}]", scale, *bounds("lora_scale"))
     return chosen
 
 
@@ -149,10 +151,10 @@ def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) ->
         prompt=prompts(raw.get("prompt"), limits.max_prompt_chars),
         negative_prompt=clean_text("negative_prompt", raw.get("negative_prompt"), limits.max_prompt_chars, False)
         or None,
-        num_images=whole_number("num_images", raw.get("num_images", 1), 1, m.max_batch),
-        steps=whole_number("steps", raw.get("steps", m.default_steps), *SLIDER_RANGES["steps"]),
+        num_images=whole_number("num_images", _given(raw, "num_images", 1), 1, m.max_batch),
+        steps=whole_number("steps", _given(raw, "steps", m.default_steps), *bounds("steps")),
         guidance_scale=finite_number(
-            "guidance_scale", raw.get("guidance_scale", m.default_guidance), *SLIDER_RANGES["guidance_scale"]
+            "guidance_scale", _given(raw, "guidance_scale", m.default_guidance), *bounds("guidance_scale")
         ),
         width=_size(raw, "width", m.default_width, m, init_images is not None),
         height=_size(raw, "height", m.default_height, m, init_images is not None),
@@ -160,13 +162,21 @@ def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) ->
         loras=loras(raw.get("loras"), m.loras),
         sampler=sampler(raw.get("sampler"), m),
         init_images=init_images,
-        strength=finite_number("strength", raw.get("strength", DEFAULT_STRENGTH), 0.01, 1.0),
+        strength=finite_number("strength", _given(raw, "strength", DEFAULTS.strength), *bounds("strength")),
         image_guidance_scale=finite_number(
-            "image_guidance_scale", raw.get("image_guidance_scale", m.default_image_guidance),
-            *SLIDER_RANGES["image_guidance_scale"],
+            "image_guidance_scale", _given(raw, "image_guidance_scale", m.default_image_guidance),
+            *bounds("image_guidance_scale"),
         ),
-        guidance_end=None if raw.get("guidance_end") is None else finite_number("guidance_end", raw["guidance_end"], 0.01, 1.0),
+        guidance_end=None if _given(raw, "guidance_end", None) is None else finite_number(
+            "guidance_end", raw["guidance_end"], *bounds("guidance_end")
+        ),
     )
+
+
+def _given(raw: dict[str, Any], name: str, default: Any) -> Any:
+    """A caller's value, or `default` where it sent none (missing or null)."""
+    value = raw.get(name)
+    return default if value is None else value
 
 
 def _size(raw: dict[str, Any], name: str, default: int, m: ModelInfo, edit: bool) -> int | None:

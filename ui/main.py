@@ -1,6 +1,8 @@
-"""Start-up: check every setting, build the backend, launch the UI, log one ready line.
+"""Start-up: check every setting, build the engine, launch the UI, log one ready line.
 
 Kept out of app.py so that the entry point stays a few lines and importing it does nothing.
+Gradio is imported only after the settings passed: it reads GRADIO_SERVER_PORT when imported and
+would stop a bad value with a traceback of its own.
 """
 
 from __future__ import annotations
@@ -9,21 +11,18 @@ import argparse
 import logging
 import sys
 
-from ui.demo import create_demo, launch, make_backend
-from ui.settings import AppSettings, SettingsError
+from engine import AppSettings, SettingsError, build_engine
 
 log = logging.getLogger("diffusion_anywhere")
 
 
-def _check_settings(argv: list[str] | None) -> tuple[AppSettings, argparse.Namespace]:
+def check_settings(argv: list[str] | None = None) -> tuple[AppSettings, argparse.Namespace]:
     """Read and validate every setting before anything heavy happens; exit 2 with the message otherwise."""
-    from devices.options import DeviceOptions
-    from devices.pool import expand_devices
+    from devices.pool import devices_for
 
     try:
         settings = AppSettings.from_env()
-        expand_devices()  # PREFERRED_DEVICE (one device or a list) and CPU_REPLICAS
-        DeviceOptions.resolve(preferred_device="auto")  # TORCH_DTYPE, DIFFUSERS_ATTENTION_TYPE
+        devices_for(settings.devices.preferred, settings.devices.cpu_replicas)  # a list's devices must be usable
     except (SettingsError, ValueError) as exc:
         sys.exit(f"error: {exc}")
     parser = argparse.ArgumentParser(description="Diffusion Anywhere web app")
@@ -37,10 +36,11 @@ def _check_settings(argv: list[str] | None) -> tuple[AppSettings, argparse.Names
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings, args = _check_settings(argv)
+    settings, args = check_settings(argv)
     for noisy in ("httpx", "diffusers", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from pipelines.loading import quiet_load_progress_bars
+    from ui.demo import create_demo, launch  # after the settings check: see the module docstring
 
     quiet_load_progress_bars()
     if settings.exposed_without_sign_in:
@@ -49,12 +49,12 @@ def main(argv: list[str] | None = None) -> None:
             "set AUTH=user:password or AUTH_FILE",
             settings.server_name,
         )
-    backend = make_backend(settings, args.model, args.device)
-    demo = launch(create_demo(backend, settings), settings)
-    first = backend.status()[0]
+    engine = build_engine(settings, model=args.model, devices=args.device)
+    demo = launch(create_demo(engine, settings), settings)
+    first = engine.status()[0]
     log.info(
         "ready at %s | device %s (%s) x%d | dtype %s | attention %s | model %s",
-        demo.local_url, first.device, first.device_name, len(backend.status()), first.dtype,
-        first.attention, backend.model_info().model_name,
+        demo.local_url, first.device, first.device_name, len(engine.status()), first.dtype,
+        first.attention, engine.model_info().model_name,
     )  # fmt: skip
     demo.block_thread()

@@ -22,10 +22,10 @@ def build(studio: Studio) -> dict[str, Any]:
     c: dict[str, Any] = {}
     with gr.Row(equal_height=True):
         c["model"] = gr.Dropdown(
-            names, value=current, label="Model", elem_id="model-picker", interactive=studio.can_switch, scale=4,
-            info=None if studio.can_switch else studio.switch_off_reason,
+            names, value=current, label="Model", elem_id="model-picker", interactive=studio.engine.can_switch, scale=4,
+            info=None if studio.engine.can_switch else studio.engine.switch_off_reason,
         )  # fmt: skip
-        c["load"] = gr.Button("Load model", elem_id="load-model-btn", visible=studio.can_switch, scale=1)
+        c["load"] = gr.Button("Load model", elem_id="load-model-btn", visible=studio.engine.can_switch, scale=1)
         c["status"] = gr.Markdown(elem_id="model-status", scale=2)
     return c
 
@@ -47,8 +47,8 @@ def wire(studio: Studio, m: dict[str, Any], g: dict[str, Any], e: dict[str, Any]
             info = studio.load_model(name, progress)
         except gr.Error as exc:  # the previous model serves on: show why, keep the controls as they are
             return {**model_updates(studio.info), m["status"]: f"⚠️ {exc.message}"}
-        seconds = studio.backend.status()[0]
-        return {**model_updates(info), m["status"]: f"✅ {info.model_name} loaded ({seconds.device})"}
+        first = studio.engine.status()[0]
+        return {**model_updates(info), m["status"]: f"✅ {info.model_name} loaded ({first.device})"}
 
     def open_tab():
         return gr.Tabs(selected="generate" if studio.info.text_to_image else "edit")
@@ -56,5 +56,5 @@ def wire(studio: Studio, m: dict[str, Any], g: dict[str, Any], e: dict[str, Any]
     # The tab change is its own step: a queued event that also outputs to the Tabs leaves a
     # page-wide loading overlay over every button (Gradio 6.31, seen in the browser test).
     m["load"].click(
-        ui_load, m["model"], outputs, api_visibility="private", concurrency_id="gpu", show_progress_on=[m["status"]]
+        ui_load, m["model"], outputs, api_visibility="private", concurrency_id="switch", show_progress_on=[m["status"]]
     ).then(open_tab, None, tabs, api_visibility="private", queue=False)

@@ -8,14 +8,8 @@ import gradio as gr
 
 from pipelines.pnginfo import read_png_info
 from ui.history import params_markdown
-from ui.send import form_values, generate_targets, generate_updates, model_for
+from ui.send import edit_targets, edit_updates, form_values, generate_targets, generate_updates, model_for
 from ui.studio import Studio
-
-# The Edit tab's fields "Send to Edit" fills, in the order of its outputs.
-EDIT_FIELDS = (
-    "prompt", "seed", "random_seed", "steps", "guidance_scale", "guidance_end", "sampler", "image_guidance_scale",
-    "strength",
-)  # fmt: skip
 
 
 def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], tabs: gr.Tabs) -> None:
@@ -46,11 +40,9 @@ def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], tabs: gr.Tabs) -
         return [*generate_updates(need(p), studio.info, g["scales"]), gr.Tabs(selected="generate")]
 
     def send_edit(p: dict | None):
-        values, _ = form_values(need(p), studio.info.for_edits)  # fitted to the model that edits
-        return [gr.update(value=values[k]) for k in EDIT_FIELDS] + [gr.Tabs(selected="edit")]
+        return [*edit_updates(need(p), studio.info), gr.Tabs(selected="edit")]
 
     events = dict(api_visibility="private", queue=False)
     upload.change(read, upload, [details, raw, params], **events)
     to_generate.click(send_generate, params, [*generate_targets(g), tabs], **events)
-    edit_targets = [*(e[k] for k in EDIT_FIELDS), tabs]
-    to_edit.click(send_edit, params, edit_targets, **events)
+    to_edit.click(send_edit, params, [*edit_targets(e), tabs], **events)

@@ -11,21 +11,9 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
-from ui.inputs import DEFAULT_STRENGTH, SLIDER_RANGES
-
-FORM = (
-    "prompt",
-    "negative_prompt",
-    "seed",
-    "random_seed",
-    "steps",
-    "guidance_scale",
-    "guidance_end",
-    "width",
-    "height",
-    "sampler",
-    "loras",
-)
+from pipelines.request import DEFAULTS
+from ui.fields import SENT_TO_EDIT, SENT_TO_GENERATE
+from ui.inputs import bounds
 
 
 def _fit_size(value: Any, info: ModelInfo, default: int) -> int:
@@ -41,7 +29,7 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
     values: dict[str, Any] = {
         "prompt": params.get("prompt", ""),
         "negative_prompt": params.get("negative_prompt", ""),
-        "seed": params.get("seed", 0),
+        "seed": str(params.get("seed", 0)),  # text: a 64-bit seed keeps every digit (generate_tab.seed_box)
         "random_seed": "seed" not in params,
         "steps": _fit("steps", int(params.get("steps") or info.default_steps)),
         "guidance_scale": _fit("guidance_scale", float(params.get("guidance_scale", info.default_guidance))),
@@ -83,20 +71,20 @@ def _edit_values(params: dict[str, Any], info: ModelInfo, values: dict[str, Any]
         values["image_guidance_scale"] = _fit("image_guidance_scale", float(wanted))
     elif wanted is not None:
         notes.append(f"image guidance {wanted:g} is for instruction editors; {info.model_name} does not take it")
-    values["strength"] = _fit("strength", float(params.get("strength", DEFAULT_STRENGTH)))
+    values["strength"] = _fit("strength", float(params.get("strength", DEFAULTS.strength)))
 
 
 def _fit(field: str, value: float) -> float:
-    """`value` clamped to its slider's range (SLIDER_RANGES)."""
-    low, high = SLIDER_RANGES[field]
+    """`value` clamped to the field's bounds (what its slider and the pipeline accept)."""
+    low, high = bounds(field)
     return min(high, max(low, value))
 
 
 def generate_updates(params: dict[str, Any], info: ModelInfo, scales: list) -> list[Any]:
-    """gr.update()s for the Generate tab's FORM components, then one per LoRA scale slider."""
+    """gr.update()s for the Generate tab's SENT_TO_GENERATE components, then one per LoRA scale slider."""
     values, _ = form_values(params, info)
     chosen = values.pop("loras")
-    updates = [gr.update(value=values[name]) for name in FORM if name != "loras"]
+    updates = [gr.update(value=values[name]) for name in SENT_TO_GENERATE if name != "loras"]
     updates.append(gr.update(value=list(chosen)))
     updates += [
         gr.update(value=chosen.get(name, 1.0), visible=name in chosen)
@@ -107,4 +95,15 @@ def generate_updates(params: dict[str, Any], info: ModelInfo, scales: list) -> l
 
 def generate_targets(g: dict[str, Any]) -> list[Any]:
     """The components `generate_updates` fills, in its order."""
-    return [g[name] for name in FORM] + list(g["scales"])
+    return [g[name] for name in SENT_TO_GENERATE if name != "loras"] + [g["loras"], *g["scales"]]
+
+
+def edit_updates(params: dict[str, Any], info: ModelInfo) -> list[Any]:
+    """gr.update()s for the Edit tab's SENT_TO_EDIT components (values fitted to the model that edits)."""
+    values, _ = form_values(params, info.for_edits)
+    return [gr.update(value=values[name]) for name in SENT_TO_EDIT]
+
+
+def edit_targets(e: dict[str, Any]) -> list[Any]:
+    """The components `edit_updates` fills, in its order."""
+    return [e[name] for name in SENT_TO_EDIT]

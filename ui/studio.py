@@ -1,50 +1,40 @@
-"""The handlers behind every tab and the API: parse, admit, run, save, answer.
+"""The handlers behind every tab and the API: parse, submit to the engine, follow the job, save, answer.
 
-Knows the backend only through `GenerationBackend` and the model only through its `ModelInfo`.
+Knows the backend only through the engine (`engine.Engine`) and the model only through its
+`ModelInfo`. A job's events are read here, on the Gradio event's own thread, which is where
+Gradio's progress and warnings work (they live in that thread's context variables).
 """
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import logging
-import queue
-import threading
+from collections.abc import Iterator
 from typing import Any
 
 import gradio as gr
 
-from pipelines import GenerationRequest, GenerationResult, OutOfMemoryError, PipelineError, catalog
-from pipelines.backend import GenerationBackend, ModelInfo
+from engine import AppSettings, Engine, Finished, Preview, Progress, Queued, Refused
+from engine.jobs import Job
+from pipelines import GenerationRequest, GenerationResult, OutOfMemoryError, PipelineError
+from pipelines.backend import ModelInfo
 from pipelines.tokens import token_summary
 from ui import inputs
-from ui.jobs import JobRunner, drop_queued
+from ui.callers import caller_of, user_of
 from ui.outputs import OutputStore
-from ui.settings import AppSettings
 from ui.status import MemoryHistory, status_markdown
 from ui.text import refuse
-
-try:  # ZeroGPU Spaces only
-    import spaces
-except ImportError:
-    spaces = None
 
 log = logging.getLogger("diffusion_anywhere")
 
 
-def gpu(fn):
-    """`spaces.GPU` on Hugging Face ZeroGPU; the function itself everywhere else."""
-    return spaces.GPU(duration=120)(fn) if spaces is not None else fn
-
-
 class Studio:
-    """The handlers behind the UI and the API: parse, admit, run, save, answer."""
+    """The handlers behind the UI and the API: parse, submit, follow, save, answer."""
 
-    def __init__(self, backend: GenerationBackend, settings: AppSettings):
-        self.backend = backend
+    def __init__(self, engine: Engine, settings: AppSettings):
+        self.engine = engine
         self.settings = settings
-        self._set_info(backend.model_info())
-        self.runner = JobRunner(backend, settings.time_budget)
+        self._set_info(engine.model_info())
         self.store = OutputStore.from_settings(settings.output_dir, settings.output_max_gb, settings.output_max_days)
         self.history = MemoryHistory(settings.history_seconds)
         self.demo: gr.Blocks | None = None
@@ -56,74 +46,56 @@ class Studio:
         self.edit_limits = dataclasses.replace(self.limits, model=info.for_edits)  # an editor's own defaults
 
     # ---------------------------------------------------------------- models
-    @property
-    def can_switch(self) -> bool:
-        """A backend that can switch (the device pool, Ray Serve) on a server whose settings allow it."""
-        return callable(getattr(self.backend, "load_model", None)) and self.settings.model_switch_allowed
-
-    @property
-    def switch_off_reason(self) -> str:
-        if not callable(getattr(self.backend, "load_model", None)):
-            return "this backend serves one model (restart with another MODEL_ID to change it)"
-        return "switching models is off on this server (ALLOW_MODEL_SWITCH)"
-
     def models(self) -> dict[str, Any]:
         """`/models`: what can be loaded (recipes, MODELS_DIR folders) and what is loaded now."""
-        entries = catalog.list_models(self.settings.models_dir)
-        return {
-            "current": self.info.model_name,
-            "models": [{"name": e.name, "kind": e.kind} for e in entries],
-            "switch_allowed": self.can_switch,
-        }
+        return self.engine.models()
 
     def load_model(self, name: str, progress: gr.Progress | None = None) -> ModelInfo:
-        """Switch every replica to the model `name` (one of `models()`); the old one keeps serving
-        if the new one fails to load."""
-        if not self.can_switch:
-            raise refuse(
-                self.switch_off_reason + ": a switch changes the model for every user "
-                "(ALLOW_MODEL_SWITCH=1 allows it beyond localhost)"
-            )
-        try:
-            entry = catalog.find((name or "").strip(), self.settings.models_dir)
-        except ValueError as exc:
-            raise refuse(str(exc)) from exc
+        """Switch every replica to the model `name`; the old one keeps serving if the new one fails."""
 
         def say(fraction: float, message: str) -> None:
             if progress is not None:
                 progress(fraction, desc=message)
 
         try:
-            info = self.backend.load_model(entry.source, progress=say)
+            info = self.engine.load_model(name, progress=say)
+        except Refused as exc:
+            raise refuse(str(exc)) from exc
         except PipelineError as exc:
-            self._set_info(self.backend.model_info())
+            self._set_info(self.engine.model_info())
             raise gr.Error(str(exc), print_exception=False) from exc
         self._set_info(info)
-        log.info("model switched to %s", info.model_name)
         return info
 
     @staticmethod
     def user(request: gr.Request | None) -> str | None:
         """The signed-in user (AUTH), or None when sign-in is off."""
-        return getattr(request, "username", None) or None
-
-    def job_id(self, request: gr.Request | None, given: str | None = None) -> str:
-        """Whose job: the session (for a plain REST call, its own event id) or the id a caller was
-        given, always inside the signed-in user's own space, so nobody reaches another user's jobs."""
-        job = (given or "").strip() or getattr(request, "session_hash", None) or "anonymous"
-        user = self.user(request)
-        return f"{user}/{job}" if user else job
+        return user_of(request)
 
     # ---------------------------------------------------------------- running
-    def run(self, req: GenerationRequest, job_id: str, progress: gr.Progress | None, preview=None) -> GenerationResult:
-        total_images = req.total_images
-
-        def report(step: int, total: int, _image: int) -> None:
-            if progress is not None:
-                progress(step / max(total, 1), desc=f"{total_images} image(s): step {step}/{total}")
-
+    def follow(self, job: Job, progress: gr.Progress | None) -> Iterator[Preview | Finished]:
+        """A job's previews, then its end, reporting its place in the queue and its steps to `progress`."""
+        total_images = job.request.total_images
         try:
-            return _run_on_device(self.runner, req, job_id, report, preview)
+            for event in job.events():
+                if isinstance(event, Queued) and progress is not None:
+                    progress(0.0, desc=f"queued: {event.ahead + 1} job(s) ahead" if event.ahead else "next in line")
+                elif isinstance(event, Progress) and progress is not None:
+                    step, total = event.step, max(event.total, 1)
+                    progress(step / total, desc=f"{total_images} image(s): step {step}/{total}")
+                elif isinstance(event, Preview | Finished):
+                    yield event
+        finally:
+            job.cancel()  # no-op once finished; stops the work when the caller has gone away
+
+    def run(self, req: GenerationRequest, request: gr.Request | None, progress: gr.Progress | None):
+        """Submit and follow: yields Preview events, then returns the result (refusals as gr.Error)."""
+        try:
+            job = self.engine.submit(req, caller_of(request))
+            for event in self.follow(job, progress):
+                if isinstance(event, Finished):
+                    return event.result
+                yield event
         except OutOfMemoryError as exc:
             if exc.partial is None or not exc.partial.images:
                 raise refuse(str(exc)) from exc
@@ -135,6 +107,7 @@ class Studio:
         except Exception as exc:  # never a traceback or a server path in the browser; the log keeps it
             log.exception("generation failed")
             raise gr.Error(f"generation failed ({type(exc).__name__}); the server log has the details") from exc
+        raise gr.Error("the generation ended without a result; the server log has the details")
 
     def save(self, result: GenerationResult, request: gr.Request | None) -> list[str]:
         """Write the PNGs (in the user's own folder when sign-in is on); Gradio serves its own copies
@@ -160,61 +133,38 @@ class Studio:
         cache = self.demo.GRADIO_CACHE if self.demo is not None else None
         return [save_file_to_cache(p, cache) for p in paths] if cache else paths
 
-    def generate(self, raw: dict[str, Any], request: gr.Request | None, progress: gr.Progress | None, preview=None):
-        job_id = self.job_id(request)
+    def generate_live(self, raw: dict[str, Any], request: gr.Request | None, progress: gr.Progress | None):
+        """Yields ("preview", images) while denoising, then ("done", (gallery, result, paths))."""
         try:
             req = inputs.generation_request(raw, self.limits)
         except ValueError as exc:
             raise refuse(str(exc)) from exc
-        result = self.run(req, job_id, progress, preview)
+        result = yield from _previews(self.run(req, request, progress))
         paths = self.save(result, request)
         gallery = [(p, f"seed {s}") for p, s in zip(paths, result.seeds, strict=True)]
-        return gallery, result, paths
+        yield "done", (gallery, result, paths)
 
-    def generate_live(self, raw: dict[str, Any], request: gr.Request | None, progress: gr.Progress | None):
-        """`generate` that yields ("preview", images) while denoising, then ("done", result tuple).
-
-        The generation runs in a worker thread; this generator blocks on a queue of its previews
-        (no polling), so Gradio streams each frame to the browser as it arrives.
-        """
-        frames: queue.Queue = queue.Queue()
-        shown: dict[int, Any] = {}
-
-        def on_preview(first: int, images: list[Any]) -> None:
-            shown.update({first + i: im for i, im in enumerate(images)})
-            frames.put(("preview", [shown[k] for k in sorted(shown)]))
-
-        def work() -> None:
-            try:
-                frames.put(("done", self.generate(raw, request, progress, on_preview)))
-            except BaseException as exc:  # handed to the generator, which raises it in Gradio's thread
-                frames.put(("error", exc))
-
-        context = contextvars.copy_context()  # Gradio's progress and warnings live in context variables
-        threading.Thread(target=context.run, args=(work,), name="generate", daemon=True).start()
-        while True:
-            kind, value = frames.get()
-            if kind == "error":
-                raise value
-            yield kind, value
+    def generate(self, raw: dict[str, Any], request: gr.Request | None, progress: gr.Progress | None):
+        """`generate_live` to its end: (gallery, result, paths) (the API's way)."""
+        for kind, value in self.generate_live(raw, request, progress):
             if kind == "done":
-                return
+                return value
+        raise AssertionError("unreachable: generate_live ends with done")
 
     def edit(self, raw: dict[str, Any], files: Any, request: gr.Request | None, progress: gr.Progress | None):
-        job_id = self.job_id(request)
         try:
             images = inputs.open_images(inputs.upload_paths(files, self.edit_limits), self.edit_limits)
             req = inputs.generation_request(raw, self.edit_limits, init_images=images)
         except ValueError as exc:
             raise refuse(str(exc)) from exc
-        result = self.run(req, job_id, progress)
+        result = yield from _previews(self.run(req, request, progress))
         paths = self.save(result, request)
         pairs: list[tuple[Any, str]] = []
         for i, (path, src, s) in enumerate(zip(paths, result.inputs, result.seeds, strict=True)):
             pairs += [(src, f"input {i + 1}"), (path, f"result {i + 1} · seed {s}")]
-        return pairs, result, paths
+        yield "done", (pairs, result, paths)
 
-    async def stop(self, job_id: str | None, request: gr.Request | None) -> dict[str, int]:
+    def stop(self, job_id: str | None, request: gr.Request | None) -> dict[str, int]:
         """Stop the caller's running job after its step and drop its queued ones.
 
         Without `job_id` it is the caller's session; a REST caller passes the event id that
@@ -223,15 +173,12 @@ class Studio:
         session = (job_id or "").strip() or getattr(request, "session_hash", None)
         if not session:
             return {"running": 0, "queued": 0}
-        user = self.user(request)
-        dropped = await drop_queued(self.demo, session, user) if self.demo is not None else 0
-        return {"running": int(self.runner.stop(self.job_id(request, job_id))), "queued": dropped}
+        return self.engine.stop(session, self.user(request))
 
     # ---------------------------------------------------------------- status
     @property
     def counts_tokens(self) -> bool:
-        """Whether the backend can count prompt tokens (a local pipeline or pool; not Ray)."""
-        return callable(getattr(self.backend, "count_tokens", None))
+        return self.engine.capabilities.count_tokens
 
     def token_count(self, text: str | None) -> str:
         """ "tokens: CLIP 12/75 · T5 14/255" for the longest prompt line (one prompt per line)."""
@@ -239,10 +186,10 @@ class Studio:
         if not lines:
             return ""
         longest = max(lines, key=len)[: self.limits.max_prompt_chars]
-        return "<small>tokens: " + token_summary(self.backend.count_tokens(longest)) + "</small>"
+        return "<small>tokens: " + token_summary(self.engine.count_tokens(longest)) + "</small>"
 
     def status(self):
-        replicas = self.backend.status()
+        replicas = self.engine.status()
         return status_markdown(replicas, self.warnings(), self.settings.zero_gpu), self.history.sample(replicas)
 
     def warnings(self) -> list[str]:
@@ -252,6 +199,11 @@ class Studio:
         return notes
 
 
-@gpu
-def _run_on_device(runner: JobRunner, req: GenerationRequest, job_id: str, progress, preview) -> GenerationResult:
-    return runner.run(req, job_id, progress, preview)
+def _previews(run: Iterator[Preview]):
+    """Re-yield a run's previews as ("preview", images); return its result."""
+    while True:
+        try:
+            event = next(run)
+        except StopIteration as end:
+            return end.value
+        yield "preview", event.images

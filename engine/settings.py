@@ -1,11 +1,16 @@
-"""Settings of the app, read from the environment once, in `main()`, and validated before the model loads.
+"""Settings of the app, read from the environment once (`AppSettings.from_env`) and validated before
+anything heavy is imported or loaded.
 
-Every variable is read here and nowhere else in the UI. A bad value stops the start with a message
-naming the variable and the values it accepts (`SettingsError`), never a traceback.
+Every variable of the app is read here and nowhere else: the pipeline's (`PipelineOptions`) and the
+devices' (`DeviceSettings`) are parsed here too and passed down as objects, so nothing below the
+settings re-reads the environment (tests/test_engine.py builds the backend with the environment
+locked). A bad value stops the start with a message naming the variable and the values it accepts
+(`SettingsError`), never a traceback.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -13,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from devices.options import DeviceSettings
 from pipelines.options import PipelineOptions
-from ui.auth import Users
+
+from .auth import Users
 
 T = TypeVar("T")
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb)\s*$", re.IGNORECASE)
@@ -36,6 +43,7 @@ class AppSettings:
     """Everything the app takes from the environment (see README, "Settings" and "Security and limits")."""
 
     pipeline: PipelineOptions = field(default_factory=PipelineOptions)  # MODEL_ID, LORA_DIR, MAX_BATCH, ...
+    devices: DeviceSettings = field(default_factory=DeviceSettings)  # PREFERRED_DEVICE, CPU_REPLICAS, TORCH_DTYPE, ...
     output_dir: Path = Path("outputs")
     server_name: str = "127.0.0.1"
     server_port: int = 7860
@@ -71,6 +79,7 @@ class AppSettings:
         spaces = on_spaces(env)
         return cls(
             pipeline=_pipeline_options(env),
+            devices=_device_settings(env),
             output_dir=Path(_text(env, "OUTPUT_DIR") or "outputs").resolve(),
             server_name=_text(env, "GRADIO_SERVER_NAME") or ("0.0.0.0" if spaces else "127.0.0.1"),
             server_port=_number(env, "GRADIO_SERVER_PORT", int, 7860, 1, 65535),
@@ -112,15 +121,20 @@ class AppSettings:
         return self.allow_model_switch == "1"
 
     def replace(self, **changes: Any) -> AppSettings:
-        from dataclasses import replace
-
-        return replace(self, **changes)
+        return dataclasses.replace(self, **changes)
 
 
 def _pipeline_options(env: Mapping[str, str]) -> PipelineOptions:
     """The pipeline layer reads its own variables (MODEL_ID, LORA_DIR, MAX_BATCH, MAX_PIXELS, ...)."""
     try:
         return PipelineOptions.from_env(environ=env)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+
+
+def _device_settings(env: Mapping[str, str]) -> DeviceSettings:
+    try:
+        return DeviceSettings.from_env(env)
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
 

@@ -1,7 +1,7 @@
 """Sign-in: AUTH=user:password[,user2:password2] or AUTH_FILE (one `user:password` per line).
 
 A password may be stored hashed as `pbkdf2_sha256$<iterations>$<salt hex>$<hash hex>`; make one with
-`python -m ui.auth USER` (asks for the password). Gradio's own auth then guards the UI and the API
+`python -m engine.auth USER` (asks for the password). Gradio's own auth then guards the UI and the API
 (gradio_client: `Client(url, auth=(user, password))`). Comparisons take constant time.
 """
 
@@ -75,9 +75,9 @@ class Users:
 
 
 def main() -> None:
-    """`python -m ui.auth USER`: print an AUTH_FILE line with a hashed password."""
+    """`python -m engine.auth USER`: print an AUTH_FILE line with a hashed password."""
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m ui.auth USER")
+        sys.exit("usage: python -m engine.auth USER")
     password = getpass.getpass("password: ")
     print(f"{sys.argv[1]}:{hash_password(password)}")
 

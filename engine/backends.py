@@ -1,0 +1,68 @@
+"""Building the backend the app serves, from its settings: the one place that decides what runs.
+
+`build_backend(settings)` is what `python app.py`, the Space, the CLI and the tests call, so they
+all serve the same thing:
+- GENERATION_BACKEND=local (default): a `DevicePool`, one replica per device of PREFERRED_DEVICE;
+- GENERATION_BACKEND=ray: a `RayBackend` on Ray Serve;
+and, where an instruction editor serves the Edit tab (EDIT_MODEL_ID, or the embedded editor beside
+the embedded model), an `EditRouter` with the editor beside the main backend.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from devices.manager import dtype_name
+from pipelines.backend import GenerationBackend
+from pipelines.editing import EditRouter, default_editor
+from pipelines.pool import DevicePool
+
+from .jobs import Admission, Engine, Switching
+from .settings import AppSettings
+
+log = logging.getLogger(__name__)
+
+
+def build_backend(settings: AppSettings, model: str | None = None, devices: str | None = None) -> GenerationBackend:
+    """The backend for `settings` (`model` / `devices` override MODEL_ID / PREFERRED_DEVICE, as the
+    command line's --model / --device do)."""
+    model = model or settings.pipeline.model_id
+    if settings.generation_backend == "ray":
+        return _ray(settings, model)
+    main = DevicePool.from_pretrained(model, devices, settings.pipeline, settings.devices)
+    editor = default_editor(model, settings.edit_model_id)
+    if editor is None:
+        return main
+    edits = DevicePool.from_pretrained(editor, devices, settings.pipeline, settings.devices)
+    return EditRouter(main, edits, automatic=not settings.edit_model_id)
+
+
+def _ray(settings: AppSettings, model: str) -> GenerationBackend:
+    from serving.ray_backend import RayBackend  # Ray is optional (requirements-ray.txt)
+
+    opts = settings.pipeline
+    d = settings.devices
+    return RayBackend.start(
+        model=model,
+        address=settings.ray_address,
+        replicas=settings.ray_replicas,
+        device=settings.ray_device,
+        cpus_per_replica=settings.ray_cpus_per_replica,
+        device_options={"dtype": dtype_name(d.dtype) if d.dtype else None, "attention": d.attention},
+        lora_dir=opts.lora_dir,
+        max_batch=opts.max_batch,
+        max_pixels=opts.max_pixels,
+        max_side=opts.max_side,
+        micro_batch=opts.micro_batch,
+        memory_mode=opts.memory_mode,
+        preview_every=opts.preview_every,
+    )
+
+
+def build_engine(settings: AppSettings, backend: GenerationBackend | None = None, **overrides: str | None) -> Engine:
+    """The engine the app runs: `backend` (default: `build_backend(settings, **overrides)`) with the
+    settings' admission limits and model-switching policy."""
+    backend = backend or build_backend(settings, **overrides)
+    admission = Admission(settings.queue_size, settings.queue_per_user, settings.time_budget)
+    switching = Switching(settings.model_switch_allowed, settings.models_dir)
+    return Engine(backend, admission, switching)

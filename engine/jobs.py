@@ -1,0 +1,325 @@
+"""The engine: admission and jobs for every front end (the Gradio UI and API, the CLI, the Space, the
+HTTP APIs), so that each gets the same limits, the same progress and previews, and the same Stop.
+
+- Admission (`submit`): the request is validated against the model's limits and its seed pinned
+  before it takes a place; a caller with QUEUE_PER_USER jobs queued or running is refused, and so
+  is any caller when QUEUE_SIZE jobs already wait. The check and the enqueue happen under one lock,
+  so simultaneous calls cannot overflow either limit.
+- Scheduling: jobs start in arrival order, as many at once as the backend's `concurrency` (one per
+  healthy replica); a start waits on a condition, never polls.
+- A job's events (`Job.events`): `Queued(ahead)` while it waits, `Progress` per step, `Preview`
+  frames (where the backend declares previews), then `Finished(result)`; an error is raised from
+  the iterator. They are produced on the engine's worker thread and consumed on the caller's own
+  thread, so a front end reports them in its own context (Gradio's progress lives in context
+  variables of the event's thread, which a worker thread does not have).
+- Stop: `stop(session, user)` stops the caller's running jobs after their current step (they
+  return what finished) and drops its queued ones. Nobody reaches another caller's jobs: a job is
+  matched on both its session (a browser session, or a REST call's own event id) and its user.
+- TIME_BUDGET: a running job stops with what finished once it has run that long.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines import catalog
+from pipelines.backend import Capabilities, GenerationBackend, ModelInfo, ReplicaStatus
+from pipelines.errors import PipelineError
+from pipelines.request import GenerationRequest, GenerationResult, pin_seed, validate
+
+log = logging.getLogger(__name__)
+
+
+class Refused(PipelineError):
+    """A job the engine did not take (or dropped before it started); the message says why."""
+
+
+class QueueFull(Refused):
+    """QUEUE_SIZE jobs already wait."""
+
+
+class TooManyJobs(Refused):
+    """The caller already has QUEUE_PER_USER jobs queued or running."""
+
+
+class CancelledBeforeStart(Refused):
+    """Stopped while it waited: nothing ran."""
+
+
+class SwitchRefused(Refused):
+    """A model switch that this server or backend does not allow."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who submits: the signed-in user, the session (browser tab, client) and the address.
+
+    `one_off`: the session is the call's own id (a plain REST call), so the per-caller limit counts
+    by address instead, or every call would be a new caller.
+    """
+
+    user: str | None = None
+    session: str | None = None
+    address: str | None = None
+    one_off: bool = False
+
+    @property
+    def key(self) -> str:
+        """Whose queue share a job takes: the user, else the session, else the address."""
+        if self.user:
+            return f"user:{self.user}"
+        if self.session and not self.one_off:
+            return f"session:{self.session}"
+        return f"address:{self.address or 'unknown'}"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The engine's limits (QUEUE_SIZE, QUEUE_PER_USER, TIME_BUDGET)."""
+
+    queue_size: int = 16  # jobs waiting to start
+    per_caller: int = 4  # jobs of one caller, queued + running
+    time_budget: float = 600.0  # seconds a job may run before it stops with what finished
+
+
+@dataclass(frozen=True)
+class Switching:
+    """Which models may be loaded at run time: MODELS_DIR's folders and the recipes, where allowed."""
+
+    allowed: bool = False  # ALLOW_MODEL_SWITCH (by default only on a server on localhost)
+    models_dir: Any = None  # a Path; None: the recipes only
+
+
+# ---------------------------------------------------------------- events
+@dataclass(frozen=True)
+class Queued:
+    ahead: int  # jobs that start before this one
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: int  # steps done over the whole request
+    total: int
+    image: int  # index of the image being made
+
+
+@dataclass(frozen=True)
+class Preview:
+    images: list[Any]  # the latest frame of every image previewed so far, in image order
+
+
+@dataclass(frozen=True)
+class Finished:
+    result: GenerationResult
+
+
+Event = Queued | Progress | Preview | Finished
+
+
+@dataclass(eq=False)
+class Job:
+    """One admitted request: its events, its cancel flag, its time budget."""
+
+    request: GenerationRequest
+    caller: Caller
+    id: str = field(default_factory=lambda: secrets.token_hex(8))
+    state: str = "queued"  # queued | running | done
+    progress: Progress | None = None  # the latest, for pollers (status panels, A1111's /progress)
+    preview: Preview | None = None
+    timed_out: bool = False
+    _events: queue.Queue = field(default_factory=queue.Queue, repr=False)
+    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    _deadline: float = float("inf")
+    _frames: dict[int, Any] = field(default_factory=dict, repr=False)
+
+    def cancel(self) -> None:
+        """Stop after the current step (a running job returns what finished)."""
+        self._cancel.set()
+
+    def should_stop(self) -> bool:
+        if not self.timed_out and time.monotonic() > self._deadline:
+            self.timed_out = True
+        return self.timed_out or self._cancel.is_set()
+
+    def events(self, timeout: float | None = None) -> Iterator[Event]:
+        """Every event up to `Finished`, as they come (one consumer); the job's error is raised."""
+        while True:
+            event = self._events.get(timeout=timeout)
+            if isinstance(event, BaseException):
+                raise event
+            yield event
+            if isinstance(event, Finished):
+                return
+
+    def result(self, timeout: float | None = None) -> GenerationResult:
+        """Wait for the result, skipping the events."""
+        for event in self.events(timeout):
+            if isinstance(event, Finished):
+                return event.result
+        raise AssertionError("unreachable: events() ends with Finished or raises")
+
+    # -------------------------------------------------------------- producer side (engine thread)
+    def _put(self, event: Event | BaseException) -> None:
+        self._events.put(event)
+
+    def _on_progress(self, step: int, total: int, image: int) -> None:
+        self.progress = Progress(step, total, image)
+        self._put(self.progress)
+
+    def _on_preview(self, first: int, images: list[Any]) -> None:
+        self._frames.update({first + i: image for i, image in enumerate(images)})
+        self.preview = Preview([self._frames[k] for k in sorted(self._frames)])
+        self._put(self.preview)
+
+
+class Engine:
+    """Runs requests on one backend for every front end: admission, order, events, Stop, budget."""
+
+    def __init__(
+        self, backend: GenerationBackend, admission: Admission | None = None, switching: Switching | None = None
+    ):
+        self.backend = backend
+        self.admission = admission or Admission()
+        self.switching = switching or Switching()
+        self._changed = threading.Condition()
+        self._waiting: deque[Job] = deque()
+        self._running: set[Job] = set()
+
+    # ---------------------------------------------------------------- the backend, described
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.backend.capabilities
+
+    def model_info(self) -> ModelInfo:
+        return self.backend.model_info()
+
+    def status(self) -> list[ReplicaStatus]:
+        return self.backend.status()
+
+    def count_tokens(self, prompt: str) -> list:
+        if not self.capabilities.count_tokens:
+            raise Refused("this backend does not count prompt tokens")
+        return self.backend.count_tokens(prompt)  # type: ignore[attr-defined]
+
+    # ---------------------------------------------------------------- jobs
+    def submit(self, request: GenerationRequest, caller: Caller | None = None) -> Job:
+        """Admit a request (validated, seed pinned) or raise `Refused` / ValueError naming the field."""
+        caller = caller or Caller()
+        info = self.backend.model_info()
+        validate(request, (info.for_edits if request.init_images else info).limits)
+        job = Job(pin_seed(request), caller)
+        with self._changed:
+            mine = sum(j.caller.key == caller.key for j in (*self._waiting, *self._running))
+            if mine >= self.admission.per_caller:
+                raise TooManyJobs(
+                    f"you already have {mine} generation(s) queued or running (QUEUE_PER_USER="
+                    f"{self.admission.per_caller}): wait for one to finish or stop it"
+                )
+            if len(self._waiting) >= self.admission.queue_size:
+                raise QueueFull(f"the queue is full (QUEUE_SIZE={self.admission.queue_size}): try again in a moment")
+            self._waiting.append(job)
+            self._dispatch()
+        return job
+
+    def run(self, request: GenerationRequest, caller: Caller | None = None) -> GenerationResult:
+        """Submit and wait (the CLI's and the benchmarks' way)."""
+        return self.submit(request, caller).result()
+
+    def stop(self, session: str, user: str | None = None) -> dict[str, int]:
+        """Stop the running jobs of (session, user) after their step; drop their queued ones."""
+        with self._changed:
+            dropped = [j for j in self._waiting if j.caller.session == session and j.caller.user == user]
+            for job in dropped:
+                self._waiting.remove(job)
+                job.state = "done"
+                job._put(CancelledBeforeStart("cancelled before it started"))
+            running = [j for j in self._running if j.caller.session == session and j.caller.user == user]
+            for job in running:
+                job.cancel()
+            if dropped:
+                self._dispatch()  # the others move up
+        if dropped or running:
+            log.info("stop: %d running, %d queued job(s)", len(running), len(dropped))
+        return {"running": len(running), "queued": len(dropped)}
+
+    def jobs(self) -> list[Job]:
+        """Running jobs, then the queued ones in order."""
+        with self._changed:
+            return [*self._running, *self._waiting]
+
+    def _dispatch(self) -> None:
+        """Start waiting jobs while the backend has room; tell the others their place (lock held)."""
+        while self._waiting and len(self._running) < max(1, self.backend.concurrency):
+            job = self._waiting.popleft()
+            job.state = "running"
+            self._running.add(job)
+            threading.Thread(target=self._run, args=(job,), name=f"job-{job.id}", daemon=True).start()
+        for ahead, job in enumerate(self._waiting):
+            job._put(Queued(ahead))
+
+    def _run(self, job: Job) -> None:
+        job._deadline = time.monotonic() + self.admission.time_budget
+        preview = job._on_preview if self.capabilities.previews else None
+        try:
+            result = self.backend.generate(job.request, job._on_progress, job.should_stop, preview)
+            if job.timed_out:
+                result.warnings.append(
+                    f"stopped after the time budget of {self.admission.time_budget:g} s (TIME_BUDGET): "
+                    f"{len(result.images)} of {job.request.total_images} image(s) finished"
+                )
+            job._put(Finished(result))
+        except BaseException as exc:  # handed to the consumer, which raises it in its own thread
+            job._put(exc)
+        finally:
+            with self._changed:
+                self._running.discard(job)
+                job.state = "done"
+                self._dispatch()
+                self._changed.notify_all()
+
+    # ---------------------------------------------------------------- models
+    def models(self) -> dict[str, Any]:
+        """What can be loaded (recipes, MODELS_DIR folders), what is loaded now, whether switching is allowed."""
+        entries = catalog.list_models(self.switching.models_dir)
+        return {
+            "current": self.model_info().model_name,
+            "models": [{"name": e.name, "kind": e.kind} for e in entries],
+            "switch_allowed": self.can_switch,
+        }
+
+    @property
+    def can_switch(self) -> bool:
+        return self.capabilities.switch_models and self.switching.allowed
+
+    @property
+    def switch_off_reason(self) -> str:
+        if not self.capabilities.switch_models:
+            return "this backend serves one model (restart with another MODEL_ID to change it)"
+        return "switching models is off on this server (ALLOW_MODEL_SWITCH)"
+
+    def load_model(self, name: str, progress: Callable[[float, str], None] | None = None) -> ModelInfo:
+        """Switch every replica to the model `name` (one of `models()`); the old one keeps serving
+        if the new one fails to load (ModelLoadError says why)."""
+        if not self.can_switch:
+            raise SwitchRefused(
+                self.switch_off_reason + ": a switch changes the model for every user "
+                "(ALLOW_MODEL_SWITCH=1 allows it beyond localhost)"
+            )
+        try:
+            entry = catalog.find((name or "").strip(), self.switching.models_dir)
+        except ValueError as exc:
+            raise SwitchRefused(str(exc)) from exc
+        info = self.backend.load_model(entry.source, progress=progress)  # type: ignore[attr-defined]
+        log.info("model switched to %s", info.model_name)
+        return info
+
+    def close(self) -> None:
+        self.backend.close()

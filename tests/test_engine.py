@@ -1,0 +1,291 @@
+"""The engine below every front end, on the backend `python app.py` builds (issue: one engine).
+
+- previews reach the engine's callers with the default backend (the editor router) and on a pool;
+- every backend declares its abilities, and wrappers forward them;
+- admission, order and Stop are the engine's, whatever the front end;
+- bounds have one owner; seeds take the generator's whole range; settings are read once;
+- `GRADIO_SERVER_PORT=abc python app.py` is answered in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from engine import Admission, AppSettings, Caller, Engine, Finished, Preview, Progress, QueueFull, TooManyJobs
+from engine import build_backend, build_engine
+from pipelines import GenerationRequest
+from pipelines.backend import Capabilities
+from pipelines.editing import EditRouter
+from pipelines.options import DEFAULT_MODEL
+from pipelines.pool import DevicePool
+from pipelines.request import BOUNDS, SEED_SPACE, RequestLimits, item_seed, pin_seed, validate
+from tests.app_server import app_settings, embedded_model_available
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = "a red circle on a blue background"
+
+pytestmark = pytest.mark.skipif(not embedded_model_available(), reason="needs the embedded model")
+
+
+@pytest.fixture(scope="module")
+def app_engine(tmp_path_factory):
+    """The engine exactly as `python app.py` builds it here (default settings, embedded model)."""
+    settings = app_settings(DEFAULT_MODEL, tmp_path_factory.mktemp("out"))
+    engine = build_engine(settings)
+    yield engine
+    engine.close()
+
+
+def _events(engine: Engine, request: GenerationRequest, caller: Caller | None = None) -> list:
+    return list(engine.submit(request, caller).events(timeout=300))
+
+
+def test_the_default_app_backend_streams_previews_before_the_final_images(app_engine):
+    assert isinstance(app_engine.backend, EditRouter), "python app.py serves the editor beside the embedded model"
+    assert app_engine.capabilities.previews
+    request = GenerationRequest(prompt=PROMPT, num_images=2, steps=12, seed=5)
+    events = _events(app_engine, request)
+    kinds = [type(e).__name__ for e in events]
+    assert kinds[-1] == "Finished" and "Preview" in kinds and kinds.index("Preview") < len(kinds) - 1, kinds
+    frames = [e for e in events if isinstance(e, Preview)]
+    assert all(len(f.images) >= 1 for f in frames) and len(frames[-1].images) == 2
+    assert frames[0].images[0].size == events[-1].result.images[0].size
+    progress = [e for e in events if isinstance(e, Progress)]
+    assert [p.step for p in progress] == sorted(p.step for p in progress) and progress[-1].step == progress[-1].total
+
+
+def test_edits_through_the_default_backend_stream_previews_too(app_engine):
+    from models.train.world import Scene, draw
+
+    image = draw(Scene("red", "circle", "blue", 0.5, 0.5, 0.5, 0.0))
+    request = GenerationRequest(prompt="change the background to black", init_images=[image], steps=10, seed=0)
+    events = _events(app_engine, request)
+    assert any(isinstance(e, Preview) for e in events)
+    assert events[-1].result.metadata[0]["model"] == "tiny-shapes-edit"
+
+
+def test_a_pool_of_two_streams_previews_of_both_parts(tmp_path):
+    settings = app_settings(DEFAULT_MODEL, tmp_path, env={"PREFERRED_DEVICE": "cpu", "CPU_REPLICAS": "2"})
+    engine = build_engine(settings)
+    try:
+        pool = engine.backend.main
+        assert isinstance(pool, DevicePool) and len(pool.replicas) == 2
+        events = _events(engine, GenerationRequest(prompt=PROMPT, num_images=4, steps=10, seed=1))
+        frames = [e for e in events if isinstance(e, Preview)]
+        assert frames and max(len(f.images) for f in frames) == 4  # images 0-1 and 2-3 from the two replicas
+        assert events[-1].result.seeds == [1, 2, 3, 4]
+    finally:
+        engine.close()
+
+
+# ---------------------------------------------------------------- declared capabilities
+def _leaf_backends():
+    from pipelines import ImagePipeline
+
+    classes = [ImagePipeline, DevicePool]
+    try:
+        from serving.ray_backend import RayBackend
+    except ImportError:  # Ray is optional
+        return classes
+    return [*classes, RayBackend]
+
+
+@pytest.mark.parametrize("cls", _leaf_backends(), ids=lambda c: c.__name__)
+def test_a_backend_has_the_methods_of_the_abilities_it_declares(cls):
+    caps = cls.capabilities
+    assert isinstance(caps, Capabilities)
+    assert caps.switch_models == callable(getattr(cls, "load_model", None))
+    assert caps.count_tokens == callable(getattr(cls, "count_tokens", None))
+
+
+def test_the_editor_router_forwards_what_both_backends_declare():
+    class Stub:
+        def __init__(self, caps):
+            self.capabilities = caps
+
+    full = Capabilities(previews=True, switch_models=True, count_tokens=True)
+    assert EditRouter(Stub(full), Stub(full)).capabilities == full
+    assert EditRouter(Stub(full), Stub(Capabilities())).capabilities == Capabilities(False, True, True)
+
+
+# ---------------------------------------------------------------- admission and order
+class _Gate:
+    """A backend whose generations wait for `release`; records the order they started in."""
+
+    capabilities = Capabilities()
+    concurrency = 1
+
+    def __init__(self):
+        self.release = threading.Event()
+        self.started: list[str] = []
+
+    def model_info(self):
+        from pipelines.backend import ModelInfo
+
+        return ModelInfo("gate", 64, 64, 8, 256, 256 * 256, 16, 4, 4.0, "Euler")
+
+    def generate(self, request, progress=None, should_cancel=None, preview=None):
+        from pipelines import GenerationResult
+
+        self.started.append(request.prompt)
+        while not self.release.wait(0.05):
+            if should_cancel is not None and should_cancel():
+                break
+        done = not (should_cancel and should_cancel())
+        images = [] if not done else [None] * request.total_images
+        return GenerationResult(images, [request.seed] * len(images), [], {}, None, "cpu", "float32", "sdpa",
+                                cancelled=not done)  # fmt: skip
+
+    def status(self):
+        from pipelines.backend import ReplicaStatus
+
+        return [ReplicaStatus("cpu", "cpu", "cpu", "CPU", "float32", "sdpa")]
+
+    def close(self):
+        pass
+
+
+def test_the_engine_admits_in_order_and_refuses_over_its_limits():
+    gate = _Gate()
+    engine = Engine(gate, Admission(queue_size=2, per_caller=1))
+    alice, bob, carol = (Caller(session=s) for s in ("alice", "bob", "carol"))
+    first = engine.submit(GenerationRequest(prompt="a"), alice)
+    second = engine.submit(GenerationRequest(prompt="b"), bob)
+    third = engine.submit(GenerationRequest(prompt="c"), carol)
+    with pytest.raises(TooManyJobs, match="QUEUE_PER_USER=1"):
+        engine.submit(GenerationRequest(prompt="a2"), alice)
+    with pytest.raises(QueueFull, match=r"the queue is full \(QUEUE_SIZE=2\)"):
+        engine.submit(GenerationRequest(prompt="d"), Caller(session="dave"))
+    assert next(second.events(timeout=5)).ahead == 0  # told its place while it waits
+    assert engine.stop("bob") == {"running": 0, "queued": 1}
+    with pytest.raises(Exception, match="cancelled before it started"):
+        second.result(timeout=5)
+    gate.release.set()
+    first.result(timeout=5)
+    third.result(timeout=5)
+    assert gate.started == ["a", "c"]  # bob's dropped job never ran
+
+
+def test_stop_reaches_only_the_callers_own_jobs():
+    gate = _Gate()
+    engine = Engine(gate)
+    mine = engine.submit(GenerationRequest(prompt="mine"), Caller(user="alice", session="s1"))
+    theirs_same_session = Caller(user="bob", session="s1")
+    assert engine.stop("s1", "bob") == {"running": 0, "queued": 0}
+    assert engine.stop("s1", None) == {"running": 0, "queued": 0}
+    assert engine.stop("s1", "alice") == {"running": 1, "queued": 0}
+    assert mine.result(timeout=5).cancelled and theirs_same_session.user == "bob"
+
+
+def test_one_off_rest_calls_share_the_limit_by_address():
+    assert Caller(session="ev1", address="10.0.0.1", one_off=True).key == "address:10.0.0.1"
+    assert Caller(session="tab", address="10.0.0.1").key == "session:tab"
+    assert Caller(user="alice", session="tab").key == "user:alice"
+
+
+# ---------------------------------------------------------------- one owner per fact
+def test_the_ui_sliders_and_the_api_take_the_pipelines_bounds():
+    from ui.inputs import bounds, finite_number
+    from ui.send import _fit
+
+    for name in ("steps", "guidance_scale", "guidance_end", "strength", "image_guidance_scale", "lora_scale"):
+        low, high = bounds(name)
+        assert (low, high) == (BOUNDS[name].low, BOUNDS[name].high)
+        assert _fit(name, high + 100) == high and _fit(name, low - 100) == low
+    finite_number("strength", BOUNDS["strength"].low, *bounds("strength"))  # the API takes the lowest too
+    request = GenerationRequest(prompt="x", strength=BOUNDS["strength"].low, guidance_end=BOUNDS["guidance_end"].low)
+    validate(request, RequestLimits())  # and so does the pipeline
+
+
+def test_the_form_sliders_are_built_from_the_bounds(tmp_path):
+    from ui.demo import create_demo
+
+    class Fixed(_Gate):
+        capabilities = Capabilities(previews=True)
+
+    config = create_demo(Engine(Fixed()), AppSettings(output_dir=tmp_path)).get_config_file()
+    sliders = {}
+    for c in config["components"]:
+        if c["type"] == "slider":
+            sliders.setdefault(c["props"]["label"], c["props"])
+    for label, name in (("Steps", "steps"), ("Guidance (CFG)", "guidance_scale"), ("Guidance end", "guidance_end"),
+                        ("Strength", "strength"), ("Image guidance", "image_guidance_scale")):  # fmt: skip
+        assert (sliders[label]["minimum"], sliders[label]["maximum"]) == (BOUNDS[name].low, BOUNDS[name].high), label
+
+
+def test_seeds_take_the_generators_whole_range(app_engine):
+    top = SEED_SPACE - 1
+    validate(GenerationRequest(prompt="x", seed=top), RequestLimits())
+    with pytest.raises(ValueError, match="seed: 18446744073709551616 is out of range"):
+        validate(GenerationRequest(prompt="x", seed=SEED_SPACE), RequestLimits())
+    result = app_engine.run(GenerationRequest(prompt=PROMPT, num_images=2, steps=2, seed=top))
+    assert result.seeds == [top, 0] and [m["seed"] for m in result.metadata] == [top, 0]  # seed + k mod 2^64
+    again = app_engine.run(GenerationRequest(prompt=PROMPT, num_images=1, steps=2, seed=0))
+    assert again.images[0].tobytes() == result.images[1].tobytes()
+    assert item_seed(top, 3) == 2 and pin_seed(GenerationRequest(prompt="x")).seed < 2**32
+
+
+def test_a_64_bit_seed_typed_as_text_is_read_exactly():
+    from ui.inputs import seed
+
+    assert seed("18446744073709551615") == 2**64 - 1
+    assert seed("-1") is None and seed("") is None and seed(7.0) == 7
+    with pytest.raises(ValueError, match="out of range"):
+        seed(str(2**64))
+
+
+# ---------------------------------------------------------------- settings read once
+class _LockedEnviron(dict):
+    """os.environ for the build: reading any of the app's own variables fails the test."""
+
+    def __init__(self, base: Mapping[str, str], names: set[str]):
+        super().__init__(base)
+        self.names = names
+
+    def _check(self, key):
+        if key in self.names:
+            raise AssertionError(f"{key} was read from the environment below the settings object")
+
+    def __getitem__(self, key):
+        self._check(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self._check(key)
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        self._check(key)
+        return super().__contains__(key)
+
+
+APP_VARIABLES = {
+    "MODEL_ID", "LORA_DIR", "MAX_BATCH", "MAX_PIXELS", "MAX_SIDE", "MICRO_BATCH", "MEMORY_MODE", "PREVIEW_EVERY",
+    "PREFERRED_DEVICE", "PREFERRED_DEVICE_STRICT", "CPU_REPLICAS", "TORCH_DTYPE", "DIFFUSERS_ATTENTION_TYPE",
+    "EDIT_MODEL_ID", "GENERATION_BACKEND", "QUEUE_SIZE", "QUEUE_PER_USER", "TIME_BUDGET",
+}  # fmt: skip
+
+
+def test_the_backend_is_built_from_the_settings_object_alone(tmp_path, monkeypatch):
+    settings = app_settings(DEFAULT_MODEL, tmp_path, env={"MAX_BATCH": "3", "PREFERRED_DEVICE": "cpu"})
+    monkeypatch.setattr(os, "environ", _LockedEnviron(os.environ, APP_VARIABLES))
+    backend = build_backend(settings)
+    try:
+        assert backend.model_info().max_batch == 3 and backend.model_info().for_edits.max_batch == 3
+    finally:
+        backend.close()
+
+
+# ---------------------------------------------------------------- start-up
+def test_a_bad_gradio_port_is_one_line_before_gradio_is_imported():
+    env = {**os.environ, "GRADIO_SERVER_PORT": "abc"}
+    run = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert run.stderr.strip() == "error: GRADIO_SERVER_PORT='abc' is not valid: expected an integer from 1 to 65535"

@@ -1,0 +1,34 @@
+"""The form's fields, named once: the tabs, Send to Generate / Edit, PNG info and the public API are
+built from these lists, so a field cannot be on a tab and missing from the API (or the reverse).
+"""
+
+from __future__ import annotations
+
+# The public `/generate` API's parameters, in their order. The first ten are the signature callers
+# have used positionally since it was published; a field added later is appended with a default
+# (None: the model's), so a caller sending the ten values still works.
+API_FIELDS = (
+    "prompt", "negative_prompt", "num_images", "steps", "guidance_scale", "width", "height", "seed", "loras",
+    "sampler", "guidance_end",
+)  # fmt: skip
+
+# The sampling fields both tabs show (Advanced), with the model's defaults and bounds.
+SAMPLING = ("sampler", "steps", "guidance_scale", "guidance_end")
+
+# The Generate tab's fields (its LoRA choice is `loras` plus one scale slider per LoRA).
+GENERATE = ("prompt", "negative_prompt", "num_images", "seed", "random_seed", *SAMPLING, "width", "height", "loras")
+
+# The Edit tab's fields: no size (each edit keeps its input's aspect ratio at the model's area).
+EDIT = ("prompt", "strength", "image_guidance_scale", "num_images", "seed", "random_seed", *SAMPLING)
+
+# What a PNG's parameters fill (Send to Generate / Edit): everything but the number of images.
+SENT_TO_GENERATE = tuple(f for f in GENERATE if f != "num_images")
+SENT_TO_EDIT = tuple(f for f in EDIT if f != "num_images")
+
+# The public `/edit` API's parameters after `files`, in order, and the field each fills: two were
+# published under shorter names, which callers keep using.
+EDIT_API = (
+    ("prompt", "prompt"), ("strength", "strength"), ("num_images", "num_images"), ("steps", "steps"),
+    ("guidance", "guidance_scale"), ("seed", "seed"), ("random_seed", "random_seed"), ("sampler", "sampler"),
+    ("image_guidance", "image_guidance_scale"), ("guidance_end", "guidance_end"),
+)  # fmt: skip
