@@ -18,8 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from engine import Admission, AppSettings, Caller, Engine, Finished, Preview, Progress, QueueFull, TooManyJobs
-from engine import build_backend, build_engine
+from engine import (
+    Admission,
+    AppSettings,
+    Caller,
+    Engine,
+    Preview,
+    Progress,
+    QueueFull,
+    TooManyJobs,
+    build_backend,
+    build_engine,
+)
 from pipelines import GenerationRequest
 from pipelines.backend import Capabilities
 from pipelines.editing import EditRouter
