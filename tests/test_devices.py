@@ -301,10 +301,21 @@ def test_memory_stats_cpu_is_host_memory():
     stats = dm.memory_stats()
     assert set(stats) == MEMORY_KEYS
     assert stats["allocated"] > 0 and stats["total"] == stats["host_total"]
-    big = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB
-    assert dm.memory_stats()["peak"] >= stats["allocated"]
-    del big
     assert "RAM" in dm.format_memory() and "free" in dm.format_memory()
+
+
+@pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="cannot reset the peak RSS (VmHWM) here")
+def test_cpu_peak_rises_by_a_64_mib_allocation():
+    MiB = 1024 * 1024
+    dm = DeviceManager()
+    dm.reset_peak_memory()  # the peak drops to the current RSS, so a new allocation must raise it
+    before = dm.memory_stats()
+    big = torch.ones(64 * MiB // 4)  # 64 MiB, every page written
+    after = dm.memory_stats()
+    rise = (after["peak"] - before["peak"]) / MiB
+    assert rise >= 56, f"peak rose by {rise:.1f} MiB after a 64 MiB allocation"
+    assert after["peak"] >= after["allocated"] >= before["allocated"] + 56 * MiB
+    del big
 
 
 def test_cache_sync_peak_use_the_npu_namespace_never_cuda(monkeypatch):

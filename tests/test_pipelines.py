@@ -154,12 +154,24 @@ def test_validation_names_field_and_value(changes, field, value):
 
 
 def test_validation_runs_before_any_model_work(pipeline, monkeypatch):
-    def forbidden(*_a, **_k):
-        raise AssertionError("the model ran")
+    ran: list[str] = []
 
-    monkeypatch.setattr(pipeline.pipe, "__call__", forbidden)
+    def forbidden(name):
+        def run(*_a, **_k):
+            ran.append(name)
+            raise AssertionError(f"the model ran ({name})")
+
+        return run
+
+    # Python looks `__call__` up on the class, never on the instance: patch the pipeline's class, and
+    # the forward of every network in it (an instance's `forward` is what nn.Module.__call__ runs).
+    monkeypatch.setattr(type(pipeline.pipe), "__call__", forbidden("pipeline __call__"))
+    for name, component in pipeline.pipe.components.items():
+        if isinstance(component, torch.nn.Module):
+            monkeypatch.setattr(component, "forward", forbidden(f"{name}.forward"))
     with pytest.raises(ValueError, match="width: 33 is not a multiple of 8"):
         pipeline.generate(request(width=33))
+    assert ran == []
 
 
 def test_unknown_lora_is_a_clear_error(pipeline):

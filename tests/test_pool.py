@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import torch
 from devices import DeviceManager
 from devices.pool import expand_devices
 from pipelines import GenerationRequest, ImagePipeline, PipelineError
-from pipelines.pool import DevicePool, split_range
+from pipelines.pool import DevicePool, share_cpu_threads, split_range
 from tests import fakes
 
 PROMPTS = ["a red circle on a blue background", "a green square on a white background"]
@@ -25,6 +27,7 @@ def single(tiny_model_dir):
 @pytest.fixture
 def pool(tiny_model_dir):
     threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2) + 1)  # not the shared value: the pool must set it
     pool = DevicePool.from_pretrained(str(tiny_model_dir), devices="cpu,cpu")
     yield pool
     torch.set_num_threads(threads)
@@ -115,7 +118,31 @@ def test_bad_requests_fail_before_any_work(pool):
 def test_status_has_one_row_per_replica(pool):
     rows = pool.status()
     assert [r.name for r in rows] == ["cpu#0", "cpu#1"] and all(r.memory["host_total"] for r in rows)
-    assert torch.get_num_threads() >= 1
+    assert torch.get_num_threads() == max(1, (os.cpu_count() or 1) // 2)  # two CPU replicas share the cores
+
+
+@pytest.mark.parametrize(
+    ("cores", "backends", "threads"),
+    [
+        (16, ["cpu", "cpu"], 8),
+        (16, ["cpu", "cpu", "cpu"], 5),
+        (16, ["cpu", "cpu", "cuda", "npu"], 8),  # only CPU replicas count
+        (3, ["cpu"] * 4, 1),  # at least one thread each
+        (None, ["cpu", "cpu"], 1),  # os.cpu_count() unknown: one core
+    ],
+)
+def test_cpu_replicas_divide_the_cores(monkeypatch, cores, backends, threads):
+    before = torch.get_num_threads()
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    try:
+        torch.set_num_threads(7)
+        share_cpu_threads([SimpleNamespace(backend=b) for b in backends])
+        assert torch.get_num_threads() == threads
+        torch.set_num_threads(7)
+        share_cpu_threads([SimpleNamespace(backend=b) for b in ["cpu", "cuda"]])  # one CPU replica: left alone
+        assert torch.get_num_threads() == 7
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_split_range():

@@ -1,0 +1,167 @@
+"""The code's shape: layering (lower layers never import the UI), function length, no import cycles.
+
+Static checks with ast over the repository's own .py files (no module is imported), so they are fast.
+Imports are counted at every level: module level and inside functions or methods.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOWER_LAYERS = ("pipelines", "serving", "devices", "engine")  # packages below the UI (those that exist)
+UI_MODULES = ("ui", "gradio")  # what a lower layer must never import (also submodules: ui.x, gradio.y)
+MAX_FUNCTION_LINES = 60
+SKIPPED = ("tests", ".venv", "models/train/runs")  # not checked: tests, the environment, training outputs
+
+
+def source_files() -> list[Path]:
+    """Every project .py file outside SKIPPED, hidden folders and caches."""
+    found = []
+    for folder, dirs, files in os.walk(ROOT):
+        rel = Path(folder).relative_to(ROOT)
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith(".") and d != "__pycache__" and (rel / d).as_posix() not in SKIPPED
+        )
+        found += [Path(folder) / f for f in sorted(files) if f.endswith(".py")]
+    return found
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in source_files()}
+
+
+@cache
+def tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def imported_names(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, absolute dotted name) of everything `path` imports, relative imports resolved.
+
+    `from pkg import name` is `pkg.name` when that is a project module file, else `pkg`.
+    """
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(tree(path)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".") if package else []
+                base_parts = base_parts[: len(base_parts) - (node.level - 1)] if node.level > 1 else base_parts
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                full = f"{base}.{alias.name}" if base else alias.name
+                yield node.lineno, full if full in modules() else base
+
+
+def is_ui(name: str) -> bool:
+    return any(name == top or name.startswith(top + ".") for top in UI_MODULES)
+
+
+def test_lower_layers_never_import_the_ui():
+    layers = [layer for layer in LOWER_LAYERS if (ROOT / layer).is_dir()]
+    assert {"pipelines", "serving", "devices"} <= set(layers)
+    offenders = sorted(
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in source_files()
+        if path.relative_to(ROOT).parts[0] in layers
+        for line, name in imported_names(path)
+        if is_ui(name)
+    )
+    assert offenders == [], "lower layers import the UI:\n" + "\n".join(offenders)
+
+
+def test_no_function_longer_than_60_lines():
+    offenders = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in source_files()
+        for node in sorted(ast.walk(tree(path)), key=lambda n: getattr(n, "lineno", 0))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert offenders == [], f"functions longer than {MAX_FUNCTION_LINES} lines:\n" + "\n".join(offenders)
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """Project module -> {project module it imports: first line}. `from pkg import name` is pkg.name when
+    that is a module file, else pkg; `import a.b.c` is the longest prefix that is a project module."""
+    known = modules()
+    graph: dict[str, dict[str, int]] = {name: {} for name in known}
+    for name, path in known.items():
+        for line, target in imported_names(path):
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                graph[name][target] = min(line, graph[name].get(target, line))
+    return graph
+
+
+def strongly_connected(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Tarjan's strongly connected components (iterative), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    cycles = sorted(c for c in strongly_connected(graph) if len(c) > 1)
+    lines = [
+        " <-> ".join(c)
+        + "   ["
+        + "; ".join(
+            f"{modules()[a].relative_to(ROOT)}:{graph[a][b]} imports {b}" for a in c for b in sorted(graph[a]) if b in c
+        )
+        + "]"
+        for c in cycles
+    ]
+    assert cycles == [], "import cycles (imports at any level):\n" + "\n".join(lines)
