@@ -99,23 +99,23 @@ def test_npu_processor_really_calls_the_fused_op(npu_with_fused_attention, tmp_p
 
 def test_attention_type_npu_end_to_end(npu_with_fused_attention, monkeypatch, tiny_model_dir):
     """DIFFUSERS_ATTENTION_TYPE=npu from the environment to the images, as far as a CPU machine allows:
-    the app's settings check accepts it, the backend the app builds (ui.demo.make_backend) gets a
+    the app's settings check accepts it, the backend the app builds (engine.build_backend) gets a
     DeviceManager on the NPU with attention "npu", the loaded pipeline's UNet and VAE run
     AttnProcessorNPU, and a generation goes through npu_fusion_attention and says so in its metadata.
     Only the weights stay on the CPU (the simulated NPU holds no tensors)."""
     from diffusers import DiffusionPipeline
 
+    from engine import build_backend
     from pipelines import GenerationRequest
-    from ui.demo import make_backend
-    from ui.main import _check_settings
+    from ui.main import check_settings
 
     calls = npu_with_fused_attention
     monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", "npu")
     monkeypatch.setenv("EDIT_MODEL_ID", "none")
-    settings, args = _check_settings([])
+    settings, args = check_settings([])
     moved: list = []
     monkeypatch.setattr(DiffusionPipeline, "to", lambda self, *a, **k: moved.append(str(a[0])) or self)
-    backend = make_backend(settings, str(tiny_model_dir), args.device)
+    backend = build_backend(settings, str(tiny_model_dir), args.device)
 
     (replica,) = backend.replicas
     assert (replica.dm.backend, replica.dm.attention, replica.dm.dtype) == ("npu", "npu", torch.bfloat16)
