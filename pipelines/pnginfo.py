@@ -93,7 +93,8 @@ def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
     for field, (key, kind) in numbers.items():
         value = extra.get(key, "")
         if _NUMBER.match(value):  # a malformed value stays only in "extra"
-            out[field] = kind(float(value))
+            exact = kind is int and value.lstrip("-").isdigit()  # 64-bit seeds: every digit kept
+            out[field] = int(value) if exact else kind(float(value))
     size = _SIZE.match(extra.get("Size", ""))
     if size:
         out["width"], out["height"] = int(size.group(1)), int(size.group(2))

@@ -199,11 +199,14 @@ def test_ui_limits_and_defaults_are_the_models(server, client):
     info = pipeline.model_info()
     config = httpx.get(f"{demo.local_url}config").json()
     sliders = {c["props"].get("label"): c["props"] for c in config["components"] if c["type"] == "slider"}
+    by_id = {c["props"].get("elem_id"): c["props"] for c in config["components"] if c["type"] == "slider"}
     assert sliders["Guidance (CFG)"]["maximum"] == 50 and sliders["Steps"]["maximum"] == 150
     assert sliders["Width"]["maximum"] == info.max_side and sliders["Width"]["step"] == info.size_multiple
     assert (
-        sliders["Steps"]["value"] == info.default_steps and sliders["Guidance (CFG)"]["value"] == info.default_guidance
+        sliders["Steps"]["value"] == info.default_steps
+        and by_id["guidance"]["value"] == info.default_guidance  # the Generate tab's (the Edit tab has the editor's)
     )
+    assert by_id["edit-guidance"]["value"] == info.for_edits.default_guidance
     _, result = generate(client, guidance_scale=50.0, steps=2)  # over the old UI's CFG 20
     assert result["seeds"] == [1]
 
@@ -220,3 +223,46 @@ def test_sampler_per_request_changes_the_image_reproducibly(client):
         assert "Sampler: Euler a," in png.text["parameters"]
     with pytest.raises(Exception, match="sampler: 'Nope' is not available"):
         generate(client, sampler="Nope")
+
+
+def test_a_gradio_client_caller_of_generate_sees_the_steps(client):
+    """Progress reaches an API caller: the job reports its steps while the backend (the pool behind
+    the editor router) denoises in its own threads."""
+    job = client.submit(**generate_args(num_images=2, steps=40, seed=4), api_name="/generate")
+    seen: list[str] = []
+    deadline = time.time() + 300
+    while not job.done() and time.time() < deadline:  # a test may sleep-poll
+        for unit in job.status().progress_data or []:
+            if unit.desc and unit.desc not in seen:
+                seen.append(unit.desc)
+        time.sleep(0.1)
+    images, info = job.result(timeout=60)
+    assert len(images) == 2 and info["cancelled"] is False
+    steps = [d for d in seen if "step" in d]
+    assert steps and steps[0].startswith("2 image(s): step "), seen
+
+
+def test_generate_takes_guidance_end_and_callers_of_the_ten_values_still_work(server, client):
+    from tests.test_reliability import rest_call, rest_result
+
+    images, info = generate(client, seed=6, steps=4, guidance_end=0.5)
+    params = read_metadata(images[0]["image"])
+    assert params["json"]["guidance_end"] == 0.5 and params["parameters"]["guidance_end"] == 0.5
+    ten = list(generate_args(seed=6, steps=4, sampler="").values())
+    assert len(ten) == 10  # the documented signature, sent positionally over plain REST
+    kind, data = rest_result(server[0].local_url, "generate", rest_call(server[0].local_url, "generate", ten))
+    assert kind == "complete" and data[1]["seeds"] == [6]
+    with pytest.raises(Exception, match=r"guidance_end: 0 is out of range 0.01..1"):
+        generate(client, guidance_end=0)
+    api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/generate"]
+    assert [p["parameter_name"] for p in api["parameters"]][-1] == "guidance_end"
+
+
+def test_a_64_bit_seed_reproduces_through_the_api(client):
+    top = 2**64 - 1
+    first, info = generate(client, num_images=2, steps=3, seed=top)
+    assert info["seeds"] == [top, 0]
+    again, _ = generate(client, num_images=1, steps=3, seed=0)
+    pixels = [np.asarray(Image.open(i["image"])) for i in (first[1], again[0])]
+    assert np.array_equal(*pixels)
+    assert read_metadata(first[0]["image"])["parameters"]["seed"] == top

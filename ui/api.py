@@ -55,12 +55,13 @@ def generate_endpoint(studio: Studio):
     return api_generate
 
 
-def wire(studio: Studio) -> None:
-    """The public API: keyword parameters taken as raw JSON (checked by ui.inputs, not by UI sliders)."""
+def wire(studio: Studio) -> Any:
+    """The public API: keyword parameters taken as raw JSON (checked by ui.inputs, not by UI sliders).
+    Returns /generate's function, for `accept_shorter_calls` once the Blocks exist."""
     defaults = api_defaults(studio)
     api_inputs = [gr.Textbox(value=defaults[n], label=API_LABELS[n], visible=False) for n in API_FIELDS[:2]]
     api_inputs += [gr.JSON(value=json.dumps(defaults[n]), label=API_LABELS[n], visible=False) for n in API_FIELDS[2:]]
-    gr.Button(visible=False).click(
+    event = gr.Button(visible=False).click(
         generate_endpoint(studio),
         api_inputs,
         [gr.Gallery(visible=False, format="png"), gr.JSON(visible=False)],
@@ -69,6 +70,28 @@ def wire(studio: Studio) -> None:
         concurrency_limit=None,  # the engine admits and queues (ui.demo)
     )
     _wire_control(studio)
+    return event.fn
+
+
+PUBLISHED = API_FIELDS.index("sampler") + 1  # /generate's values that callers have always sent
+
+
+def accept_shorter_calls(blocks: gr.Blocks, fn: Any, published: int = PUBLISHED) -> None:
+    """Let a call of `fn` that sends only its first `published` values through: the parameters added
+    since then are filled with None (each one's "the model's default").
+
+    gradio_client fills parameters it knows to have defaults, but a plain REST caller sends a list,
+    and Gradio refuses a list shorter than the inputs before our function sees it
+    (`Blocks.validate_inputs`). So this Blocks' check pads such a call first.
+    """
+    check = blocks.validate_inputs
+
+    def validate_inputs(block_fn: Any, inputs: list[Any]) -> None:
+        if block_fn.fn is fn and published <= len(inputs) < len(block_fn.inputs):
+            inputs.extend([None] * (len(block_fn.inputs) - len(inputs)))
+        check(block_fn, inputs)
+
+    blocks.validate_inputs = validate_inputs  # type: ignore[method-assign]
 
 
 def _wire_control(studio: Studio) -> None:

@@ -66,7 +66,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
 
         for btn in (g["stop"], e["stop"]):
             btn.click(ui_stop, None, None, api_visibility="private", queue=False)
-        api.wire(studio)
+        generate_api = api.wire(studio)
         history_tab.select(None, None, None, js=f"() => document.getElementById('{history_refresh.elem_id}').click()")
         # Status: outside the queue, so it keeps updating while a generation runs.
         timer = gr.Timer(settings.status_interval)
@@ -74,6 +74,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
             studio.status, None, [status_md, plot], api_visibility="private", queue=False, show_progress="hidden"
         )
         demo.load(studio.status, None, [status_md, plot], api_visibility="private", queue=False)
+    api.accept_shorter_calls(demo, generate_api)
     studio.demo = demo
     demo.studio = studio  # for tests and embedding
     return demo
