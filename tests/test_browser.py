@@ -47,6 +47,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_model_dir):
+    """The app as `python app.py` builds it (the embedded model with its editor beside it)."""
     model = DEFAULT_MODEL if embedded_model_available() else tiny_model_dir
     out = tmp_path_factory.mktemp("outputs")
     with running_app(model, out) as (demo, _):
@@ -187,7 +188,6 @@ def test_switch_model_and_sampler_in_the_browser(browser, tmp_path):
     from playwright.sync_api import expect
 
     from pipelines.metadata import read_metadata
-    from pipelines.pool import DevicePool
     from tests.tiny_model import save_tiny_pipeline
 
     if not embedded_model_available():
@@ -195,8 +195,7 @@ def test_switch_model_and_sampler_in_the_browser(browser, tmp_path):
     models = tmp_path / "models"
     save_tiny_pipeline(models / "tiny-sd")
     out = tmp_path / "out"
-    pool = DevicePool.from_pretrained(str(DEFAULT_MODEL), devices="cpu", memory_mode="off")
-    with running_app(DEFAULT_MODEL, out, backend=pool, models_dir=models) as (demo, _):
+    with running_app(DEFAULT_MODEL, out, models_dir=models) as (demo, _):
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(demo.local_url, wait_until="load")
         expect(page.locator("#model-picker input")).to_have_value("tiny-shapes", timeout=30_000)
@@ -228,21 +227,15 @@ def test_instruction_edit_in_the_browser(browser, tmp_path):
     from PIL import Image
     from playwright.sync_api import expect
 
-    from devices import DeviceManager
     from models.eval import classify
-    from models.eval_edit import EDITOR_DIR
     from models.train.world import Scene, draw
-    from pipelines import ImagePipeline
-    from pipelines.editing import EditRouter
 
     if not embedded_model_available():
         pytest.skip("needs the embedded model")
     source = tmp_path / "input.png"
     draw(Scene("red", "circle", "blue", 0.5, 0.5, 0.5, 0.0)).save(source)
-    cpu = DeviceManager("cpu")
-    router = EditRouter(ImagePipeline.from_pretrained(DEFAULT_MODEL, cpu), ImagePipeline.from_pretrained(EDITOR_DIR, cpu))
     out = tmp_path / "out"
-    with running_app(DEFAULT_MODEL, out, backend=router) as (demo, _):
+    with running_app(DEFAULT_MODEL, out) as (demo, _):  # the editor router python app.py builds
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(demo.local_url, wait_until="load")
         page.get_by_role("tab", name="Edit").click()
@@ -272,4 +265,68 @@ def test_instruction_edit_in_the_browser(browser, tmp_path):
         page.get_by_role("button", name="Send to Edit").click()
         expect(page.locator("#edit-prompt textarea")).to_have_value("change the background to black", timeout=10_000)
         expect(guidance).to_have_value("2.2")
+        page.close()
+
+
+def _generate_and_watch_previews(page, url: str, images: int, steps: int) -> None:
+    """Generate in the page; the gallery must show "preview" frames before the final images."""
+    from playwright.sync_api import expect
+
+    page.goto(url, wait_until="load")
+    page.locator("#prompt textarea").fill("a blue square on a yellow background")
+    number = page.locator("#num-images input[type=number]")
+    number.fill(str(images))
+    number.press("Enter")
+    page.get_by_role("button", name="Advanced").first.click()
+    box = page.get_by_label("Steps").first
+    box.fill(str(steps))
+    box.press("Enter")
+    page.get_by_role("button", name="Generate").click()
+    expect(page.locator("#gallery")).to_contain_text("preview", timeout=120_000)
+    expect(page.locator("#gallery")).not_to_contain_text("preview", timeout=240_000)
+    expect(page.locator("#gallery img")).to_have_count(images)
+    expect(page.locator("#info-line")).to_contain_text(f"{images} image(s) in")
+
+
+def test_live_previews_on_a_pool_of_two_cpu_replicas(browser, tmp_path):
+    """PREFERRED_DEVICE=cpu CPU_REPLICAS=2, as a user starts it: both replicas' images form live."""
+    if not embedded_model_available():
+        pytest.skip("needs the embedded model")
+    env = {"PREFERRED_DEVICE": "cpu", "CPU_REPLICAS": "2"}
+    with running_app(DEFAULT_MODEL, tmp_path, env=env) as (demo, backend):
+        assert len(backend.main.replicas) == 2
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        _generate_and_watch_previews(page, demo.local_url, images=4, steps=40)
+        page.close()
+
+
+def test_history_delete_removes_only_the_chosen_image(browser, tmp_path):
+    """History's Delete: the selected image's file goes, the others stay, the page shows one fewer."""
+    from playwright.sync_api import expect
+
+    if not embedded_model_available():
+        pytest.skip("needs the embedded model")
+    out = tmp_path / "out"
+    with running_app(DEFAULT_MODEL, out) as (demo, _):
+        from gradio_client import Client
+
+        Client(demo.local_url, verbose=False).predict(
+            prompt="a red circle on a blue background", num_images=3, steps=2, seed=11, api_name="/generate"
+        )
+        before = sorted(p.name for p in out.rglob("*.png"))
+        assert len(before) == 3
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(demo.local_url, wait_until="load")
+        page.get_by_role("tab", name="History").click()
+        expect(page.locator("#history-page")).to_contain_text("3 image(s) · page 1 of 1", timeout=30_000)
+        page.locator("#history-gallery img").first.click()
+        expect(page.locator("#history-details")).to_contain_text("Seed", ignore_case=True)
+        chosen = page.locator("#history-details").inner_text()
+        page.get_by_role("button", name="Delete").click()
+        expect(page.locator("#history-page")).to_contain_text("2 image(s) · page 1 of 1", timeout=30_000)
+        after = sorted(p.name for p in out.rglob("*.png"))
+        assert len(after) == 2 and set(after) < set(before)
+        gone = (set(before) - set(after)).pop()
+        shown_seed = re.search(r"seed\s+(\d+)", chosen).group(1)
+        assert gone.split("-")[-1] == f"{shown_seed}.png"  # the file of the image that was selected
         page.close()

@@ -201,8 +201,24 @@ def test_the_app_runs_on_the_ray_backend(backend, tmp_path, tiny_model_dir):
     from tests.test_reliability import args
 
     with running_app(tiny_model_dir, tmp_path, backend=backend) as (demo, _):
-        images, info = Client(demo.local_url, verbose=False).predict(**args(seed=8), api_name="/generate")
-    assert info["seeds"] == [8] and len(images) == 1
+        client = Client(demo.local_url, verbose=False)
+        images, info = client.predict(**args(seed=8), api_name="/generate")
+        assert info["seeds"] == [8] and len(images) == 1
+        # Stop through the app: the replica stops after its step and the finished images come back
+        job = client.submit(**args(seed=9, num_images=8, steps=150, width=32, height=32), api_name="/generate")
+        deadline = time.time() + 120
+        while time.time() < deadline and not any(u.progress for u in job.status().progress_data or []):
+            time.sleep(0.2)  # a test may sleep-poll: until the replica reports its first steps
+        client.predict("", api_name="/stop")
+        images, info = job.result(timeout=120)
+    assert info["cancelled"] is True and len(images) < 8
+
+
+def test_ray_replicas_stream_previews_to_the_engine(backend):
+    from engine import Engine, Finished, Preview
+
+    events = list(Engine(backend).submit(request(seed=12, num_images=2, steps=10)).events(timeout=300))
+    assert any(isinstance(e, Preview) and e.images for e in events) and isinstance(events[-1], Finished)
 
 
 def broken_model(folder):
