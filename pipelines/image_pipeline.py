@@ -19,7 +19,6 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from devices.attention import describe as describe_attention
 
 from . import samplers
 from .backend import ModelInfo, ReplicaStatus
+from .callbacks import CallMonitor, CancelFn, Chained, Interrupted, LegacyCallback, PreviewFn, Previews, ProgressFn
 from .calls import call_kwargs, size_for
 from .errors import OutOfMemoryError, UnsupportedTaskError
 from .guidance import DEFAULT_GUIDANCE_END, GuidanceCutoff, supports_guidance_end
@@ -43,10 +43,6 @@ from .tokens import windows as token_windows
 from .traits import inspect_pipeline
 
 log = logging.getLogger(__name__)
-
-ProgressFn = Callable[[int, int, int], None]
-CancelFn = Callable[[], bool]
-PreviewFn = Callable[[int, list[Any]], None]  # (index of the first image, preview images of this chunk)
 
 # Default pixel budget per image: the model's native area times this factor (MAX_PIXELS overrides).
 # CPU and MPS get 4 (2x each side: a 64x64 model stops at 128x128, SD 1.5 at 1024x1024) because
@@ -79,123 +75,6 @@ def read_vocabulary(source: str) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as exc:
         log.warning("ignoring unreadable %s: %s", path, exc)
         return {}
-
-
-class _CallMonitor:
-    """The `callback_on_step_end` of one diffusers call: progress, cancel and phase timings.
-
-    Timings without re-implementing the pipeline: encode = call start -> end of the last
-    text-encoder forward (forward hooks); denoise = -> end of the last step; decode = -> call
-    return. On accelerators each mark synchronizes, so the times are real, not launch times.
-    Progress counts steps over the whole request (`base` steps done before this call, of
-    `total`); `first_image` is the index of this call's first image.
-    """
-
-    def __init__(
-        self,
-        pipe: Any,
-        dm: DeviceManager,
-        progress: ProgressFn | None,
-        should_cancel: CancelFn | None,
-        base: int,
-        total: int,
-        first_image: int,
-        call_steps: int,
-    ):
-        self.dm = dm
-        self.progress, self.should_cancel = progress, should_cancel
-        self.base, self.total, self.first_image = base, total, first_image
-        self.call_steps = call_steps  # steps this call reports (PNDM calls back one time more)
-        self.cancelled = False
-        self.start = self.encoded = self.last_step = 0.0
-        self.steps = 0
-        self._hooks = [
-            module.register_forward_hook(self._on_encoder)
-            for name, module in getattr(pipe, "components", {}).items()
-            if name.startswith("text_encoder") and isinstance(module, torch.nn.Module)
-        ]
-
-    def _now(self) -> float:
-        self.dm.synchronize()
-        return time.perf_counter()
-
-    def _on_encoder(self, *_args: Any) -> None:
-        if self.steps == 0:
-            self.encoded = self._now()
-
-    def begin(self) -> None:
-        self.start = self.encoded = self.last_step = self._now()
-
-    def __call__(self, pipe: Any, step: int, _timestep: Any, _tensors: dict) -> dict:
-        self.steps += 1
-        self.last_step = self._now()
-        if self.progress is not None:
-            self.progress(self.base + min(step + 1, self.call_steps), self.total, self.first_image)
-        if self.should_cancel is not None and self.should_cancel():
-            self.cancelled = True
-            pipe._interrupt = True  # diffusers skips the remaining steps
-        return {}
-
-    def finish(self) -> dict[str, float]:
-        end = self._now()
-        for hook in self._hooks:
-            hook.remove()
-        last = self.last_step if self.steps else end
-        return {
-            "encode": self.encoded - self.start,
-            "denoise": max(0.0, last - self.encoded),
-            "decode": end - last,
-            "total": end - self.start,
-            "steps": float(self.steps),
-        }
-
-
-class _Previews:
-    """The step callback with previews: the monitor's callback, then every `every` steps a preview."""
-
-    def __init__(self, monitor: _CallMonitor, decoder: PreviewDecoder, preview: PreviewFn, first: int, every: int):
-        self.monitor, self.decoder, self.preview = monitor, decoder, preview
-        self.first_image, self.every = first, every
-        self.latents = None
-
-    def __call__(self, pipe: Any, step: int, timestep: Any, tensors: dict) -> dict:
-        result = self.monitor(pipe, step, timestep, tensors)
-        self.latents = tensors.get("latents")
-        if self.every and (step + 1) % self.every == 0 and not self.monitor.cancelled:
-            images = self.decoder.decode(self.latents)
-            if images:
-                self.preview(self.first_image, images)
-        return result
-
-    def learn(self, images: list[Any]) -> None:
-        if self.latents is not None:
-            self.decoder.learn(self.latents, images)
-
-
-class _Chained:
-    """The step callback, then guidance end: progress and previews see every step as before."""
-
-    def __init__(self, callback: Callable[..., dict], cutoff: GuidanceCutoff):
-        self.callback, self.cutoff = callback, cutoff
-
-    def __call__(self, pipe: Any, step: int, timestep: Any, tensors: dict) -> dict:
-        return {**self.callback(pipe, step, timestep, tensors), **self.cutoff(pipe, step, timestep, tensors)}
-
-
-class _Interrupted(Exception):
-    """Raised from a legacy step callback to stop a pipeline that has no `_interrupt` check."""
-
-
-class _LegacyCallback:
-    """Adapts the old `callback(step, timestep, latents)` to the `callback_on_step_end` protocol."""
-
-    def __init__(self, pipe: Any, on_step_end: Callable[..., dict]):
-        self.pipe, self.on_step_end = pipe, on_step_end
-
-    def __call__(self, step: int, timestep: Any, latents: Any) -> None:
-        self.on_step_end(self.pipe, step, timestep, {"latents": latents})
-        if getattr(self.pipe, "_interrupt", False):
-            raise _Interrupted
 
 
 class ImagePipeline:
@@ -575,7 +454,7 @@ class ImagePipeline:
             generators = [self.dm.create_generator(item["seed"]) for item in chunk]
             fitted = [{**item, "prompt": prompts[item["prompt"]]} for item in chunk]
             call = call_kwargs(self.traits, accepted, request, fitted, (width, height), generators)
-            timer = _CallMonitor(
+            timer = CallMonitor(
                 pipe, self.dm, progress, should_cancel, steps_done, total_steps, first + done, steps_per_call
             )
             try:
@@ -612,7 +491,7 @@ class ImagePipeline:
         self,
         pipe: Any,
         call: dict[str, Any],
-        timer: _CallMonitor,
+        timer: CallMonitor,
         preview: PreviewFn | None,
         first: int,
         guidance_end: float = DEFAULT_GUIDANCE_END,
@@ -620,23 +499,23 @@ class ImagePipeline:
         """One diffusers call with the step callback (previews, guidance end); returns (output, phase timings)."""
         callback = timer
         if preview is not None:
-            callback = _Previews(timer, self._previews, preview, first, self.options.preview_every)
+            callback = Previews(timer, self._previews, preview, first, self.options.preview_every)
         style = self.traits.step_callback
         if style == "on_step_end":
             call["callback_on_step_end"] = callback
             if guidance_end < 1.0:
                 cutoff = GuidanceCutoff(pipe, guidance_end)
-                call["callback_on_step_end"] = _Chained(callback, cutoff)
+                call["callback_on_step_end"] = Chained(callback, cutoff)
                 call["callback_on_step_end_tensor_inputs"] = ["latents", *cutoff.tensor_inputs]
         elif style == "legacy":  # PixArt: callback(step, timestep, latents), no interrupt flag
-            call["callback"] = _LegacyCallback(pipe, callback)
+            call["callback"] = LegacyCallback(pipe, callback)
             call["callback_steps"] = 1
         output = None
         try:
             timer.begin()
             with self.dm.attention_context():
                 output = pipe(**call)
-        except _Interrupted:
+        except Interrupted:
             pass  # a legacy-callback pipeline stopped by Stop: timer.cancelled says so
         finally:
             timing = timer.finish()
