@@ -27,7 +27,7 @@ import torch
 from devices import DeviceManager
 from devices.attention import describe as describe_attention
 
-from . import samplers
+from . import hashing, samplers
 from .backend import ModelInfo, ReplicaStatus
 from .callbacks import CallMonitor, CancelFn, Chained, Interrupted, LegacyCallback, PreviewFn, Previews, ProgressFn
 from .calls import call_kwargs, size_for
@@ -222,20 +222,7 @@ class ImagePipeline:
     def model_hash(self) -> str | None:
         """A1111's short hash of the checkpoint (or denoiser weights); started in the background at load,
         so a multi-GB model's first result does not wait for it (a cached result when already done)."""
-        from .pnginfo import model_weights_file, short_hash
-
-        weights = model_weights_file(self.source)
-        return short_hash(weights) if weights else None
-
-    def _hashes(self, loras: dict[str, float]) -> dict[str, Any]:
-        """`model_hash` and `lora_hashes` (A1111/Civitai short SHA-256) for a result's metadata."""
-        from .pnginfo import short_hash
-
-        files = self.loras.available()
-        out: dict[str, Any] = {"model_hash": self.model_hash()}
-        if loras:
-            out["lora_hashes"] = {n: short_hash(files[n]) for n in loras if n in files}
-        return out
+        return hashing.model_hash(self.source)
 
     def model_info(self) -> ModelInfo:
         """Defaults and limits of the loaded model, as the UI and the API enforce them."""
@@ -615,7 +602,7 @@ class ImagePipeline:
         total["steps_per_second"] = steps / total["denoise"] if total["denoise"] > 0 else 0.0
         for meta in metas:
             meta["timings"] = {k: round(v, 4) for k, v in total.items()}
-            meta.update(self._hashes(meta.get("loras", {})))
+            meta.update(hashing.result_hashes(self.source, self.loras.available(), meta.get("loras", {})))
         return GenerationResult(
             images=images,
             seeds=[m["seed"] for m in metas],

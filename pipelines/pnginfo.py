@@ -5,13 +5,11 @@ and a last line of `Key: value` pairs in which a value may be a quoted JSON stri
 (`Lora hashes: "a: 1f2e, b: 9c8d"`); this is parsed with A1111's own pattern. ComfyUI stores its API
 graph as JSON in the `prompt` chunk: the sampler node and the nodes it links to give the values.
 
-Hashes as A1111 and Civitai write them: the first 10 hex digits of the SHA-256 of the file.
+Hashes (`Model hash`, `Lora hashes`) are computed in pipelines.hashing.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -29,33 +27,6 @@ _SIZE = re.compile(r"^(\d+)x(\d+)$")
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
 
 FIELDS = ("prompt", "negative_prompt", "steps", "sampler", "guidance_scale", "seed", "width", "height", "model")
-
-
-@functools.lru_cache(maxsize=64)
-def _hash(path: str, size: int, mtime: float) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            sha.update(chunk)
-    return sha.hexdigest()[:10]
-
-
-def short_hash(path: str | Path) -> str:
-    """A1111's/Civitai's AutoV2 hash of a file: SHA-256, first 10 hex digits (cached per file version)."""
-    st = Path(path).stat()
-    return _hash(str(path), st.st_size, st.st_mtime)
-
-
-def model_weights_file(source: str | Path) -> Path | None:
-    """The file whose hash names a model: the checkpoint itself, or a diffusers folder's denoiser weights."""
-    path = Path(source)
-    if path.is_file():
-        return path
-    for part in ("unet", "transformer"):
-        weights = path / part / "diffusion_pytorch_model.safetensors"
-        if weights.is_file():
-            return weights
-    return None
 
 
 def parse_a1111(text: str) -> dict[str, Any]:
