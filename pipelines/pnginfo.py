@@ -1,5 +1,7 @@
 """Reading generation parameters back out of PNGs made by us, by A1111/Forge/SD.Next, or by ComfyUI.
 
+Writing them is pipelines.metadata's; this module imports nothing from it, so the two form no cycle.
+
 A1111's infotext (its `parameters` text chunk) is prompt lines, an optional `Negative prompt:` part,
 and a last line of `Key: value` pairs in which a value may be a quoted JSON string holding commas
 (`Lora hashes: "a: 1f2e, b: 9c8d"`); this is parsed with A1111's own pattern. ComfyUI stores its API
@@ -17,8 +19,9 @@ from typing import Any
 
 from PIL import Image
 
-from .metadata import JSON_KEY
 from .samplers import from_a1111
+
+JSON_KEY = "diffusion_anywhere"  # our PNG chunk with the full metadata dict (written by pipelines.metadata)
 
 # A1111 modules/infotext_utils.py: `re_param_code`
 _PARAM = re.compile(r'\s*(\w[\w \-/]+):\s*("(?:\\.|[^\\"])+"|[^,]*)(?:,|$)')
@@ -128,3 +131,20 @@ def read_png_info(path: str | Path) -> dict[str, Any]:
             raise ValueError("the PNG's `prompt` chunk is not ComfyUI JSON") from None
         return {"source": "comfyui", "parameters": parse_comfyui(graph), "raw": text["prompt"]}
     raise ValueError("no generation parameters in this PNG (A1111 `parameters` or ComfyUI `prompt` chunk)")
+
+
+def parse_a1111_parameters(text: str) -> dict[str, Any]:
+    """The fields of an A1111 infotext, without the raw `Key: value` pairs (`read_metadata`'s view)."""
+    fields = parse_a1111(text)
+    fields.pop("extra")
+    return fields
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """{"parameters": parsed A1111 fields, "json": our JSON chunk} of a saved PNG."""
+    with Image.open(path) as image:
+        text = dict(image.text)  # type: ignore[attr-defined]
+    return {
+        "parameters": parse_a1111_parameters(text["parameters"]) if "parameters" in text else None,
+        "json": json.loads(text[JSON_KEY]) if JSON_KEY in text else None,
+    }
