@@ -8,35 +8,35 @@
  5. denoise in micro-batches; on out-of-memory: empty the cache, halve, retry, warn;
  6. report progress from `callback_on_step_end`, stop through the pipeline's interrupt on cancel;
  7. collect images, per-image metadata, timings and peak memory.
+
+Set-up lives apart: loading and recipes in pipelines.model_setup, step callbacks in
+pipelines.callbacks, model and LoRA hashes in pipelines.hashing.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import json
 import logging
 import secrets
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from devices import DeviceManager
-from devices.attention import describe as describe_attention
 
-from . import hashing, samplers
+from . import hashing, model_setup, samplers
 from .backend import ModelInfo, ReplicaStatus
 from .callbacks import CallMonitor, CancelFn, Chained, Interrupted, LegacyCallback, PreviewFn, Previews, ProgressFn
 from .calls import call_kwargs, size_for
 from .errors import OutOfMemoryError, UnsupportedTaskError
 from .guidance import DEFAULT_GUIDANCE_END, GuidanceCutoff, supports_guidance_end
 from .lora import LoraInfo, LoraManager
+from .model_setup import read_vocabulary
 from .options import PipelineOptions
 from .preview import PreviewDecoder
-from .recipes import Recipe, open_model
+from .recipes import Recipe
 from .request import GenerationRequest, GenerationResult
 from .tokens import count_tokens, fit_prompt, truncation_warnings
 from .tokens import windows as token_windows
@@ -59,22 +59,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     return isinstance(exc, RuntimeError) and any(m.lower() in str(exc).lower() for m in OOM_MARKERS)
-
-
-def read_vocabulary(source: str) -> dict[str, Any]:
-    """A model folder's optional vocabulary.json: the words it knows, its default steps/CFG.
-
-    The embedded model ships one (it only understands its own small world); for other models
-    it is absent and the app shows no vocabulary.
-    """
-    path = Path(source) / "vocabulary.json"
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        log.warning("ignoring unreadable %s: %s", path, exc)
-        return {}
 
 
 class ImagePipeline:
@@ -110,14 +94,7 @@ class ImagePipeline:
         cls, source: str | Path | None = None, device_manager: DeviceManager | None = None, **options: Any
     ) -> ImagePipeline:
         """Load `source` (folder, Hub id or .safetensors; default MODEL_ID) onto the manager's device."""
-        opts = PipelineOptions.from_env(**options)
-        source = str(source or opts.model_id)
-        dm = device_manager or DeviceManager()
-        start = time.perf_counter()
-        pipe, recipe, weights = open_model(source, dm, opts.extra)
-        self = cls.from_loaded(pipe, dm, opts, weights, start, recipe)
-        self.model_id = source  # what MODEL_ID said (a recipe name stays a name)
-        return self
+        return model_setup.load(cls, source, device_manager, **options)
 
     @classmethod
     def from_loaded(
@@ -131,59 +108,7 @@ class ImagePipeline:
     ) -> ImagePipeline:
         """Wrap a diffusers pipeline already in memory (a device pool copies one per device):
         the recipe's LoRAs and defaults, attention, memory mode, then onto the manager's device."""
-        start = time.perf_counter() if start is None else start
-        pipe.set_progress_bar_config(disable=True)
-        self = cls(pipe, dm, opts, source)
-        if recipe is not None:
-            self._apply_recipe(recipe)
-        applied = dm.apply_attention(pipe)
-        self.memory_savers = dm.set_memory_efficient_mode(pipe, opts.memory_mode)
-        self.attention_applied = describe_attention(pipe, applied)  # read back after the memory savers
-        if "model_cpu_offload" not in self.memory_savers:
-            pipe.to(dm.device)
-        self.load_seconds = time.perf_counter() - start
-        threading.Thread(target=self.model_hash, name="model-hash", daemon=True).start()
-        log.info(
-            "loaded %s in %.2f s on %s (%s, attention %s)",
-            source,
-            self.load_seconds,
-            dm.device,
-            dm.dtype_name,
-            dm.attention,
-        )
-        return self
-
-    def _apply_recipe(self, recipe: Recipe) -> None:
-        """Name, task, defaults (size, sampler, image guidance), LoRAs (fused, or always active)."""
-        self.recipe = recipe
-        self.model_name = recipe.name
-        self.vocabulary = {**self.vocabulary, **recipe.ui_vocabulary()}
-        d = recipe.defaults
-        changes: dict[str, Any] = {}
-        if recipe.task == "edit":
-            changes["text_to_image"] = False
-        elif recipe.task == "text-to-image":
-            changes.update(edit=False, image_to_image="")
-        if "width" in d or "height" in d:
-            w, h = self.traits.default_size
-            changes["default_size"] = (d.get("width", w), d.get("height", h))
-        self.traits = dataclasses.replace(self.traits, **changes)
-        if "image_guidance" in d:
-            self.default_image_guidance = float(d["image_guidance"])
-        if "guidance_end" in d:
-            self.default_guidance_end = float(d["guidance_end"])
-            if not self._stops_guidance(self.pipe):
-                log.warning("%s: %s cannot stop guidance early; guidance_end is ignored", recipe.name, type(self.pipe).__name__)
-        if "sampler" in d:
-            self.pipe.scheduler = samplers.build(self.pipe.scheduler, d["sampler"])
-        for lora in recipe.loras:
-            name = self.loras.load(recipe.resolve(lora.path), allow_outside=True)
-            if lora.fuse:  # merged into the weights: no per-step LoRA cost, cannot be switched off
-                self.pipe.fuse_lora(adapter_names=[name], lora_scale=lora.scale)
-                self.loras.unload(name)
-            else:
-                self.base_loras[name] = lora.scale
-        log.info("recipe %s applied (task %s, defaults %s, LoRAs %d)", recipe.name, recipe.task, d, len(recipe.loras))
+        return model_setup.wrap(cls, pipe, dm, opts, source, start, recipe)
 
     @property
     def diffusers_pipeline(self) -> Any:
