@@ -15,6 +15,8 @@ pipelines.callbacks, model and LoRA hashes in pipelines.hashing.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
 import logging
 import secrets
@@ -59,6 +61,34 @@ def is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     return isinstance(exc, RuntimeError) and any(m.lower() in str(exc).lower() for m in OOM_MARKERS)
+
+
+@dataclasses.dataclass
+class _Plan:
+    """One request's work, fixed before the first diffusers call (`ImagePipeline._plan`)."""
+
+    pipe: Any
+    request: GenerationRequest
+    items: list[dict[str, Any]]  # the work items run here (a range of the request's, see `work_items`)
+    first: int  # index of items[0] among the request's items
+    accepted: frozenset[str]  # the parameters the diffusers call takes
+    prompts: dict[str, str]  # the user's prompt -> the part the text encoders keep
+    size: tuple[int, int]
+    guidance_end: float
+    warnings: list[str]
+
+
+@dataclasses.dataclass
+class _Finished:
+    """What the micro-batch loop finished (`ImagePipeline._denoise`), and how it split the batch."""
+
+    micro: int  # the micro-batch size in use (the last one after out-of-memory splits)
+    images: list[Any] = dataclasses.field(default_factory=list)
+    metas: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    inputs: list[Any] = dataclasses.field(default_factory=list)
+    timings: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    cancelled: bool = False
+    oom_splits: int = 0
 
 
 class ImagePipeline:
@@ -332,11 +362,19 @@ class ImagePipeline:
         item_range: tuple[int, int] | None = None,
         preview: PreviewFn | None = None,
     ) -> GenerationResult:
+        """Steps 2-7 of a validated request, under the lock: plan it, denoise it, assemble the result."""
+        plan = self._plan(request, item_range)
+        finished = self._denoise(plan, progress, should_cancel, preview)
+        return self._assemble(plan, finished)
+
+    def _plan(self, request: GenerationRequest, item_range: tuple[int, int] | None) -> _Plan:
+        """Steps 2-4: the pipeline and its LoRAs, one seed per image, and what this pipeline takes,
+        all fixed before the first diffusers call."""
         # 2-3. pipeline and LoRAs
         pipe = self._pipeline_for(request)
         self.loras.activate({**self.base_loras, **request.loras})
         # 4. one seed per image
-        width, height = size_for(request, self.traits)
+        size = size_for(request, self.traits)
         seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
         items = self.work_items(request, seed)
         first = 0
@@ -347,57 +385,73 @@ class ImagePipeline:
         warnings = self._request_warnings(request, pipe, accepted)
         guidance_end = self._guidance_end(request, pipe, warnings)
         prompts = {p: fit_prompt(pipe, p) for p in request.prompts}  # metadata keeps the user's full text
+        return _Plan(pipe, request, items, first, accepted, prompts, size, guidance_end, warnings)
 
-        # 5-6. micro-batches (halved on out-of-memory), progress and cancel through the step callback
-        micro = min(len(items), self.options.micro_batch, self._micro_batch_limit.get((width, height), 10**6))
-        images, metas, inputs, timings = [], [], [], []
-        cancelled = False
-        oom_splits = 0
+    def _denoise(
+        self, plan: _Plan, progress: ProgressFn | None, should_cancel: CancelFn | None, preview: PreviewFn | None
+    ) -> _Finished:
+        """Steps 5-6: the items in micro-batches (halved on out-of-memory), progress and cancel
+        through the step callback. A chunk interrupted by cancel is dropped: it is only partly denoised."""
+        items = plan.items
+        out = _Finished(micro=min(len(items), self.options.micro_batch, self._micro_batch_limit.get(plan.size, 10**6)))
         self.dm.reset_peak_memory()
         done = 0
         steps_done = 0
         while done < len(items):
             if should_cancel is not None and should_cancel():
-                cancelled = True
+                out.cancelled = True
                 break
-            chunk = items[done : done + micro]
-            steps_per_call = self._steps_for(request, accepted)
-            total_steps = steps_done + steps_per_call * -(-(len(items) - done) // micro)
-            generators = [self.dm.create_generator(item["seed"]) for item in chunk]
-            fitted = [{**item, "prompt": prompts[item["prompt"]]} for item in chunk]
-            call = call_kwargs(self.traits, accepted, request, fitted, (width, height), generators)
+            chunk = items[done : done + out.micro]
+            steps_per_call = self._steps_for(plan.request, plan.accepted)
+            total_steps = steps_done + steps_per_call * -(-(len(items) - done) // out.micro)
+            call = self._chunk_kwargs(plan, chunk)
+            first = plan.first + done
             timer = CallMonitor(
-                pipe, self.dm, progress, should_cancel, steps_done, total_steps, first + done, steps_per_call
+                plan.pipe, self.dm, progress, should_cancel, steps_done, total_steps, first, steps_per_call
             )
             try:
-                output, timing = self._call(pipe, call, timer, preview, first + done, guidance_end)
+                output, timing = self._call(plan.pipe, call, timer, preview, first, plan.guidance_end)
             except Exception as exc:
                 if not is_out_of_memory(exc):
                     raise
-                finished = (images, metas, inputs, timings, warnings, False)  # nothing was cancelled yet
-                micro = self._shrink_after_oom(exc, micro, (width, height), lambda f=finished: self._result(*f))
-                oom_splits += 1
+                # what finished so far, for OutOfMemoryError (nothing was cancelled yet)
+                partial = functools.partial(
+                    self._result, out.images, out.metas, out.inputs, out.timings, plan.warnings, False
+                )
+                out.micro = self._shrink_after_oom(exc, out.micro, plan.size, partial)
+                out.oom_splits += 1
                 continue
             if timer.cancelled:
-                cancelled = True  # the interrupted chunk is only partly denoised: drop it
+                out.cancelled = True
                 break
-            timings.append(timing)
+            out.timings.append(timing)
             steps_done += steps_per_call
             for item, image in zip(chunk, output.images, strict=True):
-                images.append(image)
-                inputs.append(item["image"])
-                metas.append(self._metadata(request, item, *image.size, guidance_end))
+                out.images.append(image)
+                out.inputs.append(item["image"])
+                out.metas.append(self._metadata(plan.request, item, *image.size, plan.guidance_end))
             done += len(chunk)
-        # 7. what finished, with its metadata and timings
-        if oom_splits:
-            chunks = -(-len(items) // micro)
-            warnings.append(f"out of memory: batch split into {chunks} chunks of at most {micro} image(s)")
-        if cancelled:
-            warnings.append(f"cancelled: {len(images)} of {len(items)} image(s) finished")
-        if images and images[0].size != (width, height):
-            w, h = images[0].size
+        return out
+
+    def _chunk_kwargs(self, plan: _Plan, chunk: list[dict[str, Any]]) -> dict[str, Any]:
+        """The diffusers call of one micro-batch: its own CPU generators, prompts fitted to the encoders."""
+        generators = [self.dm.create_generator(item["seed"]) for item in chunk]
+        fitted = [{**item, "prompt": plan.prompts[item["prompt"]]} for item in chunk]
+        return call_kwargs(self.traits, plan.accepted, plan.request, fitted, plan.size, generators)
+
+    def _assemble(self, plan: _Plan, out: _Finished) -> GenerationResult:
+        """Step 7: what finished, with its metadata and timings, and warnings for what did not go as asked."""
+        warnings, items = plan.warnings, plan.items
+        width, height = plan.size
+        if out.oom_splits:
+            chunks = -(-len(items) // out.micro)
+            warnings.append(f"out of memory: batch split into {chunks} chunks of at most {out.micro} image(s)")
+        if out.cancelled:
+            warnings.append(f"cancelled: {len(out.images)} of {len(items)} image(s) finished")
+        if out.images and out.images[0].size != (width, height):
+            w, h = out.images[0].size
             warnings.append(f"{self.traits.class_name} produced {w}x{h} instead of the requested {width}x{height}")
-        return self._result(images, metas, inputs, timings, warnings, cancelled)
+        return self._result(out.images, out.metas, out.inputs, out.timings, warnings, out.cancelled)
 
     def _call(
         self,
