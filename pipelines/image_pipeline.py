@@ -181,40 +181,7 @@ class ImagePipeline:
 
     def model_info(self) -> ModelInfo:
         """Defaults and limits of the loaded model, as the UI and the API enforce them."""
-        vocab, traits = self.vocabulary, self.traits
-        defaults = GenerationRequest(prompt="")
-        w, h = self.default_size
-        stops_guidance = self._stops_guidance(self.pipe)
-        return ModelInfo(
-            model_name=self.model_name,
-            default_width=w,
-            default_height=h,
-            size_multiple=self.size_multiple,
-            max_side=self.max_side,
-            max_pixels=self.max_pixels,
-            max_batch=self.options.max_batch,
-            default_steps=int(vocab.get("default_steps", defaults.steps)),  # signature defaults (50) are too many
-            default_guidance=float(
-                vocab.get("default_guidance_scale", traits.default_guidance or defaults.guidance_scale)
-            ),
-            scheduler=self.scheduler_name,
-            samplers=tuple(s.name for s in samplers.offered(self.pipe.scheduler)),
-            loras=tuple(sorted(self.loras.available())),
-            vocabulary=dict(vocab),
-            examples=tuple(vocab.get("examples") or ()),
-            pipeline_class=traits.class_name,
-            text_to_image=traits.text_to_image,
-            edit=traits.edit,
-            image_to_image=bool(traits.image_to_image),
-            guidance_label=traits.guidance_label,
-            lora_supported=traits.lora,
-            image_guidance=traits.image_guidance,
-            default_image_guidance=self.default_image_guidance,
-            guidance_end=stops_guidance,
-            default_guidance_end=self.default_guidance_end if stops_guidance else 1.0,  # what a request gets
-            notes=str(vocab.get("notes", "")),
-            attention=dict(self.attention_applied),
-        )
+        return model_setup.describe(self)
 
     @property
     def scheduler_name(self) -> str:

@@ -1,9 +1,10 @@
 """Turning a diffusers pipeline into a ready ImagePipeline: open the model (or recipe), apply the
-recipe's name, task, defaults and LoRAs, set attention and memory mode, move it to the device.
+recipe's name, task, defaults and LoRAs, set attention and memory mode, move it to the device;
+then `describe` what the set-up model offers (its defaults and limits, `model_info`).
 
 Apart from pipelines.image_pipeline so the class keeps to running requests; pipelines.loading finds
 and loads the raw diffusers pipeline, this module sets it up. It never imports image_pipeline (the
-class is passed in as `cls`), so the two form no import cycle.
+class is passed in as `cls`, the instance as `self`), so the two form no import cycle.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from devices import DeviceManager
 from devices.attention import describe as describe_attention
 
 from . import samplers
+from .backend import ModelInfo
 from .options import PipelineOptions
 from .recipes import Recipe, open_model
+from .request import GenerationRequest
 
 log = logging.getLogger(__name__)
 
@@ -130,3 +133,40 @@ def _trait_changes(traits: Any, recipe: Recipe) -> dict[str, Any]:
         w, h = traits.default_size
         changes["default_size"] = (d.get("width", w), d.get("height", h))
     return changes
+
+
+def describe(self: Any) -> ModelInfo:
+    """`ImagePipeline.model_info`: the loaded model's defaults and limits, as the UI and the API
+    enforce them (the vocabulary's and recipe's defaults over diffusers' signature defaults)."""
+    vocab, traits = self.vocabulary, self.traits
+    defaults = GenerationRequest(prompt="")
+    w, h = self.default_size
+    stops_guidance = self._stops_guidance(self.pipe)
+    return ModelInfo(
+        model_name=self.model_name,
+        default_width=w,
+        default_height=h,
+        size_multiple=self.size_multiple,
+        max_side=self.max_side,
+        max_pixels=self.max_pixels,
+        max_batch=self.options.max_batch,
+        default_steps=int(vocab.get("default_steps", defaults.steps)),  # signature defaults (50) are too many
+        default_guidance=float(vocab.get("default_guidance_scale", traits.default_guidance or defaults.guidance_scale)),
+        scheduler=self.scheduler_name,
+        samplers=tuple(s.name for s in samplers.offered(self.pipe.scheduler)),
+        loras=tuple(sorted(self.loras.available())),
+        vocabulary=dict(vocab),
+        examples=tuple(vocab.get("examples") or ()),
+        pipeline_class=traits.class_name,
+        text_to_image=traits.text_to_image,
+        edit=traits.edit,
+        image_to_image=bool(traits.image_to_image),
+        guidance_label=traits.guidance_label,
+        lora_supported=traits.lora,
+        image_guidance=traits.image_guidance,
+        default_image_guidance=self.default_image_guidance,
+        guidance_end=stops_guidance,
+        default_guidance_end=self.default_guidance_end if stops_guidance else 1.0,  # what a request gets
+        notes=str(vocab.get("notes", "")),
+        attention=dict(self.attention_applied),
+    )
