@@ -57,8 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     from devices import DeviceManager
     from pipelines import ImagePipeline
 
-    from . import suite
-
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(sections) - set(SECTIONS)
     if unknown:
@@ -73,28 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         args.model, dm, micro_batch=max([*batches, args.images]), max_batch=max(64, *batches)
     )
     steps = args.steps or int(pipeline.vocabulary.get("default_steps", 20))
-    report = {
-        "device": str(dm.device),
-        "backend": dm.backend,
-        "device_name": dm.device_name,
-        "dtype": dm.dtype_name,
-        "attention": dm.attention,
-        "torch_threads": torch.get_num_threads(),
-        "model": args.model,
-        "steps": steps,
-        "torch": torch.__version__,
-        "platform": platform.platform(),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "results": {},
-    }
-    runners = {
-        "wrapper": lambda: suite.wrapper_overhead(pipeline, args.images, steps, args.pairs),
-        "attention": lambda: suite.attention(pipeline, args.images, steps, args.repeats),
-        "batch": lambda: suite.batch_scaling(pipeline, batches, steps, args.repeats),
-        "dtype": lambda: suite.dtypes(pipeline, args.images, steps, args.repeats),
-        "roofline": lambda: suite.roofline(pipeline, args.images, steps, args.repeats),
-        "startup": lambda: suite.startup(args.model, args.device),
-    }
+    report = _report_header(dm, args.model, steps)
+    runners = _runners(pipeline, args, batches, steps)
     for name in sections:
         print(f"... {name}", file=sys.stderr, flush=True)
         report["results"][name] = runners[name]()
@@ -105,77 +83,139 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _report_header(dm, model: str, steps: int) -> dict:
+    """Where the figures were measured: device, dtype, attention, threads, versions, date."""
+    return {
+        "device": str(dm.device),
+        "backend": dm.backend,
+        "device_name": dm.device_name,
+        "dtype": dm.dtype_name,
+        "attention": dm.attention,
+        "torch_threads": torch.get_num_threads(),
+        "model": model,
+        "steps": steps,
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "results": {},
+    }
+
+
+def _runners(pipeline, args: argparse.Namespace, batches: list[int], steps: int) -> dict:
+    """One callable per section, run only for the sections asked for (`--only`)."""
+    from . import suite
+
+    return {
+        "wrapper": lambda: suite.wrapper_overhead(pipeline, args.images, steps, args.pairs),
+        "attention": lambda: suite.attention(pipeline, args.images, steps, args.repeats),
+        "batch": lambda: suite.batch_scaling(pipeline, batches, steps, args.repeats),
+        "dtype": lambda: suite.dtypes(pipeline, args.images, steps, args.repeats),
+        "roofline": lambda: suite.roofline(pipeline, args.images, steps, args.repeats),
+        "startup": lambda: suite.startup(args.model, args.device),
+    }
+
+
+_row = "{:<44} {:>12} {:>10}".format  # measurement, value, spread
+
+
 def format_table(report: dict) -> str:
+    """The report as a table of ratios and figures, one block per section measured, in SECTIONS order."""
     r = report["results"]
     lines = [
         f"{report['device_name']} ({report['device']}, {report['dtype']}, {report['attention']}, "
         f"{report['torch_threads']} threads), {report['steps']} steps",
         "",
+        _row("measurement", "value", "spread"),
     ]
-    row = "{:<44} {:>12} {:>10}".format
-    lines.append(row("measurement", "value", "spread"))
-    if "wrapper" in r:
-        w = r["wrapper"]
-        lines.append(
-            row(
-                f"wrapper / raw diffusers ({w['images']} img, {w['pairs']} pairs)",
-                f"{w['ratio_median_of_pairs']:.3f}x",
-                f"±{w['wrapper_s']['spread']:.0%}",
-            )
-        )
-        lines.append(row("  raw diffusers call", f"{w['raw_s']['median']:.3f} s", f"±{w['raw_s']['spread']:.0%}"))
-    if "attention" in r:
-        a = r["attention"]
-        lines.append(row("vanilla / sdpa attention", f"{a['vanilla_over_sdpa']:.2f}x", f"±{a['sdpa_s']['spread']:.0%}"))
-        lines.append(row("  max pixel diff vanilla vs sdpa", f"{a['max_pixel_diff']:.4f}", ""))
-    if "batch" in r:
-        for size, b in r["batch"]["batches"].items():
-            peak = b["peak_memory"]
-            lines.append(
-                row(
-                    f"per image at batch {size} (vs batch 1)",
-                    f"{b['per_image_s']['median']:.3f} s",
-                    f"{b['ratio_to_first']:.2f}x",
-                )
-            )
-            if peak:
-                lines.append(row(f"  peak memory at batch {size}", f"{peak / 2**20:.0f} MiB", ""))
-    if "dtype" in r:
-        for name, d in r["dtype"]["dtypes"].items():
-            lines.append(
-                row(f"{name}: speed vs float32", f"{d['speed_vs_float32']:.2f}x", f"±{d['seconds']['spread']:.0%}")
-            )
-            lines.append(
-                row(
-                    f"  {name}: max / mean pixel diff vs float32",
-                    f"{d['max_pixel_diff_vs_float32']:.4f}",
-                    f"{d['mean_pixel_diff_vs_float32']:.4f}",
-                )
-            )
-    if "roofline" in r:
-        f = r["roofline"]
-        lines.append(row(f"UNet GFLOP per step (batch {f['unet_batch']})", f"{f['unet_gflop_per_step']:.2f}", ""))
-        lines.append(row("matmul rate (2048^3, this run)", f"{f['matmul_gflops']:.1f} GF/s", ""))
-        lines.append(
-            row(
-                "UNet forward: fraction of matmul rate",
-                f"{f['unet_fraction_of_matmul']:.0%}",
-                f"{f['unet_gflops']:.1f} GF/s",
-            )
-        )
-        lines.append(
-            row(
-                "denoising loop: fraction of matmul rate",
-                f"{f['loop_fraction_of_matmul']:.0%}",
-                f"{f['denoise_loop_gflops']:.1f} GF/s",
-            )
-        )
-    if "startup" in r:
-        s = r["startup"]
-        lines.append(row("model load", f"{s['model_load_s']:.2f} s", ""))
-        launch = s["app_launch_to_page_s"]
-        lines.append(row("python app.py -> page answers", f"{launch:.1f} s" if launch else "no answer", ""))
+    for name, rows in _SECTION_ROWS.items():
+        if name in r:
+            lines += rows(r[name])
     return "\n".join(lines)
+
+
+def _wrapper_rows(w: dict) -> list[str]:
+    return [
+        _row(
+            f"wrapper / raw diffusers ({w['images']} img, {w['pairs']} pairs)",
+            f"{w['ratio_median_of_pairs']:.3f}x",
+            f"±{w['wrapper_s']['spread']:.0%}",
+        ),
+        _row("  raw diffusers call", f"{w['raw_s']['median']:.3f} s", f"±{w['raw_s']['spread']:.0%}"),
+    ]
+
+
+def _attention_rows(a: dict) -> list[str]:
+    return [
+        _row("vanilla / sdpa attention", f"{a['vanilla_over_sdpa']:.2f}x", f"±{a['sdpa_s']['spread']:.0%}"),
+        _row("  max pixel diff vanilla vs sdpa", f"{a['max_pixel_diff']:.4f}", ""),
+    ]
+
+
+def _batch_rows(batch: dict) -> list[str]:
+    lines = []
+    for size, b in batch["batches"].items():
+        peak = b["peak_memory"]
+        lines.append(
+            _row(
+                f"per image at batch {size} (vs batch 1)",
+                f"{b['per_image_s']['median']:.3f} s",
+                f"{b['ratio_to_first']:.2f}x",
+            )
+        )
+        if peak:
+            lines.append(_row(f"  peak memory at batch {size}", f"{peak / 2**20:.0f} MiB", ""))
+    return lines
+
+
+def _dtype_rows(dtype: dict) -> list[str]:
+    lines = []
+    for name, d in dtype["dtypes"].items():
+        lines.append(
+            _row(f"{name}: speed vs float32", f"{d['speed_vs_float32']:.2f}x", f"±{d['seconds']['spread']:.0%}")
+        )
+        lines.append(
+            _row(
+                f"  {name}: max / mean pixel diff vs float32",
+                f"{d['max_pixel_diff_vs_float32']:.4f}",
+                f"{d['mean_pixel_diff_vs_float32']:.4f}",
+            )
+        )
+    return lines
+
+
+def _roofline_rows(f: dict) -> list[str]:
+    return [
+        _row(f"UNet GFLOP per step (batch {f['unet_batch']})", f"{f['unet_gflop_per_step']:.2f}", ""),
+        _row("matmul rate (2048^3, this run)", f"{f['matmul_gflops']:.1f} GF/s", ""),
+        _row(
+            "UNet forward: fraction of matmul rate",
+            f"{f['unet_fraction_of_matmul']:.0%}",
+            f"{f['unet_gflops']:.1f} GF/s",
+        ),
+        _row(
+            "denoising loop: fraction of matmul rate",
+            f"{f['loop_fraction_of_matmul']:.0%}",
+            f"{f['denoise_loop_gflops']:.1f} GF/s",
+        ),
+    ]
+
+
+def _startup_rows(s: dict) -> list[str]:
+    launch = s["app_launch_to_page_s"]
+    return [
+        _row("model load", f"{s['model_load_s']:.2f} s", ""),
+        _row("python app.py -> page answers", f"{launch:.1f} s" if launch else "no answer", ""),
+    ]
+
+
+_SECTION_ROWS = {
+    "wrapper": _wrapper_rows,
+    "attention": _attention_rows,
+    "batch": _batch_rows,
+    "dtype": _dtype_rows,
+    "roofline": _roofline_rows,
+    "startup": _startup_rows,
+}  # in SECTIONS order: the table's order
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from models.eval import classify
+from models.scoring import classify, save_grid
 from models.train import edit_world
 from models.train.world import COLORS, Scene, draw
 
@@ -173,7 +173,9 @@ def run(args) -> dict:
         "n": args.n, "steps": steps, "guidance": guidance, "image_guidance": image_guidance,
         "guidance_end": guidance_end,
     }  # fmt: skip
-    print(f"{args.n} pairs, {steps} steps, guidance {guidance}, image guidance {image_guidance}, guidance end {guidance_end}")
+    print(
+        f"{args.n} pairs, {steps} steps, guidance {guidance}, image guidance {image_guidance}, guidance end {guidance_end}"
+    )
     grids = []
     for source in ("drawn", "generated"):
         gen = tiny_shapes_generator(args.seed + 7) if source == "generated" else None
@@ -192,8 +194,6 @@ def run(args) -> dict:
 
 def save_edit_grid(grids, path: Path, per_source: int = 8) -> None:
     """Rows of (input, output) pairs labelled with the instruction: drawn inputs, then generated ones."""
-    from models.eval import save_grid
-
     images, labels = [], []
     for items, rows, outputs in grids:
         for item, row, out in list(zip(items, rows, outputs, strict=True))[:per_source]:

@@ -2,8 +2,9 @@
 
 from .errors import LoraError, ModelLoadError, OutOfMemoryError, PipelineError
 from .image_pipeline import ImagePipeline
-from .metadata import read_metadata, save_images
+from .metadata import save_images
 from .options import PipelineOptions
+from .pnginfo import read_metadata
 from .request import GenerationRequest, GenerationResult
 
 __all__ = [

@@ -8,44 +8,42 @@
  5. denoise in micro-batches; on out-of-memory: empty the cache, halve, retry, warn;
  6. report progress from `callback_on_step_end`, stop through the pipeline's interrupt on cancel;
  7. collect images, per-image metadata, timings and peak memory.
+
+Set-up lives apart: loading and recipes in pipelines.model_setup, step callbacks in
+pipelines.callbacks, model and LoRA hashes in pipelines.hashing.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
-import json
 import logging
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from devices import DeviceManager
-from devices.attention import describe as describe_attention
 
-from . import samplers
+from . import hashing, model_setup, samplers
 from .backend import Capabilities, ModelInfo, ReplicaStatus
+from .callbacks import CallMonitor, CancelFn, Chained, Interrupted, LegacyCallback, PreviewFn, Previews, ProgressFn
 from .calls import call_kwargs, size_for
 from .errors import OutOfMemoryError, UnsupportedTaskError
 from .guidance import DEFAULT_GUIDANCE_END, GuidanceCutoff, supports_guidance_end
 from .lora import LoraInfo, LoraManager
+from .model_setup import read_vocabulary
 from .options import PipelineOptions
 from .preview import PreviewDecoder
-from .recipes import Recipe, open_model
+from .recipes import Recipe
 from .request import GenerationRequest, GenerationResult, RequestLimits, item_seed, pin_seed, validate
 from .tokens import count_tokens, fit_prompt, truncation_warnings
 from .tokens import windows as token_windows
 from .traits import inspect_pipeline
 
 log = logging.getLogger(__name__)
-
-ProgressFn = Callable[[int, int, int], None]
-CancelFn = Callable[[], bool]
-PreviewFn = Callable[[int, list[Any]], None]  # (index of the first image, preview images of this chunk)
 
 # Default pixel budget per image: the model's native area times this factor (MAX_PIXELS overrides).
 # CPU and MPS get 4 (2x each side: a 64x64 model stops at 128x128, SD 1.5 at 1024x1024) because
@@ -64,137 +62,32 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(m.lower() in str(exc).lower() for m in OOM_MARKERS)
 
 
-def read_vocabulary(source: str) -> dict[str, Any]:
-    """A model folder's optional vocabulary.json: the words it knows, its default steps/CFG.
+@dataclasses.dataclass
+class _Plan:
+    """One request's work, fixed before the first diffusers call (`ImagePipeline._plan`)."""
 
-    The embedded model ships one (it only understands its own small world); for other models
-    it is absent and the app shows no vocabulary.
-    """
-    path = Path(source) / "vocabulary.json"
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        log.warning("ignoring unreadable %s: %s", path, exc)
-        return {}
-
-
-class _CallMonitor:
-    """The `callback_on_step_end` of one diffusers call: progress, cancel and phase timings.
-
-    Timings without re-implementing the pipeline: encode = call start -> end of the last
-    text-encoder forward (forward hooks); denoise = -> end of the last step; decode = -> call
-    return. On accelerators each mark synchronizes, so the times are real, not launch times.
-    Progress counts steps over the whole request (`base` steps done before this call, of
-    `total`); `first_image` is the index of this call's first image.
-    """
-
-    def __init__(
-        self,
-        pipe: Any,
-        dm: DeviceManager,
-        progress: ProgressFn | None,
-        should_cancel: CancelFn | None,
-        base: int,
-        total: int,
-        first_image: int,
-        call_steps: int,
-    ):
-        self.dm = dm
-        self.progress, self.should_cancel = progress, should_cancel
-        self.base, self.total, self.first_image = base, total, first_image
-        self.call_steps = call_steps  # steps this call reports (PNDM calls back one time more)
-        self.cancelled = False
-        self.start = self.encoded = self.last_step = 0.0
-        self.steps = 0
-        self._hooks = [
-            module.register_forward_hook(self._on_encoder)
-            for name, module in getattr(pipe, "components", {}).items()
-            if name.startswith("text_encoder") and isinstance(module, torch.nn.Module)
-        ]
-
-    def _now(self) -> float:
-        self.dm.synchronize()
-        return time.perf_counter()
-
-    def _on_encoder(self, *_args: Any) -> None:
-        if self.steps == 0:
-            self.encoded = self._now()
-
-    def begin(self) -> None:
-        self.start = self.encoded = self.last_step = self._now()
-
-    def __call__(self, pipe: Any, step: int, _timestep: Any, _tensors: dict) -> dict:
-        self.steps += 1
-        self.last_step = self._now()
-        if self.progress is not None:
-            self.progress(self.base + min(step + 1, self.call_steps), self.total, self.first_image)
-        if self.should_cancel is not None and self.should_cancel():
-            self.cancelled = True
-            pipe._interrupt = True  # diffusers skips the remaining steps
-        return {}
-
-    def finish(self) -> dict[str, float]:
-        end = self._now()
-        for hook in self._hooks:
-            hook.remove()
-        last = self.last_step if self.steps else end
-        return {
-            "encode": self.encoded - self.start,
-            "denoise": max(0.0, last - self.encoded),
-            "decode": end - last,
-            "total": end - self.start,
-            "steps": float(self.steps),
-        }
+    pipe: Any
+    request: GenerationRequest
+    items: list[dict[str, Any]]  # the work items run here (a range of the request's, see `work_items`)
+    first: int  # index of items[0] among the request's items
+    accepted: frozenset[str]  # the parameters the diffusers call takes
+    prompts: dict[str, str]  # the user's prompt -> the part the text encoders keep
+    size: tuple[int, int]
+    guidance_end: float
+    warnings: list[str]
 
 
-class _Previews:
-    """The step callback with previews: the monitor's callback, then every `every` steps a preview."""
+@dataclasses.dataclass
+class _Finished:
+    """What the micro-batch loop finished (`ImagePipeline._denoise`), and how it split the batch."""
 
-    def __init__(self, monitor: _CallMonitor, decoder: PreviewDecoder, preview: PreviewFn, first: int, every: int):
-        self.monitor, self.decoder, self.preview = monitor, decoder, preview
-        self.first_image, self.every = first, every
-        self.latents = None
-
-    def __call__(self, pipe: Any, step: int, timestep: Any, tensors: dict) -> dict:
-        result = self.monitor(pipe, step, timestep, tensors)
-        self.latents = tensors.get("latents")
-        if self.every and (step + 1) % self.every == 0 and not self.monitor.cancelled:
-            images = self.decoder.decode(self.latents)
-            if images:
-                self.preview(self.first_image, images)
-        return result
-
-    def learn(self, images: list[Any]) -> None:
-        if self.latents is not None:
-            self.decoder.learn(self.latents, images)
-
-
-class _Chained:
-    """The step callback, then guidance end: progress and previews see every step as before."""
-
-    def __init__(self, callback: Callable[..., dict], cutoff: GuidanceCutoff):
-        self.callback, self.cutoff = callback, cutoff
-
-    def __call__(self, pipe: Any, step: int, timestep: Any, tensors: dict) -> dict:
-        return {**self.callback(pipe, step, timestep, tensors), **self.cutoff(pipe, step, timestep, tensors)}
-
-
-class _Interrupted(Exception):
-    """Raised from a legacy step callback to stop a pipeline that has no `_interrupt` check."""
-
-
-class _LegacyCallback:
-    """Adapts the old `callback(step, timestep, latents)` to the `callback_on_step_end` protocol."""
-
-    def __init__(self, pipe: Any, on_step_end: Callable[..., dict]):
-        self.pipe, self.on_step_end = pipe, on_step_end
-
-    def __call__(self, step: int, timestep: Any, latents: Any) -> None:
-        self.on_step_end(self.pipe, step, timestep, {"latents": latents})
-        if getattr(self.pipe, "_interrupt", False):
-            raise _Interrupted
+    micro: int  # the micro-batch size in use (the last one after out-of-memory splits)
+    images: list[Any] = dataclasses.field(default_factory=list)
+    metas: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    inputs: list[Any] = dataclasses.field(default_factory=list)
+    timings: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    cancelled: bool = False
+    oom_splits: int = 0
 
 
 class ImagePipeline:
@@ -235,14 +128,7 @@ class ImagePipeline:
     ) -> ImagePipeline:
         """Load `source` (folder, Hub id or .safetensors; default `options.model_id`) onto the manager's
         device. `overrides` replace fields of `options` (default: PipelineOptions(), not the environment)."""
-        opts = (options or PipelineOptions()).updated(**overrides)
-        source = str(source or opts.model_id)
-        dm = device_manager or DeviceManager()
-        start = time.perf_counter()
-        pipe, recipe, weights = open_model(source, dm, opts.extra)
-        self = cls.from_loaded(pipe, dm, opts, weights, start, recipe)
-        self.model_id = source  # what MODEL_ID said (a recipe name stays a name)
-        return self
+        return model_setup.load(cls, source, device_manager, (options or PipelineOptions()).updated(**overrides))
 
     @classmethod
     def from_loaded(
@@ -256,59 +142,7 @@ class ImagePipeline:
     ) -> ImagePipeline:
         """Wrap a diffusers pipeline already in memory (a device pool copies one per device):
         the recipe's LoRAs and defaults, attention, memory mode, then onto the manager's device."""
-        start = time.perf_counter() if start is None else start
-        pipe.set_progress_bar_config(disable=True)
-        self = cls(pipe, dm, opts, source)
-        if recipe is not None:
-            self._apply_recipe(recipe)
-        applied = dm.apply_attention(pipe)
-        self.memory_savers = dm.set_memory_efficient_mode(pipe, opts.memory_mode)
-        self.attention_applied = describe_attention(pipe, applied)  # read back after the memory savers
-        if "model_cpu_offload" not in self.memory_savers:
-            pipe.to(dm.device)
-        self.load_seconds = time.perf_counter() - start
-        threading.Thread(target=self.model_hash, name="model-hash", daemon=True).start()
-        log.info(
-            "loaded %s in %.2f s on %s (%s, attention %s)",
-            source,
-            self.load_seconds,
-            dm.device,
-            dm.dtype_name,
-            dm.attention,
-        )
-        return self
-
-    def _apply_recipe(self, recipe: Recipe) -> None:
-        """Name, task, defaults (size, sampler, image guidance), LoRAs (fused, or always active)."""
-        self.recipe = recipe
-        self.model_name = recipe.name
-        self.vocabulary = {**self.vocabulary, **recipe.ui_vocabulary()}
-        d = recipe.defaults
-        changes: dict[str, Any] = {}
-        if recipe.task == "edit":
-            changes["text_to_image"] = False
-        elif recipe.task == "text-to-image":
-            changes.update(edit=False, image_to_image="")
-        if "width" in d or "height" in d:
-            w, h = self.traits.default_size
-            changes["default_size"] = (d.get("width", w), d.get("height", h))
-        self.traits = dataclasses.replace(self.traits, **changes)
-        if "image_guidance" in d:
-            self.default_image_guidance = float(d["image_guidance"])
-        if "guidance_end" in d:
-            self.default_guidance_end = float(d["guidance_end"])
-            if not self._stops_guidance(self.pipe):
-                log.warning("%s: %s cannot stop guidance early; guidance_end is ignored", recipe.name, type(self.pipe).__name__)
-        if "sampler" in d:
-            self.pipe.scheduler = samplers.build(self.pipe.scheduler, d["sampler"])
-        for lora in recipe.loras:
-            name = self.loras.load(recipe.resolve(lora.path), allow_outside=True)
-            if lora.fuse:  # merged into the weights: no per-step LoRA cost, cannot be switched off
-                self.pipe.fuse_lora(adapter_names=[name], lora_scale=lora.scale)
-                self.loras.unload(name)
-            else:
-                self.base_loras[name] = lora.scale
-        log.info("recipe %s applied (task %s, defaults %s, LoRAs %d)", recipe.name, recipe.task, d, len(recipe.loras))
+        return model_setup.wrap(cls, pipe, dm, opts, source, start, recipe)
 
     @property
     def diffusers_pipeline(self) -> Any:
@@ -352,57 +186,11 @@ class ImagePipeline:
     def model_hash(self) -> str | None:
         """A1111's short hash of the checkpoint (or denoiser weights); started in the background at load,
         so a multi-GB model's first result does not wait for it (a cached result when already done)."""
-        from .pnginfo import model_weights_file, short_hash
-
-        weights = model_weights_file(self.source)
-        return short_hash(weights) if weights else None
-
-    def _hashes(self, loras: dict[str, float]) -> dict[str, Any]:
-        """`model_hash` and `lora_hashes` (A1111/Civitai short SHA-256) for a result's metadata."""
-        from .pnginfo import short_hash
-
-        files = self.loras.available()
-        out: dict[str, Any] = {"model_hash": self.model_hash()}
-        if loras:
-            out["lora_hashes"] = {n: short_hash(files[n]) for n in loras if n in files}
-        return out
+        return hashing.model_hash(self.source)
 
     def model_info(self) -> ModelInfo:
         """Defaults and limits of the loaded model, as the UI and the API enforce them."""
-        vocab, traits = self.vocabulary, self.traits
-        defaults = GenerationRequest(prompt="")
-        w, h = self.default_size
-        stops_guidance = self._stops_guidance(self.pipe)
-        return ModelInfo(
-            model_name=self.model_name,
-            default_width=w,
-            default_height=h,
-            size_multiple=self.size_multiple,
-            max_side=self.max_side,
-            max_pixels=self.max_pixels,
-            max_batch=self.options.max_batch,
-            default_steps=int(vocab.get("default_steps", defaults.steps)),  # signature defaults (50) are too many
-            default_guidance=float(
-                vocab.get("default_guidance_scale", traits.default_guidance or defaults.guidance_scale)
-            ),
-            scheduler=self.scheduler_name,
-            samplers=tuple(s.name for s in samplers.offered(self.pipe.scheduler)),
-            loras=tuple(sorted(self.loras.available())),
-            vocabulary=dict(vocab),
-            examples=tuple(vocab.get("examples") or ()),
-            pipeline_class=traits.class_name,
-            text_to_image=traits.text_to_image,
-            edit=traits.edit,
-            image_to_image=bool(traits.image_to_image),
-            guidance_label=traits.guidance_label,
-            lora_supported=traits.lora,
-            image_guidance=traits.image_guidance,
-            default_image_guidance=self.default_image_guidance,
-            guidance_end=stops_guidance,
-            default_guidance_end=self.default_guidance_end if stops_guidance else 1.0,  # what a request gets
-            notes=str(vocab.get("notes", "")),
-            attention=dict(self.attention_applied),
-        )
+        return model_setup.describe(self)
 
     @property
     def scheduler_name(self) -> str:
@@ -551,12 +339,20 @@ class ImagePipeline:
         item_range: tuple[int, int] | None = None,
         preview: PreviewFn | None = None,
     ) -> GenerationResult:
+        """Steps 2-7 of a validated request, under the lock: plan it, denoise it, assemble the result."""
+        plan = self._plan(request, item_range)
+        finished = self._denoise(plan, progress, should_cancel, preview)
+        return self._assemble(plan, finished)
+
+    def _plan(self, request: GenerationRequest, item_range: tuple[int, int] | None) -> _Plan:
+        """Steps 2-4: the pipeline and its LoRAs, one seed per image, and what this pipeline takes,
+        all fixed before the first diffusers call."""
         # 2-3. pipeline and LoRAs
         pipe = self._pipeline_for(request)
         self.loras.activate({**self.base_loras, **request.loras})
         # 4. one seed per image
-        width, height = size_for(request, self.traits)
-        items = self.work_items(request, request.seed)
+        size = size_for(request, self.traits)
+        items = self.work_items(request, request.seed)  # generate() pinned the seed
         first = 0
         if item_range is not None:
             first = item_range[0]
@@ -565,63 +361,79 @@ class ImagePipeline:
         warnings = self._request_warnings(request, pipe, accepted)
         guidance_end = self._guidance_end(request, pipe, warnings)
         prompts = {p: fit_prompt(pipe, p) for p in request.prompts}  # metadata keeps the user's full text
+        return _Plan(pipe, request, items, first, accepted, prompts, size, guidance_end, warnings)
 
-        # 5-6. micro-batches (halved on out-of-memory), progress and cancel through the step callback
-        micro = min(len(items), self.options.micro_batch, self._micro_batch_limit.get((width, height), 10**6))
-        images, metas, inputs, timings = [], [], [], []
-        cancelled = False
-        oom_splits = 0
+    def _denoise(
+        self, plan: _Plan, progress: ProgressFn | None, should_cancel: CancelFn | None, preview: PreviewFn | None
+    ) -> _Finished:
+        """Steps 5-6: the items in micro-batches (halved on out-of-memory), progress and cancel
+        through the step callback. A chunk interrupted by cancel is dropped: it is only partly denoised."""
+        items = plan.items
+        out = _Finished(micro=min(len(items), self.options.micro_batch, self._micro_batch_limit.get(plan.size, 10**6)))
         self.dm.reset_peak_memory()
         done = 0
         steps_done = 0
         while done < len(items):
             if should_cancel is not None and should_cancel():
-                cancelled = True
+                out.cancelled = True
                 break
-            chunk = items[done : done + micro]
-            steps_per_call = self._steps_for(request, accepted)
-            total_steps = steps_done + steps_per_call * -(-(len(items) - done) // micro)
-            generators = [self.dm.create_generator(item["seed"]) for item in chunk]
-            fitted = [{**item, "prompt": prompts[item["prompt"]]} for item in chunk]
-            call = call_kwargs(self.traits, accepted, request, fitted, (width, height), generators)
-            timer = _CallMonitor(
-                pipe, self.dm, progress, should_cancel, steps_done, total_steps, first + done, steps_per_call
+            chunk = items[done : done + out.micro]
+            steps_per_call = self._steps_for(plan.request, plan.accepted)
+            total_steps = steps_done + steps_per_call * -(-(len(items) - done) // out.micro)
+            call = self._chunk_kwargs(plan, chunk)
+            first = plan.first + done
+            timer = CallMonitor(
+                plan.pipe, self.dm, progress, should_cancel, steps_done, total_steps, first, steps_per_call
             )
             try:
-                output, timing = self._call(pipe, call, timer, preview, first + done, guidance_end)
+                output, timing = self._call(plan.pipe, call, timer, preview, first, plan.guidance_end)
             except Exception as exc:
                 if not is_out_of_memory(exc):
                     raise
-                finished = (images, metas, inputs, timings, warnings, False)  # nothing was cancelled yet
-                micro = self._shrink_after_oom(exc, micro, (width, height), lambda f=finished: self._result(*f))
-                oom_splits += 1
+                # what finished so far, for OutOfMemoryError (nothing was cancelled yet)
+                partial = functools.partial(
+                    self._result, out.images, out.metas, out.inputs, out.timings, plan.warnings, False
+                )
+                out.micro = self._shrink_after_oom(exc, out.micro, plan.size, partial)
+                out.oom_splits += 1
                 continue
             if timer.cancelled:
-                cancelled = True  # the interrupted chunk is only partly denoised: drop it
+                out.cancelled = True
                 break
-            timings.append(timing)
+            out.timings.append(timing)
             steps_done += steps_per_call
             for item, image in zip(chunk, output.images, strict=True):
-                images.append(image)
-                inputs.append(item["image"])
-                metas.append(self._metadata(request, item, *image.size, guidance_end))
+                out.images.append(image)
+                out.inputs.append(item["image"])
+                out.metas.append(self._metadata(plan.request, item, *image.size, plan.guidance_end))
             done += len(chunk)
-        # 7. what finished, with its metadata and timings
-        if oom_splits:
-            chunks = -(-len(items) // micro)
-            warnings.append(f"out of memory: batch split into {chunks} chunks of at most {micro} image(s)")
-        if cancelled:
-            warnings.append(f"cancelled: {len(images)} of {len(items)} image(s) finished")
-        if images and images[0].size != (width, height):
-            w, h = images[0].size
+        return out
+
+    def _chunk_kwargs(self, plan: _Plan, chunk: list[dict[str, Any]]) -> dict[str, Any]:
+        """The diffusers call of one micro-batch: its own CPU generators, prompts fitted to the encoders."""
+        generators = [self.dm.create_generator(item["seed"]) for item in chunk]
+        fitted = [{**item, "prompt": plan.prompts[item["prompt"]]} for item in chunk]
+        return call_kwargs(self.traits, plan.accepted, plan.request, fitted, plan.size, generators)
+
+    def _assemble(self, plan: _Plan, out: _Finished) -> GenerationResult:
+        """Step 7: what finished, with its metadata and timings, and warnings for what did not go as asked."""
+        warnings, items = plan.warnings, plan.items
+        width, height = plan.size
+        if out.oom_splits:
+            chunks = -(-len(items) // out.micro)
+            warnings.append(f"out of memory: batch split into {chunks} chunks of at most {out.micro} image(s)")
+        if out.cancelled:
+            warnings.append(f"cancelled: {len(out.images)} of {len(items)} image(s) finished")
+        if out.images and out.images[0].size != (width, height):
+            w, h = out.images[0].size
             warnings.append(f"{self.traits.class_name} produced {w}x{h} instead of the requested {width}x{height}")
-        return self._result(images, metas, inputs, timings, warnings, cancelled)
+        return self._result(out.images, out.metas, out.inputs, out.timings, warnings, out.cancelled)
 
     def _call(
         self,
         pipe: Any,
         call: dict[str, Any],
-        timer: _CallMonitor,
+        timer: CallMonitor,
         preview: PreviewFn | None,
         first: int,
         guidance_end: float = DEFAULT_GUIDANCE_END,
@@ -629,23 +441,23 @@ class ImagePipeline:
         """One diffusers call with the step callback (previews, guidance end); returns (output, phase timings)."""
         callback = timer
         if preview is not None:
-            callback = _Previews(timer, self._previews, preview, first, self.options.preview_every)
+            callback = Previews(timer, self._previews, preview, first, self.options.preview_every)
         style = self.traits.step_callback
         if style == "on_step_end":
             call["callback_on_step_end"] = callback
             if guidance_end < 1.0:
                 cutoff = GuidanceCutoff(pipe, guidance_end)
-                call["callback_on_step_end"] = _Chained(callback, cutoff)
+                call["callback_on_step_end"] = Chained(callback, cutoff)
                 call["callback_on_step_end_tensor_inputs"] = ["latents", *cutoff.tensor_inputs]
         elif style == "legacy":  # PixArt: callback(step, timestep, latents), no interrupt flag
-            call["callback"] = _LegacyCallback(pipe, callback)
+            call["callback"] = LegacyCallback(pipe, callback)
             call["callback_steps"] = 1
         output = None
         try:
             timer.begin()
             with self.dm.attention_context():
                 output = pipe(**call)
-        except _Interrupted:
+        except Interrupted:
             pass  # a legacy-callback pipeline stopped by Stop: timer.cancelled says so
         finally:
             timing = timer.finish()
@@ -745,7 +557,7 @@ class ImagePipeline:
         total["steps_per_second"] = steps / total["denoise"] if total["denoise"] > 0 else 0.0
         for meta in metas:
             meta["timings"] = {k: round(v, 4) for k, v in total.items()}
-            meta.update(self._hashes(meta.get("loras", {})))
+            meta.update(hashing.result_hashes(self.source, self.loras.available(), meta.get("loras", {})))
         return GenerationResult(
             images=images,
             seeds=[m["seed"] for m in metas],

@@ -1,4 +1,4 @@
-"""PNG metadata: an A1111-compatible `parameters` chunk plus our JSON chunk, and reading both back.
+"""PNG metadata written: an A1111-compatible `parameters` chunk plus our JSON chunk (read back in pipelines.pnginfo).
 
 A1111's format (read by A1111, SD.Next, ComfyUI loaders, Civitai):
 
@@ -20,9 +20,9 @@ from typing import Any
 
 from PIL import Image, PngImagePlugin
 
+from .pnginfo import JSON_KEY
+from .pnginfo import read_metadata as read_metadata  # re-exported: callers read our PNGs back from here
 from .request import GenerationResult
-
-JSON_KEY = "diffusion_anywhere"
 
 
 def _quote(value: Any) -> str:
@@ -59,15 +59,6 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         lines.append(f"Negative prompt: {meta['negative_prompt']}")
     lines.append(", ".join(f"{k}: {_quote(v)}" for k, v in fields if v is not None and v != ""))
     return "\n".join(lines)
-
-
-def parse_a1111_parameters(text: str) -> dict[str, Any]:
-    """The fields of an A1111 infotext (see pipelines.pnginfo, which reads other tools' PNGs too)."""
-    from .pnginfo import parse_a1111
-
-    fields = parse_a1111(text)
-    fields.pop("extra")
-    return fields
 
 
 def png_info(meta: dict[str, Any]) -> PngImagePlugin.PngInfo:
@@ -111,13 +102,3 @@ def save_images(result: GenerationResult, out_dir: str | Path, prefix: str | Non
         save_png(image, meta, out / f"{stamp}-{request_id}-{i:02d}-{meta['seed']}.png")
         for i, (image, meta) in enumerate(zip(result.images, result.metadata, strict=True))
     ]
-
-
-def read_metadata(path: str | Path) -> dict[str, Any]:
-    """{"parameters": parsed A1111 fields, "json": our JSON chunk} of a saved PNG."""
-    with Image.open(path) as image:
-        text = dict(image.text)  # type: ignore[attr-defined]
-    return {
-        "parameters": parse_a1111_parameters(text["parameters"]) if "parameters" in text else None,
-        "json": json.loads(text[JSON_KEY]) if JSON_KEY in text else None,
-    }

@@ -1,17 +1,17 @@
 """Reading generation parameters back out of PNGs made by us, by A1111/Forge/SD.Next, or by ComfyUI.
 
+Writing them is pipelines.metadata's; this module imports nothing from it, so the two form no cycle.
+
 A1111's infotext (its `parameters` text chunk) is prompt lines, an optional `Negative prompt:` part,
 and a last line of `Key: value` pairs in which a value may be a quoted JSON string holding commas
 (`Lora hashes: "a: 1f2e, b: 9c8d"`); this is parsed with A1111's own pattern. ComfyUI stores its API
 graph as JSON in the `prompt` chunk: the sampler node and the nodes it links to give the values.
 
-Hashes as A1111 and Civitai write them: the first 10 hex digits of the SHA-256 of the file.
+Hashes (`Model hash`, `Lora hashes`) are computed in pipelines.hashing.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -19,8 +19,9 @@ from typing import Any
 
 from PIL import Image
 
-from .metadata import JSON_KEY
 from .samplers import from_a1111
+
+JSON_KEY = "diffusion_anywhere"  # our PNG chunk with the full metadata dict (written by pipelines.metadata)
 
 # A1111 modules/infotext_utils.py: `re_param_code`
 _PARAM = re.compile(r'\s*(\w[\w \-/]+):\s*("(?:\\.|[^\\"])+"|[^,]*)(?:,|$)')
@@ -29,33 +30,6 @@ _SIZE = re.compile(r"^(\d+)x(\d+)$")
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
 
 FIELDS = ("prompt", "negative_prompt", "steps", "sampler", "guidance_scale", "seed", "width", "height", "model")
-
-
-@functools.lru_cache(maxsize=64)
-def _hash(path: str, size: int, mtime: float) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            sha.update(chunk)
-    return sha.hexdigest()[:10]
-
-
-def short_hash(path: str | Path) -> str:
-    """A1111's/Civitai's AutoV2 hash of a file: SHA-256, first 10 hex digits (cached per file version)."""
-    st = Path(path).stat()
-    return _hash(str(path), st.st_size, st.st_mtime)
-
-
-def model_weights_file(source: str | Path) -> Path | None:
-    """The file whose hash names a model: the checkpoint itself, or a diffusers folder's denoiser weights."""
-    path = Path(source)
-    if path.is_file():
-        return path
-    for part in ("unet", "transformer"):
-        weights = path / part / "diffusion_pytorch_model.safetensors"
-        if weights.is_file():
-            return weights
-    return None
 
 
 def parse_a1111(text: str) -> dict[str, Any]:
@@ -158,3 +132,20 @@ def read_png_info(path: str | Path) -> dict[str, Any]:
             raise ValueError("the PNG's `prompt` chunk is not ComfyUI JSON") from None
         return {"source": "comfyui", "parameters": parse_comfyui(graph), "raw": text["prompt"]}
     raise ValueError("no generation parameters in this PNG (A1111 `parameters` or ComfyUI `prompt` chunk)")
+
+
+def parse_a1111_parameters(text: str) -> dict[str, Any]:
+    """The fields of an A1111 infotext, without the raw `Key: value` pairs (`read_metadata`'s view)."""
+    fields = parse_a1111(text)
+    fields.pop("extra")
+    return fields
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """{"parameters": parsed A1111 fields, "json": our JSON chunk} of a saved PNG."""
+    with Image.open(path) as image:
+        text = dict(image.text)  # type: ignore[attr-defined]
+    return {
+        "parameters": parse_a1111_parameters(text["parameters"]) if "parameters" in text else None,
+        "json": json.loads(text[JSON_KEY]) if JSON_KEY in text else None,
+    }

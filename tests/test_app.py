@@ -245,7 +245,7 @@ def test_a_gradio_client_caller_of_generate_sees_the_steps(client):
 def test_generate_takes_guidance_end_and_callers_of_the_ten_values_still_work(server, client):
     from tests.test_reliability import rest_call, rest_result
 
-    images, info = generate(client, seed=6, steps=4, guidance_end=0.5)
+    images, _ = generate(client, seed=6, steps=4, guidance_end=0.5)
     params = read_metadata(images[0]["image"])
     assert params["json"]["guidance_end"] == 0.5 and params["parameters"]["guidance_end"] == 0.5
     ten = list(generate_args(seed=6, steps=4, sampler="").values())

@@ -24,7 +24,7 @@ from pipelines import (
     read_metadata,
     save_images,
 )
-from pipelines.pnginfo import short_hash
+from pipelines.hashing import short_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "a red circle on a blue background"

@@ -23,8 +23,7 @@ import torch
 from tqdm import tqdm
 
 from . import configs, edit_world
-from .tokenizer import WORDS, build_tokenizer
-from .train import (
+from .common import (
     EMA,
     MODELS_DIR,
     RUNS,
@@ -36,6 +35,7 @@ from .train import (
     to_tensor,
     tokenize,
 )
+from .tokenizer import WORDS, build_tokenizer
 from .world import render_batch
 
 log = logging.getLogger(__name__)

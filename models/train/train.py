@@ -16,27 +16,34 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import random
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import configs
+from .common import (  # shared with the editor's training (models/train/edit.py)
+    EMA,
+    MODELS_DIR,
+    RUNS,
+    SEED,
+    load_checkpoint,
+    lr_at,
+    progress,
+    save_checkpoint,
+    to_tensor,
+    tokenize,
+)
 from .tokenizer import build_tokenizer
 from .world import COLORS, PROMPT_TEMPLATE, SHAPES, VAE_SQUARE_MAX_ROTATION, random_scene, render_batch
 
 log = logging.getLogger(__name__)
 
-MODELS_DIR = Path(__file__).resolve().parents[1]
-RUNS = MODELS_DIR / "train" / "runs"
 MODEL_OUT = MODELS_DIR / "tiny-shapes"
 LORA_OUT = MODELS_DIR / "loras"
-SEED = 1234
 
 DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
@@ -51,54 +58,6 @@ def batch_rng(stage: str, step: int) -> random.Random:
     return random.Random(f"{SEED}-{stage}-{step}")
 
 
-def to_tensor(images: np.ndarray) -> torch.Tensor:
-    """uint8 (N,H,W,3) -> float (N,3,H,W) in [-1, 1]."""
-    return torch.from_numpy(images).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
-
-
-def lr_at(step: int, total: int, base: float, warmup: int = 100, floor: float = 0.05) -> float:
-    if step < warmup:
-        return base * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return base * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
-def save_checkpoint(path: Path, **state) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)  # atomic: an interrupted save never leaves a broken checkpoint
-
-
-def load_checkpoint(path: Path) -> dict | None:
-    # Our own checkpoints only (optimizer state needs full unpickling).
-    return torch.load(path, weights_only=False) if path.exists() else None
-
-
-class EMA:
-    """Exponential moving average of parameters, with the usual warm-up of the decay."""
-
-    def __init__(self, params: list[torch.nn.Parameter], decay: float = 0.999):
-        self.decay = decay
-        self.shadow = [p.detach().clone() for p in params]
-
-    @torch.no_grad()
-    def update(self, params: list[torch.nn.Parameter], step: int) -> None:
-        d = min(self.decay, (1 + step) / (10 + step))
-        for s, p in zip(self.shadow, params, strict=True):
-            s.lerp_(p.detach(), 1 - d)
-
-    @torch.no_grad()
-    def copy_to(self, params: list[torch.nn.Parameter]) -> None:
-        for s, p in zip(self.shadow, params, strict=True):
-            p.copy_(s)
-
-
-def progress(total: int, start: int, desc: str) -> tqdm:
-    return tqdm(total=total, initial=start, desc=desc, unit="step", dynamic_ncols=True, smoothing=0.05)
-
-
-# --------------------------------------------------------------------------- stage 1: VAE
 def train_vae(steps: int) -> None:
     out = RUNS / "vae"
     vae = configs.make_vae()
@@ -165,12 +124,6 @@ def encode_dataset(vae, n: int, tag: str, outline: bool) -> dict:
     cache.parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, cache)
     return data
-
-
-def tokenize(tokenizer, prompts: list[str]) -> torch.Tensor:
-    return tokenizer(
-        prompts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
-    ).input_ids
 
 
 def diffusion_loss(unet, text_encoder, scheduler, latents, ids, generator) -> torch.Tensor:
@@ -371,7 +324,7 @@ def train_lora(steps: int) -> None:
 
 
 def _train_edit(steps: int) -> None:
-    from .edit import train_edit  # imports this module: loaded on demand
+    from .edit import train_edit  # loaded on demand: it needs tiny-shapes trained first
 
     train_edit(steps)
 

@@ -1,0 +1,76 @@
+"""What both training scripts share (models/train/train.py for tiny-shapes and its LoRA,
+models/train/edit.py for the editor): paths, the seed, checkpoints, the learning-rate schedule,
+EMA, progress bars, image and prompt tensors.
+
+Apart from train.py so that edit.py does not import the script that dispatches to it (no import
+cycle, and no second copy of train.py when it runs as `python -m models.train.train`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+MODELS_DIR = Path(__file__).resolve().parents[1]
+RUNS = MODELS_DIR / "train" / "runs"
+SEED = 1234
+
+
+def to_tensor(images: np.ndarray) -> torch.Tensor:
+    """uint8 (N,H,W,3) -> float (N,3,H,W) in [-1, 1]."""
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
+
+
+def lr_at(step: int, total: int, base: float, warmup: int = 100, floor: float = 0.05) -> float:
+    if step < warmup:
+        return base * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return base * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def save_checkpoint(path: Path, **state) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)  # atomic: an interrupted save never leaves a broken checkpoint
+
+
+def load_checkpoint(path: Path) -> dict | None:
+    # Our own checkpoints only (optimizer state needs full unpickling).
+    return torch.load(path, weights_only=False) if path.exists() else None
+
+
+class EMA:
+    """Exponential moving average of parameters, with the usual warm-up of the decay."""
+
+    def __init__(self, params: list[torch.nn.Parameter], decay: float = 0.999):
+        self.decay = decay
+        self.shadow = [p.detach().clone() for p in params]
+
+    @torch.no_grad()
+    def update(self, params: list[torch.nn.Parameter], step: int) -> None:
+        d = min(self.decay, (1 + step) / (10 + step))
+        for s, p in zip(self.shadow, params, strict=True):
+            s.lerp_(p.detach(), 1 - d)
+
+    @torch.no_grad()
+    def copy_to(self, params: list[torch.nn.Parameter]) -> None:
+        for s, p in zip(self.shadow, params, strict=True):
+            p.copy_(s)
+
+
+def progress(total: int, start: int, desc: str) -> tqdm:
+    return tqdm(total=total, initial=start, desc=desc, unit="step", dynamic_ncols=True, smoothing=0.05)
+
+
+# --------------------------------------------------------------------------- stage 1: VAE
+
+
+def tokenize(tokenizer, prompts: list[str]) -> torch.Tensor:
+    return tokenizer(
+        prompts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
+    ).input_ids

@@ -1,0 +1,171 @@
+"""Turning a diffusers pipeline into a ready ImagePipeline: open the model (or recipe), apply the
+recipe's name, task, defaults and LoRAs, set attention and memory mode, move it to the device;
+then `describe` what the set-up model offers (its defaults and limits, `model_info`).
+
+Apart from pipelines.image_pipeline so the class keeps to running requests; pipelines.loading finds
+and loads the raw diffusers pipeline, this module sets it up. It never imports image_pipeline (the
+class is passed in as `cls`, the instance as `self`), so the two form no import cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from devices import DeviceManager
+from devices.attention import describe as describe_attention
+
+from . import samplers
+from .backend import ModelInfo
+from .options import PipelineOptions
+from .recipes import Recipe, open_model
+from .request import GenerationRequest
+
+log = logging.getLogger(__name__)
+
+
+def read_vocabulary(source: str) -> dict[str, Any]:
+    """A model folder's optional vocabulary.json: the words it knows, its default steps/CFG.
+
+    The embedded model ships one (it only understands its own small world); for other models
+    it is absent and the app shows no vocabulary.
+    """
+    path = Path(source) / "vocabulary.json"
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        log.warning("ignoring unreadable %s: %s", path, exc)
+        return {}
+
+
+def load(cls: type, source: str | Path | None, device_manager: DeviceManager | None, opts: PipelineOptions) -> Any:
+    """`cls.from_pretrained`: open `source` (folder, Hub id, .safetensors or recipe; default
+    `opts.model_id`) and wrap it as `cls` on the manager's device."""
+    source = str(source or opts.model_id)
+    dm = device_manager or DeviceManager()
+    start = time.perf_counter()
+    pipe, recipe, weights = open_model(source, dm, opts.extra)
+    self = cls.from_loaded(pipe, dm, opts, weights, start, recipe)
+    self.model_id = source  # what MODEL_ID said (a recipe name stays a name)
+    return self
+
+
+def wrap(
+    cls: type,
+    pipe: Any,
+    dm: DeviceManager,
+    opts: PipelineOptions,
+    source: str,
+    start: float | None = None,
+    recipe: Recipe | None = None,
+) -> Any:
+    """`cls.from_loaded`: a `cls` around a diffusers pipeline already in memory, with the recipe's
+    LoRAs and defaults, attention, memory mode, then on the manager's device; the model hash starts
+    in the background so the first result does not wait for a multi-GB read."""
+    start = time.perf_counter() if start is None else start
+    pipe.set_progress_bar_config(disable=True)
+    self = cls(pipe, dm, opts, source)
+    if recipe is not None:
+        apply_recipe(self, recipe)
+    applied = dm.apply_attention(pipe)
+    self.memory_savers = dm.set_memory_efficient_mode(pipe, opts.memory_mode)
+    self.attention_applied = describe_attention(pipe, applied)  # read back after the memory savers
+    if "model_cpu_offload" not in self.memory_savers:
+        pipe.to(dm.device)
+    self.load_seconds = time.perf_counter() - start
+    threading.Thread(target=self.model_hash, name="model-hash", daemon=True).start()
+    log.info(
+        "loaded %s in %.2f s on %s (%s, attention %s)",
+        source,
+        self.load_seconds,
+        dm.device,
+        dm.dtype_name,
+        dm.attention,
+    )
+    return self
+
+
+def apply_recipe(self: Any, recipe: Recipe) -> None:
+    """Name, task, defaults (size, sampler, image guidance), LoRAs (fused, or always active) of
+    `recipe` onto the ImagePipeline `self`."""
+    self.recipe = recipe
+    self.model_name = recipe.name
+    self.vocabulary = {**self.vocabulary, **recipe.ui_vocabulary()}
+    d = recipe.defaults
+    self.traits = dataclasses.replace(self.traits, **_trait_changes(self.traits, recipe))
+    if "image_guidance" in d:
+        self.default_image_guidance = float(d["image_guidance"])
+    if "guidance_end" in d:
+        self.default_guidance_end = float(d["guidance_end"])
+        if not self._stops_guidance(self.pipe):
+            log.warning(
+                "%s: %s cannot stop guidance early; guidance_end is ignored", recipe.name, type(self.pipe).__name__
+            )
+    if "sampler" in d:
+        self.pipe.scheduler = samplers.build(self.pipe.scheduler, d["sampler"])
+    for lora in recipe.loras:
+        name = self.loras.load(recipe.resolve(lora.path), allow_outside=True)
+        if lora.fuse:  # merged into the weights: no per-step LoRA cost, cannot be switched off
+            self.pipe.fuse_lora(adapter_names=[name], lora_scale=lora.scale)
+            self.loras.unload(name)
+        else:
+            self.base_loras[name] = lora.scale
+    log.info("recipe %s applied (task %s, defaults %s, LoRAs %d)", recipe.name, recipe.task, d, len(recipe.loras))
+
+
+def _trait_changes(traits: Any, recipe: Recipe) -> dict[str, Any]:
+    """What a recipe's task and default size change in the pipeline's traits."""
+    d = recipe.defaults
+    changes: dict[str, Any] = {}
+    if recipe.task == "edit":
+        changes["text_to_image"] = False
+    elif recipe.task == "text-to-image":
+        changes.update(edit=False, image_to_image="")
+    if "width" in d or "height" in d:
+        w, h = traits.default_size
+        changes["default_size"] = (d.get("width", w), d.get("height", h))
+    return changes
+
+
+def describe(self: Any) -> ModelInfo:
+    """`ImagePipeline.model_info`: the loaded model's defaults and limits, as the UI and the API
+    enforce them (the vocabulary's and recipe's defaults over diffusers' signature defaults)."""
+    vocab, traits = self.vocabulary, self.traits
+    defaults = GenerationRequest(prompt="")
+    w, h = self.default_size
+    stops_guidance = self._stops_guidance(self.pipe)
+    return ModelInfo(
+        model_name=self.model_name,
+        default_width=w,
+        default_height=h,
+        size_multiple=self.size_multiple,
+        max_side=self.max_side,
+        max_pixels=self.max_pixels,
+        max_batch=self.options.max_batch,
+        default_steps=int(vocab.get("default_steps", defaults.steps)),  # signature defaults (50) are too many
+        default_guidance=float(vocab.get("default_guidance_scale", traits.default_guidance or defaults.guidance_scale)),
+        scheduler=self.scheduler_name,
+        samplers=tuple(s.name for s in samplers.offered(self.pipe.scheduler)),
+        loras=tuple(sorted(self.loras.available())),
+        vocabulary=dict(vocab),
+        examples=tuple(vocab.get("examples") or ()),
+        pipeline_class=traits.class_name,
+        text_to_image=traits.text_to_image,
+        edit=traits.edit,
+        image_to_image=bool(traits.image_to_image),
+        guidance_label=traits.guidance_label,
+        lora_supported=traits.lora,
+        image_guidance=traits.image_guidance,
+        default_image_guidance=self.default_image_guidance,
+        guidance_end=stops_guidance,
+        default_guidance_end=self.default_guidance_end if stops_guidance else 1.0,  # what a request gets
+        notes=str(vocab.get("notes", "")),
+        attention=dict(self.attention_applied),
+    )
