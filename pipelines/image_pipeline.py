@@ -289,10 +289,11 @@ class ImagePipeline:
         request: GenerationRequest,
         progress: ProgressFn | None = None,
         should_cancel: CancelFn | None = None,
-        item_range: tuple[int, int] | None = None,
         preview: PreviewFn | None = None,
+        item_range: tuple[int, int] | None = None,
     ) -> GenerationResult:
-        """Run a request; returns what finished (also when cancelled).
+        """Run a request; returns what finished (also when cancelled). The first four parameters are the
+        `GenerationBackend` contract's, in its order (wrappers pass them positionally).
 
         `preview(first_image, images)` receives cheap previews of the chunk being denoised every
         PREVIEW_EVERY steps (pipelines.preview), where the model's latents allow one.

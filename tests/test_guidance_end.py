@@ -18,6 +18,7 @@ from pipelines import GenerationRequest, ImagePipeline
 from pipelines.__main__ import main as cli
 from pipelines.metadata import a1111_parameters, read_metadata
 from pipelines.pnginfo import parse_a1111
+from pipelines.request import RequestLimits, validate
 from tests import families
 from tests.test_families import load, pixels, request
 from ui.send import form_values
@@ -110,7 +111,7 @@ def test_the_editor_stops_guidance_where_asked_and_guides_every_step_by_default(
 def test_guidance_end_is_checked_and_restored_from_png_parameters(editor):
     for bad in (0.0, -0.5, 1.5, float("nan")):
         with pytest.raises(ValueError, match="guidance_end"):
-            GenerationRequest(prompt="x", guidance_end=bad).validate()
+            validate(GenerationRequest(prompt="x", guidance_end=bad), RequestLimits())
     info = editor.model_info()
     assert form_values({"prompt": "x", "guidance_end": 0.5}, info)[0]["guidance_end"] == 0.5
     assert form_values({"prompt": "x"}, info)[0]["guidance_end"] == 1.0  # not written: every step was guided
@@ -128,4 +129,4 @@ def test_the_command_line_takes_guidance_end(tmp_path, capsys):
     default, half = (read_metadata(next((tmp_path / d).glob("*.png")))["parameters"] for d in ("default", "half"))
     assert "guidance_end" not in default and half["guidance_end"] == 0.5
     assert cli([*args, "--out", str(tmp_path / "bad"), "--guidance-end", "0"]) == 2
-    assert "guidance_end: 0.0 is out of range (0.0, 1.0]" in capsys.readouterr().err
+    assert "guidance_end: 0.0 is out of range [0.01, 1]" in capsys.readouterr().err

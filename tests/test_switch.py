@@ -11,7 +11,7 @@ from gradio_client import Client
 from engine import build_engine
 from engine.settings import AppSettings, SettingsError
 from pipelines.options import DEFAULT_MODEL
-from tests.app_server import running_app
+from tests.app_server import main_pipeline, running_app
 from tests.tiny_model import save_tiny_pipeline
 
 
@@ -48,7 +48,7 @@ def test_models_lists_recipes_and_folders(app):
 
 def test_switch_frees_the_old_model_shows_new_defaults_and_a_failed_switch_keeps_serving(app):
     _, pool, client = app
-    old = weakref.ref(pool.replicas[0].diffusers_pipeline)
+    old = weakref.ref(main_pipeline(pool).diffusers_pipeline)
     info = client.predict("tiny-sd", api_name="/load_model")
     gc.collect()
     assert old() is None, "the old model's weights are still referenced after the switch"
