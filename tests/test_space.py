@@ -125,3 +125,12 @@ def test_the_spaces_builder_command_resolves(tmp_path):
     for name in ("torch", "torchvision", "diffusers", "transformers", "gradio-client"):
         assert resolved[name] == pinned(name.replace("gradio-client", "gradio_client")), name
     assert "spaces" in resolved and "mcp" in resolved and "authlib" in resolved
+
+
+def test_readme_points_to_the_spaces_guide():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Hugging Face Spaces", 1)[1]
+    assert "(docs/spaces.md)" in section
+    guide = (ROOT / "docs" / "spaces.md").read_text()
+    for heading in ("## CPU Space", "## GPU Space", "## ZeroGPU", "## What the app changes by itself on a Space"):
+        assert heading in guide, heading
