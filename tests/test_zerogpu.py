@@ -10,6 +10,7 @@ GPU given back without `fail=true`.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -161,7 +162,11 @@ def test_generations_run_in_zerogpu_workers_with_progress_and_stop(zerogpu_app):
     from gradio_client import Client
 
     url, api, log = zerogpu_app
-    client = Client(url, verbose=False)
+    # the visitor's ZeroGPU token (Spaces' proxy adds it): spaces reads it from the Gradio request, which
+    # reaches the engine's worker thread in the job's context, and schedules the GPU on the visitor's quota
+    payload = base64.urlsafe_b64encode(json.dumps({"user": "visitor"}).encode()).decode().rstrip("=")
+    token = f"header.{payload}.signature"
+    client = Client(url, verbose=False, headers={"X-IP-Token": token})
 
     # two generations in a row: their images and progress, each on a GPU scheduled and released
     for seed in (1, 2):
@@ -170,6 +175,7 @@ def test_generations_run_in_zerogpu_workers_with_progress_and_stop(zerogpu_app):
         assert any("step" in d for d in seen), seen
     assert len(api.paths("/schedule")) == 2 and len(api.paths("/release")) == 2
     assert api.paths("/startup-report") and api.paths("/allow")
+    assert [call.get("token") for call in api.paths("/schedule")] == [token, token]
 
     # Stop during a long one (same client session): what finished comes back
     job = client.submit(**_args(8, 40, 3), api_name="/generate")
