@@ -58,12 +58,13 @@ STOP_MARGIN = 5.0  # seconds before the duration at which the generation stops i
 
 _BACKEND: GenerationBackend | None = None  # the model, set at start-up; the forked worker inherits it
 _MAX_DURATION = DEFAULT_MAX_DURATION
+_DEFAULT_SIZE = (512, 512)  # the model's default width and height (a request without a size gets them)
 _STOP = multiprocessing.get_context("fork").Event()  # set by the Space's process, read in the worker
 
 
 def gpu_duration(request: GenerationRequest) -> float:
     """Seconds of GPU to ask ZeroGPU for (a function of the decorated function's own argument)."""
-    pixels = (request.width or 512) * (request.height or 512) / (512 * 512)
+    pixels = (request.width or _DEFAULT_SIZE[0]) * (request.height or _DEFAULT_SIZE[1]) / (512 * 512)
     work = max(1, request.steps) * max(1, request.total_images) * max(pixels, 0.25)
     return float(min(_MAX_DURATION, math.ceil(START_SECONDS + STEP_SECONDS * work)))
 
@@ -118,8 +119,10 @@ def install(backend: GenerationBackend, max_duration: float = DEFAULT_MAX_DURATI
     start-up, before Gradio launches: `spaces` packs the weights and reports the function then)."""
     import spaces  # only on ZeroGPU: app.py imported it before torch
 
-    global _BACKEND, _MAX_DURATION, _generate_on_gpu
+    global _BACKEND, _MAX_DURATION, _DEFAULT_SIZE, _generate_on_gpu
     _BACKEND, _MAX_DURATION = backend, max_duration
+    info = backend.model_info()
+    _DEFAULT_SIZE = (info.default_width, info.default_height)
     _generate_on_gpu = spaces.GPU(duration=gpu_duration)(_worker_events)
 
 

@@ -195,3 +195,14 @@ def test_generations_run_in_zerogpu_workers_with_progress_and_stop(zerogpu_app):
     assert "zerogpu stand-in: init" in text and "zerogpu stand-in: moved" in text
     assert len(api.paths("/release")) == 3
     assert not [r for r in api.paths("/release") if r.get("fail", "").lower() == "true"], api.calls
+
+
+def test_the_gpu_duration_grows_with_steps_images_and_pixels_and_is_capped(monkeypatch):
+    from engine import zerogpu
+    from pipelines import GenerationRequest
+
+    monkeypatch.setattr(zerogpu, "_DEFAULT_SIZE", (512, 512))
+    monkeypatch.setattr(zerogpu, "_MAX_DURATION", 120.0)
+    assert zerogpu.gpu_duration(GenerationRequest(PROMPT, num_images=4, steps=20)) == 23  # 15 + 0.1 x 80
+    assert zerogpu.gpu_duration(GenerationRequest(PROMPT, num_images=4, steps=30, width=1024, height=1024)) == 63
+    assert zerogpu.gpu_duration(GenerationRequest(PROMPT, num_images=16, steps=150, width=1024, height=1024)) == 120
