@@ -5,7 +5,9 @@ all serve the same thing:
 - GENERATION_BACKEND=local (default): a `DevicePool`, one replica per device of PREFERRED_DEVICE;
 - GENERATION_BACKEND=ray: a `RayBackend` on Ray Serve;
 and, where an instruction editor serves the Edit tab (EDIT_MODEL_ID, or the embedded editor beside
-the embedded model), an `EditRouter` with the editor beside the main backend.
+the embedded model), an `EditRouter` with the editor beside the main backend; on ZeroGPU
+(SPACES_ZERO_GPU=true) all of it wrapped in a `ZeroGPUBackend` (engine.zerogpu), which runs each
+generation in a `spaces.GPU` worker.
 """
 
 from __future__ import annotations
@@ -29,12 +31,16 @@ def build_backend(settings: AppSettings, model: str | None = None, devices: str 
     model = model or settings.pipeline.model_id
     if settings.generation_backend == "ray":
         return _ray(settings, model)
-    main = DevicePool.from_pretrained(model, devices, settings.pipeline, settings.devices)
+    backend: GenerationBackend = DevicePool.from_pretrained(model, devices, settings.pipeline, settings.devices)
     editor = default_editor(model, settings.edit_model_id)
-    if editor is None:
-        return main
-    edits = DevicePool.from_pretrained(editor, devices, settings.pipeline, settings.devices)
-    return EditRouter(main, edits, automatic=not settings.edit_model_id)
+    if editor is not None:
+        edits = DevicePool.from_pretrained(editor, devices, settings.pipeline, settings.devices)
+        backend = EditRouter(backend, edits, automatic=not settings.edit_model_id)
+    if settings.zero_gpu:
+        from .zerogpu import ZeroGPUBackend  # imports `spaces`, only on ZeroGPU
+
+        backend = ZeroGPUBackend(backend, settings.zero_gpu_duration)
+    return backend
 
 
 def _ray(settings: AppSettings, model: str) -> GenerationBackend:
@@ -63,6 +69,6 @@ def build_engine(settings: AppSettings, backend: GenerationBackend | None = None
     """The engine the app runs: `backend` (default: `build_backend(settings, **overrides)`) with the
     settings' admission limits and model-switching policy."""
     backend = backend or build_backend(settings, **overrides)
-    admission = Admission(settings.queue_size, settings.queue_per_user, settings.time_budget)
+    admission = Admission(settings.queue_size, settings.queue_per_user, settings.effective_time_budget)
     switching = Switching(settings.model_switch_allowed, settings.models_dir)
     return Engine(backend, admission, switching)

@@ -16,10 +16,14 @@ HTTP APIs), so that each gets the same limits, the same progress and previews, a
   return what finished) and drops its queued ones. Nobody reaches another caller's jobs: a job is
   matched on both its session (a browser session, or a REST call's own event id) and its user.
 - TIME_BUDGET: a running job stops with what finished once it has run that long.
+- Context: a job runs in a copy of its submitter's context variables (`contextvars`), so what the
+  front end's request carries reaches the backend on the worker thread: on ZeroGPU, `spaces.GPU`
+  reads the Gradio request there (gradio's `LocalContext.request`) to charge the visitor's quota.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import queue
 import secrets
@@ -139,6 +143,7 @@ class Job:
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float = float("inf")
     _frames: dict[int, Any] = field(default_factory=dict, repr=False)
+    _context: contextvars.Context = field(default_factory=contextvars.copy_context, repr=False)  # the submitter's
 
     def cancel(self) -> None:
         """Stop after the current step (a running job returns what finished)."""
@@ -269,7 +274,7 @@ class Engine:
         job._deadline = time.monotonic() + self.admission.time_budget
         preview = job._on_preview if self.capabilities.previews else None
         try:
-            result = self.backend.generate(job.request, job._on_progress, job.should_stop, preview)
+            result = job._context.run(self.backend.generate, job.request, job._on_progress, job.should_stop, preview)
             if job.timed_out:
                 result.warnings.append(
                     f"stopped after the time budget of {self.admission.time_budget:g} s (TIME_BUDGET): "

@@ -66,7 +66,8 @@ class AppSettings:
     status_interval: float = 2.0
     history_seconds: int = 300
     on_spaces: bool = False
-    zero_gpu: bool = False
+    zero_gpu: bool = False  # SPACES_ZERO_GPU (set by Spaces on ZeroGPU hardware): generations run in spaces.GPU workers
+    zero_gpu_duration: float = 120.0  # ZEROGPU_DURATION: the most GPU seconds one generation asks ZeroGPU for
     users: Users | None = None  # AUTH / AUTH_FILE: sign-in required when set
     models_dir: Path | None = None  # MODELS_DIR: model folders offered for switching (with the recipes)
     allow_model_switch: str = "auto"  # ALLOW_MODEL_SWITCH: auto (only on localhost) | 1 | 0
@@ -101,6 +102,7 @@ class AppSettings:
             ray_cpus_per_replica=_number(env, "RAY_CPUS_PER_REPLICA", float, 1.0, 0.1, 256.0),
             on_spaces=spaces,
             zero_gpu=_flag(env, "SPACES_ZERO_GPU"),
+            zero_gpu_duration=_number(env, "ZEROGPU_DURATION", float, 120.0, 10.0, 1500.0),
             users=Users.parse(_text(env, "AUTH"), _text(env, "AUTH_FILE")),
             models_dir=Path(_text(env, "MODELS_DIR") or DEFAULT_MODELS_DIR).resolve(),
             allow_model_switch=_switch(env),
@@ -119,6 +121,11 @@ class AppSettings:
         if self.allow_model_switch == "auto":
             return self.server_name in ("127.0.0.1", "localhost", "::1")
         return self.allow_model_switch == "1"
+
+    @property
+    def effective_time_budget(self) -> float:
+        """TIME_BUDGET, and on ZeroGPU no longer than the GPU time one generation asks for."""
+        return min(self.time_budget, self.zero_gpu_duration) if self.zero_gpu else self.time_budget
 
     def replace(self, **changes: Any) -> AppSettings:
         return dataclasses.replace(self, **changes)
