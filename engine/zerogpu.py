@@ -156,23 +156,11 @@ class ZeroGPUBackend:
         with self._one:
             _STOP.clear()
             budget = gpu_duration(request) - STOP_MARGIN
-            started = time.monotonic()
-            over_budget = threading.Event()
-            done = threading.Event()
-
-            def watch() -> None:  # the engine's Stop / TIME_BUDGET and ZeroGPU's duration, every 0.1 s
-                while not done.wait(0.1):
-                    if time.monotonic() - started > budget:
-                        over_budget.set()
-                    if over_budget.is_set() or (should_cancel is not None and should_cancel()):
-                        _STOP.set()
-                        return
-
-            watcher = threading.Thread(target=watch, name="zerogpu-stop", daemon=True)
-            watcher.start()
+            deadline = time.monotonic() + budget
+            over_budget = False
             events = _generate_on_gpu(request)
             try:
-                for kind, value in events:
+                for kind, value in events:  # at least one event per step
                     if kind == "progress" and progress is not None:
                         progress(*value)
                     elif kind == "preview" and preview is not None:
@@ -180,16 +168,19 @@ class ZeroGPUBackend:
                     elif kind == "error":
                         raise value
                     elif kind == "result":
-                        if over_budget.is_set():
+                        if over_budget:
                             value.warnings.append(
                                 f"stopped before ZeroGPU's duration of {budget + STOP_MARGIN:g} s ran out "
                                 f"(ZEROGPU_DURATION={self.max_duration:g}): {len(value.images)} of "
                                 f"{request.total_images} image(s) finished"
                             )
                         return value
+                    # Stop, TIME_BUDGET and ZeroGPU's duration, checked between steps as on every backend
+                    over_budget = over_budget or time.monotonic() > deadline
+                    if over_budget or (should_cancel is not None and should_cancel()):
+                        _STOP.set()  # the worker's generate returns what finished after this step
                 raise PipelineError("the ZeroGPU worker ended without a result")
             finally:
-                done.set()
                 events.close()  # a no-op once it ended; else ZeroGPU's stop event ends the worker's generator
                 _STOP.clear()
 
