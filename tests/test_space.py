@@ -24,6 +24,7 @@ SPACE_KEYS = {
     "hf_oauth_authorized_org", "disable_embedding", "startup_duration_timeout", "custom_headers",
     "preload_from_hub", "license",
 }  # fmt: skip
+ZEROGPU_PYTHONS = {"3.12.12", "3.10.13"}
 COLORS = {"red", "yellow", "green", "blue", "indigo", "purple", "pink", "gray"}
 HARDWARE = {
     "cpu-basic", "cpu-upgrade", "t4-small", "t4-medium", "l4x1", "l4x4", "l40sx1", "l40sx4", "l40sx8",
@@ -67,6 +68,10 @@ def test_front_matter_values_the_hub_accepts():
     assert (ROOT / config["app_file"]).is_file()
     assert isinstance(config["python_version"], str)  # unquoted 3.10 would read as the float 3.1
     assert config["python_version"].startswith("3.")
+    # ZeroGPU runs only the Pythons its page documents (hub-docs spaces-zerogpu.md, 2026-08: 3.12.12
+    # and 3.10.13), and diffusers 0.42 needs Python >= 3.11: one value serves every kind of Space
+    assert config["python_version"] in ZEROGPU_PYTHONS
+    assert tuple(int(n) for n in config["python_version"].split(".")[:2]) >= (3, 11)
     assert config["colorFrom"] in COLORS and config["colorTo"] in COLORS
     assert isinstance(config.get("pinned", False), bool)
     for key in ("models", "preload_from_hub", "tags", "datasets"):

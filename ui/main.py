@@ -51,10 +51,11 @@ def main(argv: list[str] | None = None) -> None:
         )
     engine = build_engine(settings, model=args.model, devices=args.device)
     demo = launch(create_demo(engine, settings), settings)
-    first = engine.status()[0]
+    replicas = [r for r in engine.status() if r.role == "main"]  # the editor's row is not a replica of the model
+    first = replicas[0]
     log.info(
         "ready at %s | device %s (%s) x%d | dtype %s | attention %s | model %s",
-        demo.local_url, first.device, first.device_name, len(engine.status()), first.dtype,
+        demo.local_url, first.device, first.device_name, len(replicas), first.dtype,
         first.attention, engine.model_info().model_name,
     )  # fmt: skip
     demo.block_thread()
