@@ -299,3 +299,33 @@ def test_a_bad_gradio_port_is_one_line_before_gradio_is_imported():
     run = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode != 0
     assert run.stderr.strip() == "error: GRADIO_SERVER_PORT='abc' is not valid: expected an integer from 1 to 65535"
+
+
+def test_the_command_line_runs_the_apps_backend(tmp_path):
+    """`python -m engine` builds what `python app.py` serves: a prompt goes to the main model, an
+    instruction with an input image to the embedded editor beside it."""
+    from models.train.world import Scene, draw
+    from pipelines import read_metadata
+
+    source = tmp_path / "in.png"
+    draw(Scene("red", "circle", "blue", 0.5, 0.5, 0.5, 0.0)).save(source)
+    env = {**os.environ, "PREFERRED_DEVICE": "cpu", "OUTPUT_DIR": str(tmp_path)}
+    env.pop("MODEL_ID", None)
+    made = subprocess.run(
+        [sys.executable, "-m", "engine", PROMPT, "-n", "2", "--seed", str(2**64 - 1), "--steps", "3",
+         "--out", str(tmp_path / "t2i")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert f"seeds [{2**64 - 1}, 0]" in made.stdout
+    edited = subprocess.run(
+        [sys.executable, "-m", "engine", "change the background to black", "--init-image", str(source), "--seed", "0",
+         "--out", str(tmp_path / "edit")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert edited.returncode == 0, edited.stderr
+    (png,) = (tmp_path / "edit").glob("*.png")
+    assert read_metadata(png)["json"]["model"] == "tiny-shapes-edit"
+    bad = subprocess.run([sys.executable, "-m", "engine", PROMPT, "--steps", "0"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("steps: 0 is out of range 1..150")
