@@ -242,18 +242,32 @@ class Engine:
         """Stop the running jobs of (session, user) after their step; drop their queued ones."""
         with self._changed:
             dropped = [j for j in self._waiting if j.caller.session == session and j.caller.user == user]
-            for job in dropped:
-                self._waiting.remove(job)
-                job.state = "done"
-                job._put(CancelledBeforeStart("cancelled before it started"))
             running = [j for j in self._running if j.caller.session == session and j.caller.user == user]
-            for job in running:
-                job.cancel()
-            if dropped:
-                self._dispatch()  # the others move up
+            for job in (*dropped, *running):
+                self._cancel(job)
         if dropped or running:
             log.info("stop: %d running, %d queued job(s)", len(running), len(dropped))
         return {"running": len(running), "queued": len(dropped)}
+
+    def cancel(self, job: Job) -> None:
+        """Stop one job (its caller went away): dropped if it still waits, else stopped after its step."""
+        with self._changed:
+            self._cancel(job)
+
+    def _cancel(self, job: Job) -> None:
+        """(lock held) A waiting job leaves the queue at once, so it neither starts nor holds a place."""
+        if job in self._waiting:
+            self._waiting.remove(job)
+            job.state = "done"
+            job._put(CancelledBeforeStart("cancelled before it started"))
+            self._dispatch()  # the others move up
+        else:
+            job.cancel()
+
+    def load(self) -> dict[str, int]:
+        """Jobs running and waiting now (the status panel's queue line)."""
+        with self._changed:
+            return {"running": len(self._running), "waiting": len(self._waiting)}
 
     def jobs(self) -> list[Job]:
         """Running jobs, then the queued ones in order."""

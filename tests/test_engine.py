@@ -329,3 +329,20 @@ def test_the_command_line_runs_the_apps_backend(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "engine", PROMPT, "--steps", "0"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.strip().endswith("steps: 0 is out of range 1..150")
+
+
+def test_a_caller_that_goes_away_leaves_the_queue_at_once():
+    gate = _Gate()
+    engine = Engine(gate)
+    running = engine.submit(GenerationRequest(prompt="a"), Caller(session="a"))
+    waiting = engine.submit(GenerationRequest(prompt="b"), Caller(session="b"))
+    after = engine.submit(GenerationRequest(prompt="c"), Caller(session="c"))
+    assert engine.load() == {"running": 1, "waiting": 2}
+    engine.cancel(waiting)  # what the UI does when its event is closed (the browser tab went away)
+    assert engine.load() == {"running": 1, "waiting": 1}
+    with pytest.raises(Exception, match="cancelled before it started"):
+        waiting.result(timeout=5)
+    gate.release.set()
+    running.result(timeout=5)
+    after.result(timeout=5)
+    assert gate.started == ["a", "c"]

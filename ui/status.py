@@ -50,8 +50,8 @@ def _memory_cell(r: ReplicaStatus, zero_gpu: bool) -> str:
     return f"{h(m.get('allocated'))} (peak {h(m.get('peak'))}, free {h(m.get('free'))} of {h(m.get('total'))})"
 
 
-def status_markdown(replicas: list[ReplicaStatus], warnings: list[str], zero_gpu: bool = False) -> str:
-    """A table with one row per replica: device, dtype, attention, memory, what it does now."""
+def status_markdown(replicas: list[ReplicaStatus], warnings: list[str], zero_gpu: bool = False, queue: str = "") -> str:
+    """A table with one row per replica: device, dtype, attention, memory, what it does now; the queue."""
     lines = ["| device | dtype · attention | memory | now |", "|---|---|---|---|"]
     for r in replicas:
         state = r.activity if r.healthy else f"⛔ unhealthy: {r.error}"
@@ -64,6 +64,8 @@ def status_markdown(replicas: list[ReplicaStatus], warnings: list[str], zero_gpu
         lines += ["", "<small>attention by component: " + " · ".join(f"{k} {v}" for k, v in parts.items()) + "</small>"]
     if host.get("host_total"):
         lines += ["", f"host RAM {human_bytes(host.get('host_available'))} free of {human_bytes(host['host_total'])}"]
+    if queue:
+        lines += ["", queue]
     lines += [f"\n⚠️ {w}" for w in warnings]
     lines += ["", f"<small>live · updated {time.strftime('%H:%M:%S')}</small>"]
     return "\n".join(lines)

@@ -86,7 +86,7 @@ class Studio:
                 elif isinstance(event, Preview | Finished):
                     yield event
         finally:
-            job.cancel()  # no-op once finished; stops the work when the caller has gone away
+            self.engine.cancel(job)  # no-op once finished; the caller went away: drop or stop its job
 
     def run(self, req: GenerationRequest, request: gr.Request | None, progress: gr.Progress | None):
         """Submit and follow: yields Preview events, then returns the result (refusals as gr.Error)."""
@@ -190,7 +190,10 @@ class Studio:
 
     def status(self):
         replicas = self.engine.status()
-        return status_markdown(replicas, self.warnings(), self.settings.zero_gpu), self.history.sample(replicas)
+        load = self.engine.load()
+        queue = f"{load['running']} generation(s) running, {load['waiting']} waiting (QUEUE_SIZE {self.settings.queue_size})"
+        text = status_markdown(replicas, self.warnings(), self.settings.zero_gpu, queue)
+        return text, self.history.sample(replicas)
 
     def warnings(self) -> list[str]:
         notes = []
