@@ -330,3 +330,43 @@ def test_history_delete_removes_only_the_chosen_image(browser, tmp_path):
         shown_seed = re.search(r"seed\s+(\d+)", chosen).group(1)
         assert gone.split("-")[-1] == f"{shown_seed}.png"  # the file of the image that was selected
         page.close()
+
+
+def test_python_app_py_itself_shows_live_previews(browser, tmp_path):
+    """The entry point as a user runs it (`python app.py`, settings from its environment): the batch
+    forms live in the gallery before the final images."""
+    import subprocess
+    import sys
+
+    import httpx
+
+    from tests.app_server import free_port
+
+    if not embedded_model_available():
+        pytest.skip("needs the embedded model")
+    port = free_port()
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "OUTPUT_DIR": str(tmp_path), "GRADIO_ANALYTICS_ENABLED": "False"}
+    for name in ("MODEL_ID", "PREFERRED_DEVICE", "CPU_REPLICAS", "EDIT_MODEL_ID", "GENERATION_BACKEND"):
+        env.pop(name, None)
+    root = Path(__file__).resolve().parents[1]
+    log = (tmp_path / "app.log").open("w")
+    app = subprocess.Popen([sys.executable, "app.py"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline:  # a test may sleep-poll: until the app answers (bounded)
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert app.poll() is None, (tmp_path / "app.log").read_text()
+            time.sleep(0.5)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        _generate_and_watch_previews(page, url, images=2, steps=40)
+        page.close()
+    finally:
+        app.terminate()
+        app.wait(timeout=30)
+        log.close()
+    assert "ready at" in (tmp_path / "app.log").read_text()
