@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 
 from . import backends
-from .options import VALID_DEVICES, parse_device
+from .options import VALID_DEVICES, DeviceSettings, parse_device
 
 VALID_LISTS = "a comma-separated list of them (cuda:0,cuda:1), all, cuda:all, npu:all, xpu:all"
 
@@ -48,10 +48,7 @@ def expand_devices(value: str | None = None, environ: Mapping[str, str] | None =
     for command lines and tests; the app passes its settings to `devices_for` instead."""
     env = os.environ if environ is None else environ
     text = value if value is not None else env.get("PREFERRED_DEVICE", "")
-    replicas_text = env.get("CPU_REPLICAS", "").strip()
-    if replicas_text and (not replicas_text.isdigit() or not 1 <= int(replicas_text) <= 64):
-        raise ValueError(f"CPU_REPLICAS={replicas_text!r} is not valid: expected an integer from 1 to 64")
-    return devices_for(text, int(replicas_text) if replicas_text else None)
+    return devices_for(text, DeviceSettings.from_env({"CPU_REPLICAS": env.get("CPU_REPLICAS", "")}).cpu_replicas)
 
 
 def devices_for(preferred: str, cpu_replicas: int | None = None) -> list[str | None]:
