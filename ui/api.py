@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gradio as gr
@@ -32,6 +33,20 @@ def api_defaults(studio: Studio) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def with_parameters(fn: Any, names: Sequence[str], defaults: Mapping[str, Any] | None = None) -> Any:
+    """Name the public parameters of `fn(request, *values, progress)` for Gradio, which reads a handler's
+    signature for the API's parameter names and for where to pass the request and the progress tracker.
+    Built from a list of fields, so the API cannot drift from the form (ui.fields)."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    given = {} if defaults is None else defaults
+    params = [inspect.Parameter("request", kind, annotation=gr.Request)]  # first: it has no default
+    params += [inspect.Parameter(n, kind, **({"default": given[n]} if n in given else {})) for n in names]
+    params.append(inspect.Parameter("progress", kind, default=gr.Progress()))
+    fn.__signature__ = inspect.Signature(params)
+    fn.__annotations__ = {"request": gr.Request}
+    return fn
+
+
 def generate_endpoint(studio: Studio):
     """`/generate`'s function, its parameters named by API_FIELDS (Gradio reads the signature)."""
 
@@ -41,13 +56,7 @@ def generate_endpoint(studio: Studio):
         gallery, result, _ = studio.generate(raw, request, progress)
         return gallery, result.info()
 
-    defaults = api_defaults(studio)
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    params = [inspect.Parameter("request", kind, annotation=gr.Request)]  # first: it has no default
-    params += [inspect.Parameter(name, kind, default=defaults[name]) for name in API_FIELDS]
-    params.append(inspect.Parameter("progress", kind, default=gr.Progress()))
-    api_generate.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    api_generate.__annotations__ = {"request": gr.Request}
+    with_parameters(api_generate, API_FIELDS, api_defaults(studio))
     api_generate.__doc__ = (
         "Generate images. seed < 0 means random (any seed 0..2^64-1 reproduces); loras maps LoRA names to "
         'scales; sampler "" is the model\'s; guidance_end null is the model\'s.'

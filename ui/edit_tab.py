@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import gradio as gr
@@ -10,6 +9,7 @@ import gradio as gr
 from pipelines.backend import ModelInfo
 from pipelines.request import DEFAULTS
 from ui import fields
+from ui.api import with_parameters
 from ui.generate_tab import sampling_controls, sampling_props, seed_box
 from ui.inputs import bounds
 from ui.studio import Studio
@@ -99,8 +99,8 @@ def wire(studio: Studio, e: dict[str, Any]) -> None:
     """The Edit button; its public API (`/edit`) keeps the parameter names it was published with."""
     api_names = [name for name, _ in fields.EDIT_API]
 
-    def ui_edit(files, *args):
-        *values, request, progress = args
+    def ui_edit(*args):
+        request, files, *values, progress = args
         raw = {field: value for (_, field), value in zip(fields.EDIT_API, values, strict=True)}
         for kind, value in studio.edit(raw, files, request, progress):
             if kind == "preview":  # the results forming
@@ -109,12 +109,7 @@ def wire(studio: Studio, e: dict[str, Any]) -> None:
                 pairs, result, paths = value
                 yield pairs, info_line(result), paths
 
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    params = [inspect.Parameter(n, kind) for n in ("files", *api_names)]
-    params += [inspect.Parameter("request", kind, annotation=gr.Request),
-               inspect.Parameter("progress", kind, default=gr.Progress())]  # fmt: skip
-    ui_edit.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    ui_edit.__annotations__ = {"request": gr.Request}
+    with_parameters(ui_edit, ("files", *api_names))
     e["run"].click(
         ui_edit,
         [e["files"], *(e[field] for _, field in fields.EDIT_API)],
