@@ -87,6 +87,7 @@ class ModelInfo:
     text_to_image: bool = True
     edit: bool = False  # an instruction editor (input image + instruction)
     image_to_image: bool = True
+    inpaint: bool = False  # repaints a masked region (pipelines.inpaint); outpainting is an inpaint too
     guidance_label: str = "CFG scale"  # what the guidance slider drives on this model
     image_guidance: bool = False  # takes image_guidance_scale (InstructPix2Pix)
     default_image_guidance: float = 1.5

@@ -2,7 +2,8 @@
 
 `generate(request)` does, in order:
  1. validate the request (before any model work);
- 2. pick the pipeline (text-to-image, or image-to-image built with `from_pipe`: no weights twice);
+ 2. pick the pipeline (text-to-image, or the image-to-image / inpainting twin built with
+    `from_pipe`: no weights twice) and, for an inpaint, the mask's crop and start (pipelines.inpaint);
  3. activate the requested LoRAs;
  4. give image i the seed `seed + i` and its own CPU generator;
  5. denoise in micro-batches; on out-of-memory: empty the cache, halve, retry, warn;
@@ -27,12 +28,13 @@ import torch
 
 from devices import DeviceManager
 
-from . import hashing, model_setup, samplers
+from . import hashing, inpaint, model_setup, samplers
 from .backend import Capabilities, ModelInfo, ReplicaStatus
 from .callbacks import CallMonitor, CancelFn, Chained, Interrupted, LegacyCallback, PreviewFn, Previews, ProgressFn
 from .calls import call_kwargs, size_for
 from .errors import OutOfMemoryError, UnsupportedTaskError
 from .guidance import DEFAULT_GUIDANCE_END, GuidanceCutoff, supports_guidance_end
+from .inpaint import EMPTY_MASK_WARNING, INPAINT_FAMILIES
 from .lora import LoraInfo, LoraManager
 from .model_setup import read_vocabulary
 from .options import PipelineOptions
@@ -75,6 +77,12 @@ class _Plan:
     size: tuple[int, int]
     guidance_end: float
     warnings: list[str]
+    prepared: dict[int, inpaint.Prepared] = dataclasses.field(default_factory=dict)  # by id(input image)
+
+    def finish(self, item: dict[str, Any], image: Any) -> Any:
+        """An output as the user gets it: an inpaint pasted back into its original (pipelines.inpaint)."""
+        prepared = self.prepared.get(id(item["image"]))
+        return image if prepared is None else prepared.paste_back(image)
 
 
 @dataclasses.dataclass
@@ -105,6 +113,7 @@ class ImagePipeline:
         self.memory_savers: list[str] = []
         self.loras = LoraManager(pipe, device_manager, options.lora_dir)
         self._img2img: Any = None
+        self._inpaint: Any = None  # the inpainting twin, built on first use (`_pipeline_for`)
         self._lock = threading.RLock()  # one generation at a time per pipeline
         self._micro_batch_limit: dict[tuple[int, int], int] = {}  # learned from out-of-memory errors
         self.traits = inspect_pipeline(pipe)
@@ -224,7 +233,7 @@ class ImagePipeline:
 
     def close(self) -> None:
         """Drop the weights and give the device memory back."""
-        self.pipe = self._img2img = None
+        self.pipe = self._img2img = self._inpaint = None
         self.dm.empty_cache()
 
     def count_tokens(self, prompt: str) -> list:
@@ -247,6 +256,8 @@ class ImagePipeline:
     def check_task(self, request: GenerationRequest) -> None:
         """Refuse what this model cannot do, with a message that says what it can do."""
         t = self.traits
+        if request.inpaint is not None or t.inpaint_native:
+            return self._check_inpaint(request)
         if request.init_images is None and not t.text_to_image:
             raise UnsupportedTaskError(
                 f"{self.model_name} ({t.class_name}) is an image-editing model: it needs an input image "
@@ -260,7 +271,25 @@ class ImagePipeline:
         if request.loras and not t.lora:
             raise UnsupportedTaskError(f"{t.class_name} has no LoRA loader in diffusers; LoRAs cannot be used with it")
 
+    def _check_inpaint(self, request: GenerationRequest) -> None:
+        """An inpaint needs a model that inpaints; a model that only inpaints needs a mask."""
+        t = self.traits
+        if request.inpaint is None:
+            raise UnsupportedTaskError(
+                f"{self.model_name} ({t.class_name}) is an inpainting model: it needs an input image and a mask "
+                "(use Inpaint, or the /inpaint API)"
+            )
+        if not t.inpaint:
+            raise UnsupportedTaskError(
+                f"{self.model_name} ({t.class_name}) cannot inpaint: diffusers has no inpainting pipeline for this "
+                f"family. Families that inpaint and outpaint: {INPAINT_FAMILIES}"
+            )
+        if request.loras and not t.lora:
+            raise UnsupportedTaskError(f"{t.class_name} has no LoRA loader in diffusers; LoRAs cannot be used with it")
+
     def _pipeline_for(self, request: GenerationRequest) -> Any:
+        if request.inpaint is not None:
+            return self._inpaint_pipeline()
         if request.init_images is None or self.traits.image_to_image != "from_pipe":
             return self.pipe  # text-to-image, or already an image-to-image / instruction-edit pipeline
         if self._img2img is None:
@@ -269,6 +298,18 @@ class ImagePipeline:
             self._img2img = AutoPipelineForImage2Image.from_pipe(self.pipe)  # shares every weight
             self._img2img.set_progress_bar_config(disable=True)
         return self._img2img
+
+    def _inpaint_pipeline(self) -> Any:
+        """This pipeline where it takes a mask itself, else its inpainting twin (`traits.inpaint`, or a
+        recipe's `inpaint_pipeline`) built with `from_pipe`: every weight shared, built once."""
+        if self.traits.inpaint_native:
+            return self.pipe
+        if self._inpaint is None:
+            import diffusers
+
+            self._inpaint = getattr(diffusers, self.traits.inpaint).from_pipe(self.pipe)
+            self._inpaint.set_progress_bar_config(disable=True)
+        return self._inpaint
 
     @staticmethod
     def work_items(request: GenerationRequest, seed: int) -> list[dict[str, Any]]:
@@ -313,6 +354,10 @@ class ImagePipeline:
         validate(request, self.limits, count=count)
         self.check_task(request)
         request = pin_seed(request)
+        if request.inpaint is not None and inpaint.is_empty(
+            inpaint.binary_mask(request.inpaint.mask, request.inpaint.invert)
+        ):
+            return self._unchanged(request, item_range)
         scheduler = samplers.build(self.pipe.scheduler, request.sampler) if request.sampler else None
         count_now = count if count is not None else request.total_images
 
@@ -331,6 +376,16 @@ class ImagePipeline:
             finally:
                 self._use_scheduler(own)
                 self.activity = "idle"
+
+    def _unchanged(self, request: GenerationRequest, item_range: tuple[int, int] | None) -> GenerationResult:
+        """An inpaint with an empty mask: each input image back as it was, with a warning (no model work)."""
+        items = self.work_items(request, request.seed)
+        if item_range is not None:
+            items = items[item_range[0] : item_range[1]]
+        images = [item["image"].convert("RGB") for item in items]
+        metas = [self._metadata(request, item, *image.size) for item, image in zip(items, images, strict=True)]
+        inputs = [item["image"] for item in items]
+        return self._result(images, metas, inputs, [], [EMPTY_MASK_WARNING], False)
 
     def _generate(
         self,
@@ -362,7 +417,21 @@ class ImagePipeline:
         warnings = self._request_warnings(request, pipe, accepted)
         guidance_end = self._guidance_end(request, pipe, warnings)
         prompts = {p: fit_prompt(pipe, p) for p in request.prompts}  # metadata keeps the user's full text
-        return _Plan(pipe, request, items, first, accepted, prompts, size, guidance_end, warnings)
+        plan = _Plan(pipe, request, items, first, accepted, prompts, size, guidance_end, warnings)
+        if request.inpaint is not None:
+            self._plan_inpaint(plan)
+        return plan
+
+    def _plan_inpaint(self, plan: _Plan) -> None:
+        """Each input image's start, mask and paste-back (pipelines.inpaint); "only masked" renders the
+        masked crop at the request's size, else at the crop's aspect ratio at the model's native area."""
+        request, spec = plan.request, plan.request.inpaint
+        mask = inpaint.binary_mask(spec.mask, spec.invert)
+        if spec.only_masked:
+            asked = (request.width, request.height) if request.width and request.height else None
+            plan.size = inpaint.size_for(spec, mask, asked, self.default_size, self.size_multiple)
+        for image in request.init_images:
+            plan.prepared[id(image)] = inpaint.prepare(image, mask, spec, plan.size)
 
     def _denoise(
         self, plan: _Plan, progress: ProgressFn | None, should_cancel: CancelFn | None, preview: PreviewFn | None
@@ -404,6 +473,7 @@ class ImagePipeline:
             out.timings.append(timing)
             steps_done += steps_per_call
             for item, image in zip(chunk, output.images, strict=True):
+                image = plan.finish(item, image)
                 out.images.append(image)
                 out.inputs.append(item["image"])
                 out.metas.append(self._metadata(plan.request, item, *image.size, plan.guidance_end))
@@ -414,7 +484,13 @@ class ImagePipeline:
         """The diffusers call of one micro-batch: its own CPU generators, prompts fitted to the encoders."""
         generators = [self.dm.create_generator(item["seed"]) for item in chunk]
         fitted = [{**item, "prompt": plan.prompts[item["prompt"]]} for item in chunk]
-        return call_kwargs(self.traits, plan.accepted, plan.request, fitted, plan.size, generators)
+        if not plan.prepared:
+            return call_kwargs(self.traits, plan.accepted, plan.request, fitted, plan.size, generators)
+        prepared = [plan.prepared[id(item["image"])] for item in chunk]
+        fitted = [{**item, "image": p.image} for item, p in zip(fitted, prepared, strict=True)]
+        kwargs = call_kwargs(self.traits, plan.accepted, plan.request, fitted, plan.size, generators)
+        kwargs["mask_image"] = [p.mask for p in prepared]
+        return kwargs
 
     def _assemble(self, plan: _Plan, out: _Finished) -> GenerationResult:
         """Step 7: what finished, with its metadata and timings, and warnings for what did not go as asked."""
@@ -425,7 +501,7 @@ class ImagePipeline:
             warnings.append(f"out of memory: batch split into {chunks} chunks of at most {out.micro} image(s)")
         if out.cancelled:
             warnings.append(f"cancelled: {len(out.images)} of {len(items)} image(s) finished")
-        if out.images and out.images[0].size != (width, height):
+        if out.images and out.images[0].size != (width, height) and not plan.prepared:
             w, h = out.images[0].size
             warnings.append(f"{self.traits.class_name} produced {w}x{h} instead of the requested {width}x{height}")
         return self._result(out.images, out.metas, out.inputs, out.timings, warnings, out.cancelled)
@@ -472,8 +548,9 @@ class ImagePipeline:
     def _use_scheduler(self, scheduler: Any) -> None:
         """Point this replica's pipelines (and the image-to-image one built from it) at `scheduler`."""
         self.pipe.scheduler = scheduler
-        if self._img2img is not None:
-            self._img2img.scheduler = scheduler
+        for twin in (self._img2img, self._inpaint):
+            if twin is not None:
+                twin.scheduler = scheduler
 
     def _shrink_after_oom(self, exc: Exception, micro: int, size: tuple[int, int], partial) -> int:
         """The halved micro-batch after an out-of-memory error, or OutOfMemoryError (with what
@@ -550,6 +627,8 @@ class ImagePipeline:
             meta["strength"] = request.strength
         if guidance_end < 1.0:
             meta["guidance_end"] = guidance_end
+        if request.inpaint is not None:
+            meta.update(inpaint.metadata(request.inpaint))
         return meta
 
     def _result(self, images, metas, inputs, timings, warnings, cancelled) -> GenerationResult:

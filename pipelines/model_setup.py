@@ -128,6 +128,10 @@ def _trait_changes(traits: Any, recipe: Recipe) -> dict[str, Any]:
         changes["text_to_image"] = False
     elif recipe.task == "text-to-image":
         changes.update(edit=False, image_to_image="")
+    elif recipe.task == "inpaint":
+        changes.update(text_to_image=False, edit=False, image_to_image="")
+    if recipe.inpaint_pipeline:
+        changes["inpaint"] = recipe.inpaint_pipeline
     if "width" in d or "height" in d:
         w, h = traits.default_size
         changes["default_size"] = (d.get("width", w), d.get("height", h))
@@ -160,6 +164,7 @@ def describe(self: Any) -> ModelInfo:
         text_to_image=traits.text_to_image,
         edit=traits.edit,
         image_to_image=bool(traits.image_to_image),
+        inpaint=bool(traits.inpaint),
         guidance_label=traits.guidance_label,
         lora_supported=traits.lora,
         image_guidance=traits.image_guidance,

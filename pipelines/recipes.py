@@ -14,7 +14,8 @@ guidance 5, image guidance 4) and, for E1-Full, a LoRA. A recipe says all of tha
       "dtype": "bfloat16",
       "loras": [{"path": "...safetensors", "scale": 1.0, "fuse": false}],
       "defaults": {"steps": 28, "guidance": 5.0, "image_guidance": 4.0},
-      "task": "edit",
+      "task": "edit",                                  # text-to-image | edit | both | inpaint
+      "inpaint_pipeline": "FluxKontextInpaintPipeline",  # optional: built with from_pipe for masks
       "notes": "shown in the UI"
     }
 
@@ -37,12 +38,12 @@ from .errors import ModelLoadError
 log = logging.getLogger(__name__)
 
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "models" / "recipes"
-TASKS = ("text-to-image", "edit", "both")
+TASKS = ("text-to-image", "edit", "both", "inpaint")  # "inpaint": a model that needs a mask (Flux Fill)
 DTYPES = ("float32", "float16", "bfloat16")
 DEFAULT_KEYS = {"steps": int, "guidance": float, "image_guidance": float, "guidance_end": float, "width": int, "height": int, "sampler": str}
 TOP_KEYS = {
     "name", "description", "source", "pipeline_class", "custom_pipeline", "components", "dtype", "loras",
-    "defaults", "task", "vocabulary", "notes", "$schema",
+    "defaults", "task", "vocabulary", "notes", "$schema", "inpaint_pipeline",
 }  # fmt: skip
 
 
@@ -82,6 +83,7 @@ class Recipe:
     task: str = "both"
     vocabulary: dict[str, Any] = field(default_factory=dict)
     notes: str = ""
+    inpaint_pipeline: str | None = None  # a diffusers class built from the model with from_pipe for inpainting
 
     def resolve(self, value: str) -> str:
         """A path relative to the recipe's folder, or `value` unchanged (a Hub id)."""
@@ -168,7 +170,7 @@ def parse(data: Any, where: str = "<recipe>", path: Path | None = None) -> Recip
     for key in ("name", "source"):
         if not isinstance(data.get(key), str) or not data[key].strip():
             raise _fail(where, f"{key}: required text")
-    for key in ("description", "pipeline_class", "custom_pipeline", "dtype", "notes"):
+    for key in ("description", "pipeline_class", "custom_pipeline", "dtype", "notes", "inpaint_pipeline"):
         if data.get(key) is not None:
             _check_type(where, key, data[key], str)
     if data.get("pipeline_class") and data.get("custom_pipeline"):
@@ -186,6 +188,7 @@ def parse(data: Any, where: str = "<recipe>", path: Path | None = None) -> Recip
         components=_components(where, data.get("components", {})), dtype=data.get("dtype"),
         loras=_loras(where, data.get("loras", [])), defaults=_defaults(where, data.get("defaults", {})),
         task=task, vocabulary=vocabulary, notes=data.get("notes") or "",
+        inpaint_pipeline=data.get("inpaint_pipeline"),
     )  # fmt: skip
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 from PIL import Image
 
+from .inpaint import Inpaint
+
 IMAGE_MODES = ("RGB", "RGBA", "L")
 SEED_SPACE = 2**64  # torch.Generator.manual_seed takes 0..2^64-1
 RANDOM_SEED_SPACE = 2**32  # random seeds: short, and valid in tools that keep 32-bit seeds
@@ -95,6 +97,7 @@ class GenerationRequest:
     guidance_end: float | None = None  # share of the steps with guidance (pipelines.guidance); None: the model's
     loras: dict[str, float] = field(default_factory=dict)  # adapter name -> scale
     sampler: str | None = None  # A1111-style name ("DPM++ 2M Karras"); None: the model's own scheduler
+    inpaint: Inpaint | None = None  # repaint only the mask of each input image (pipelines.inpaint)
 
     @property
     def prompts(self) -> list[str]:
@@ -147,6 +150,10 @@ def validate(request: GenerationRequest, limits: RequestLimits, count: int | Non
         BOUNDS["seed"].check("seed", request.seed)
     if request.init_images is not None:
         _check_images(request)
+    if request.inpaint is not None:
+        if not request.init_images:
+            raise ValueError("inpaint: needs the input image the mask belongs to (init_images)")
+        request.inpaint.check(request.init_images)
     if not isinstance(request.loras, dict):
         raise ValueError(f"loras: must be a dict of adapter name -> scale, got {type(request.loras).__name__}")
     for name, scale in request.loras.items():

@@ -45,6 +45,12 @@ class PipelineTraits:
     step_callback: str  # "on_step_end" | "legacy" (callback, callback_steps) | "none"
     lora: bool
     image_guidance: bool = False  # takes image_guidance_scale (InstructPix2Pix)
+    inpaint: str = ""  # the pipeline class that inpaints: this one (takes mask_image), its from_pipe twin, or ""
+
+    @property
+    def inpaint_native(self) -> bool:
+        """This pipeline itself takes a mask (Flux Fill, an SD inpainting checkpoint): it needs one."""
+        return self.inpaint == self.class_name
 
     @property
     def guidance_label(self) -> str:
@@ -57,6 +63,8 @@ class PipelineTraits:
             out.append("instruction edit")
         if self.image_to_image:
             out.append("image-to-image")
+        if self.inpaint:
+            out.append("inpaint")
         return tuple(out)
 
 
@@ -107,6 +115,24 @@ def img2img_available(pipe: Any) -> bool:
     return twin is not None
 
 
+# Inpainting twins diffusers has but `AutoPipelineForInpainting` does not map (0.42.1), by pipeline class.
+EXTRA_INPAINT_TWINS = {
+    "FluxKontextPipeline": "FluxKontextInpaintPipeline",  # Kontext's own masked edit, built with from_pipe
+}
+
+
+def inpaint_twin(pipe: Any) -> str:
+    """The class name of the inpainting pipeline diffusers builds from this one with `from_pipe`
+    (sharing every weight), or "" where it has none (InstructPix2Pix, PixArt, Sana, HiDream)."""
+    from diffusers.pipelines.auto_pipeline import AUTO_INPAINT_PIPELINES_MAPPING, _get_task_class
+
+    name = type(pipe).__name__
+    if name in EXTRA_INPAINT_TWINS:
+        return EXTRA_INPAINT_TWINS[name]
+    twin = _get_task_class(AUTO_INPAINT_PIPELINES_MAPPING, name, throw_error_if_not_exist=False)
+    return twin.__name__ if twin is not None else ""
+
+
 def _guidance(pipe: Any, params: dict[str, inspect.Parameter]) -> tuple[str, str | None]:
     """Which argument the UI's guidance slider drives.
 
@@ -133,8 +159,9 @@ def _default(params: dict[str, inspect.Parameter], name: str | None) -> Any:
 def inspect_pipeline(pipe: Any) -> PipelineTraits:
     params = call_params(pipe)
     takes_image = "image" in params
-    edit = takes_image and "strength" not in params and "mask_image" not in params
-    native_i2i = takes_image and "strength" in params
+    takes_mask = "mask_image" in params
+    edit = takes_image and "strength" not in params and not takes_mask
+    native_i2i = takes_image and "strength" in params and not takes_mask
     i2i = "native" if native_i2i else ("from_pipe" if not takes_image and img2img_available(pipe) else "")
     guidance, guidance_param = _guidance(pipe, params)
     if "callback_on_step_end" in params:
@@ -160,6 +187,7 @@ def inspect_pipeline(pipe: Any) -> PipelineTraits:
         step_callback=callback,
         lora=hasattr(pipe, "load_lora_weights"),
         image_guidance="image_guidance_scale" in params,
+        inpaint=type(pipe).__name__ if takes_mask else inpaint_twin(pipe),
     )
 
 
