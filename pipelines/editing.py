@@ -3,7 +3,7 @@
 A text-to-image model "edits" by image-to-image: it redraws the picture from a strength, it does
 not follow an instruction. An instruction editor (InstructPix2Pix-style, such as the embedded
 `tiny-shapes-edit`) does. `EditRouter` is a `GenerationBackend` that sends requests with input
-images to the editor and the others to the main model, and describes both in one `ModelInfo`
+images to the editor and the others (text-to-image, and inpaints: a mask) to the main model, and describes both in one `ModelInfo`
 (`ModelInfo.editor`), so the UI needs no second code path.
 
 Which editor: `EDIT_MODEL_ID` (a folder, Hub id or recipe name); by default the embedded editor
@@ -56,6 +56,10 @@ class EditRouter:
         self._editing = True
 
     def _for(self, request: GenerationRequest) -> GenerationBackend:
+        """Edits to the editor; text-to-image and inpaints (a mask: the main model's inpainting twin;
+        an instruction editor has none) to the main model."""
+        if request.inpaint is not None:
+            return self.main
         return self.editor if request.init_images and self._editing else self.main
 
     @property

@@ -32,6 +32,11 @@ INPAINT_AREAS = ("whole picture", "only masked")
 MAX_MASK_BLUR = 64
 MAX_PADDING = 256
 MAX_EXTEND = 2048  # pixels added on one side by an outpaint
+# The denoising strength an inpaint starts with (UI and APIs): diffusers' inpaint pipelines' own
+# default, and Fooocus's. A1111's 0.75 keeps too much of what was painted over: on the embedded
+# model, a new colour and shape in a masked box came out right in 40/48 scenes at 0.75 and 48/48
+# at 1.0 (docs/embedded-models.md has the 200-scene evaluation).
+DEFAULT_STRENGTH = 1.0
 
 
 @dataclass(frozen=True)

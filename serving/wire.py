@@ -16,6 +16,7 @@ from typing import Any
 from PIL import Image
 
 from pipelines import errors
+from pipelines.inpaint import Inpaint
 from pipelines.request import GenerationRequest, GenerationResult
 
 PNG_LEVEL = 1  # lossless at any level; level 1 keeps encoding cheap next to the denoising
@@ -37,6 +38,10 @@ def request_to_wire(request: GenerationRequest) -> dict[str, Any]:
     data = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
     if request.init_images is not None:
         data["init_images"] = [png_bytes(image) for image in request.init_images]
+    if request.inpaint is not None:
+        spec = request.inpaint
+        data["inpaint"] = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+        data["inpaint"]["mask"] = png_bytes(spec.mask)
     return data
 
 
@@ -44,6 +49,8 @@ def request_from_wire(data: dict[str, Any]) -> GenerationRequest:
     data = dict(data)
     if data.get("init_images") is not None:
         data["init_images"] = [png_image(b) for b in data["init_images"]]
+    if data.get("inpaint") is not None:
+        data["inpaint"] = Inpaint(**{**data["inpaint"], "mask": png_image(data["inpaint"]["mask"])})
     return GenerationRequest(**data)
 
 
