@@ -85,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             init_images=[Image.open(f).convert("RGB") for f in args.init_image] or None,
             strength=args.strength,
-            image_guidance_scale=args.image_guidance if args.image_guidance is not None else info.default_image_guidance,
+            image_guidance_scale=args.image_guidance
+            if args.image_guidance is not None
+            else info.default_image_guidance,
             guidance_end=args.guidance_end,
             loras=loras,
         )

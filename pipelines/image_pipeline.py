@@ -623,7 +623,10 @@ class ImagePipeline:
         }
         if request.init_images is not None and self.traits.image_guidance:
             meta["image_guidance_scale"] = request.image_guidance_scale
-        if request.init_images is not None and not self.traits.edit:  # an instruction editor takes no strength
+        takes_strength = (
+            not self.traits.edit or request.inpaint is not None
+        )  # an instruction editor's inpaint twin does
+        if request.init_images is not None and takes_strength:
             meta["strength"] = request.strength
         if guidance_end < 1.0:
             meta["guidance_end"] = guidance_end

@@ -50,6 +50,7 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         ("Model hash", meta.get("model_hash")),
         ("Model", meta.get("model", "")),
         ("Denoising strength", meta.get("strength")),
+        *inpaint_fields(meta),
     ]
     hashes = meta.get("lora_hashes") or {}
     if hashes:
@@ -59,6 +60,21 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         lines.append(f"Negative prompt: {meta['negative_prompt']}")
     lines.append(", ".join(f"{k}: {_quote(v)}" for k, v in fields if v is not None and v != ""))
     return "\n".join(lines)
+
+
+def inpaint_fields(meta: dict[str, Any]) -> list[tuple[str, Any]]:
+    """An inpaint's settings under A1111's names: `Mask blur`, `Masked content`, `Inpaint area` (and
+    `Masked area padding` with "Only masked", as A1111 writes it), `Mask mode` when inverted."""
+    if "mask_blur" not in meta:
+        return []
+    only_masked = meta.get("inpaint_area") == "only masked"
+    return [
+        ("Mask blur", meta["mask_blur"]),
+        ("Masked content", meta.get("masked_content")),
+        ("Inpaint area", "Only masked" if only_masked else "Whole picture"),
+        ("Masked area padding", meta.get("padding") if only_masked else None),
+        ("Mask mode", "Inpaint not masked" if meta.get("invert_mask") else None),
+    ]
 
 
 def png_info(meta: dict[str, Any]) -> PngImagePlugin.PngInfo:

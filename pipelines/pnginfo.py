@@ -19,6 +19,7 @@ from typing import Any
 
 from PIL import Image
 
+from .inpaint import MASKED_CONTENT
 from .samplers import from_a1111
 
 JSON_KEY = "diffusion_anywhere"  # our PNG chunk with the full metadata dict (written by pipelines.metadata)
@@ -79,6 +80,22 @@ def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
         out["sampler"] = from_a1111(out["sampler"], extra.get("Schedule type"))
     if "Denoising strength" in extra:
         out["strength"] = float(extra["Denoising strength"])
+    _inpaint_fields(out, extra)
+
+
+def _inpaint_fields(out: dict[str, Any], extra: dict[str, str]) -> None:
+    """An inpaint's settings from A1111's names; A1111 leaves out what is at its default ("Whole
+    picture", no padding, "Inpaint masked"), so any one of them marks an inpaint."""
+    if not {"Mask blur", "Masked content", "Inpaint area"} & set(extra):
+        return
+    if extra.get("Mask blur", "").isdigit():
+        out["mask_blur"] = int(extra["Mask blur"])
+    if extra.get("Masked content", "").lower() in MASKED_CONTENT:
+        out["masked_content"] = extra["Masked content"].lower()
+    out["inpaint_area"] = "only masked" if extra.get("Inpaint area", "").lower() == "only masked" else "whole picture"
+    if extra.get("Masked area padding", "").isdigit():
+        out["padding"] = int(extra["Masked area padding"])
+    out["invert_mask"] = extra.get("Mask mode", "").lower() == "inpaint not masked"
 
 
 def parse_comfyui(graph: dict[str, Any]) -> dict[str, Any]:

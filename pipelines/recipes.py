@@ -40,7 +40,15 @@ log = logging.getLogger(__name__)
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "models" / "recipes"
 TASKS = ("text-to-image", "edit", "both", "inpaint")  # "inpaint": a model that needs a mask (Flux Fill)
 DTYPES = ("float32", "float16", "bfloat16")
-DEFAULT_KEYS = {"steps": int, "guidance": float, "image_guidance": float, "guidance_end": float, "width": int, "height": int, "sampler": str}
+DEFAULT_KEYS = {
+    "steps": int,
+    "guidance": float,
+    "image_guidance": float,
+    "guidance_end": float,
+    "width": int,
+    "height": int,
+    "sampler": str,
+}
 TOP_KEYS = {
     "name", "description", "source", "pipeline_class", "custom_pipeline", "components", "dtype", "loras",
     "defaults", "task", "vocabulary", "notes", "$schema", "inpaint_pipeline",

@@ -136,7 +136,9 @@ def current(scheduler: Any) -> Sampler:
     config = dict(getattr(scheduler, "config", {}))
     cls = type(scheduler).__name__
     for s in SAMPLERS:
-        if s.scheduler == cls and all(config.get(k, v if k != "use_karras_sigmas" else False) == v for k, v in s.options.items()):
+        if s.scheduler == cls and all(
+            config.get(k, v if k != "use_karras_sigmas" else False) == v for k, v in s.options.items()
+        ):
             return s
     return Sampler(cls, cls)
 
@@ -178,7 +180,11 @@ def schedule_fault(model_scheduler: Any, candidate: Any, steps: int = PROBE_STEP
     """
     alphas = getattr(model_scheduler, "alphas_cumprod", None)
     prediction = model_scheduler.config.get("prediction_type", "epsilon")
-    if alphas is None or prediction not in ("epsilon", "v_prediction", "sample") or model_scheduler.config.get("clip_sample"):
+    if (
+        alphas is None
+        or prediction not in ("epsilon", "v_prediction", "sample")
+        or model_scheduler.config.get("clip_sample")
+    ):
         return None
     if getattr(candidate, "alphas_cumprod", None) is None:
         return "it does not use the model's discrete noise schedule"

@@ -111,7 +111,7 @@ def truncation_warnings(pipe: Any, prompt: str) -> list[str]:
 
 
 def token_summary(counts: list[TokenCount]) -> str:
-    """"CLIP 12/75 · T5 14/255", with ⚠️ on an encoder that will cut the prompt (A1111's counter)."""
+    """ "CLIP 12/75 · T5 14/255", with ⚠️ on an encoder that will cut the prompt (A1111's counter)."""
     return " · ".join(f"{c.label} {c.count}/{c.limit}" + (" ⚠️ cut" if c.cut else "") for c in counts)
 
 

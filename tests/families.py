@@ -147,17 +147,18 @@ def sdxl(path: Path) -> None:
 
 
 def sd3(path: Path) -> None:
-    """SD3: two CLIPs (32 + 32 wide, padded to T5's 64) + T5; patch size 2, so the size step is 16."""
+    """SD3: two CLIPs (32 + 32 wide, padded to T5's 64) + T5; patch size 2, so the size step is 16;
+    16 latent channels as the real model (its inpainting pipeline checks for them)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
     from transformers import CLIPTextModelWithProjection
 
     transformer = SD3Transformer2DModel(
-        sample_size=8, patch_size=2, in_channels=4, out_channels=4, num_layers=1, attention_head_dim=8,
+        sample_size=8, patch_size=2, in_channels=16, out_channels=16, num_layers=1, attention_head_dim=8,
         num_attention_heads=4, caption_projection_dim=32, joint_attention_dim=64, pooled_projection_dim=64,
     ).eval()
     StableDiffusion3Pipeline(
         transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
-        vae=vae_f8(shift_factor=0.0609, scaling_factor=1.5035, use_quant_conv=False, use_post_quant_conv=False),
+        vae=vae_f8(16, shift_factor=0.0609, scaling_factor=1.5035, use_quant_conv=False, use_post_quant_conv=False),
         text_encoder=clip_tokens_fixed(CLIPTextModelWithProjection(clip_config()).eval()),
         tokenizer=clip_tokenizer(),
         text_encoder_2=clip_tokens_fixed(CLIPTextModelWithProjection(clip_config()).eval()),

@@ -315,3 +315,43 @@ def test_token_counter_uses_the_models_tokenizers(family_root, name):
     assert labels and all(label in short for label in labels) and "cut" not in short
     assert "⚠️ cut" in studio.token_count(" ".join(["red circle"] * 700))
     assert studio.token_count("") == ""
+
+
+# --------------------------------------------------------------------------- inpainting
+# The families diffusers has an inpainting pipeline for (pipelines.traits.inpaint_twin): checked by
+# name, so a change in what the detection finds cannot pass unnoticed.
+INPAINTS = {"sd15", "sdxl", "sd3", "flux", "flux-kontext", "qwen-image", "qwen-image-edit"}
+
+
+def _scene(name: str) -> tuple[Image.Image, Image.Image]:
+    """A picture at the family's size (vertical stripes) and a mask over a box in its middle."""
+    width, height = size_of(name)
+    x = np.arange(width)[None, :, None]
+    stripes = np.broadcast_to(np.where(x % 16 < 8, 40, 210), (height, width, 3)).astype(np.uint8)
+    mask = Image.new("L", (width, height), 0)
+    mask.paste(255, (width // 4, height // 4, 3 * width // 4, 3 * height // 4))
+    return Image.fromarray(stripes.copy()), mask
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_inpaint_keeps_every_unmasked_pixel_or_refuses_clearly(family_root, name):
+    from pipelines.inpaint import Inpaint
+
+    pipe = load(family_root, name)
+    image, mask = _scene(name)
+    req = request(name, init_images=[image], strength=1.0, num_images=2, inpaint=Inpaint(mask))
+    assert pipe.model_info().inpaint == (name in INPAINTS)
+    if name not in INPAINTS:
+        with pytest.raises(UnsupportedTaskError, match=r"cannot inpaint.*Families that inpaint"):
+            pipe.generate(req)
+        return
+    result = pipe.generate(req)
+    assert result.seeds == [7, 8] and [im.size for im in result.images] == [image.size] * 2
+    outside = np.asarray(mask) == 0
+    for out in result.images:
+        diff = np.abs(pixels(out) - pixels(image))
+        assert diff[outside].max() == 0, "a pixel outside the mask changed"
+        assert diff[~outside].max() > 10, "the masked area was not repainted"
+    assert result.metadata[0]["mask_blur"] == 4 and result.metadata[0]["strength"] == 1.0
+    alone = pipe.generate(request(name, init_images=[image], strength=1.0, seed=8, inpaint=Inpaint(mask)))
+    assert np.abs(pixels(alone.images[0]) - pixels(result.images[1])).max() <= 3  # seed 8 = image 2
