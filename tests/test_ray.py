@@ -70,6 +70,20 @@ def test_results_equal_the_in_process_ones(backend, local):
     assert remote.inputs[0].getpixel((0, 0)) == (200, 30, 30)
 
 
+
+def test_an_inpaint_travels_with_its_mask_and_keeps_the_unmasked_pixels(backend, local):
+    from pipelines.inpaint import Inpaint
+
+    image, mask = Image.new("RGB", (32, 32), (200, 30, 30)), Image.new("L", (32, 32), 0)
+    mask.paste(255, (8, 8, 24, 24))
+    inpaint = request(init_images=[image], strength=1.0, inpaint=Inpaint(mask, masked_content="fill"))
+    remote = backend.generate(inpaint)
+    assert_same(remote, local.generate(inpaint))
+    assert remote.metadata[0]["masked_content"] == "fill"
+    outside = np.asarray(mask) == 0
+    assert all((np.asarray(im) == (200, 30, 30)).all(axis=-1)[outside].all() for im in remote.images)
+
+
 def run_together(backend, seeds, on_step=None):
     """Generate one request per seed from threads at once; each waits at step 1 until all are denoising."""
     together = threading.Barrier(len(seeds), timeout=30)
