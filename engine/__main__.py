@@ -2,6 +2,8 @@
 
     python -m engine "a red circle on a blue background" --num-images 4 --seed 7 --out outputs/
     python -m engine "change the background to black" --init-image in.png      # the Edit tab's model
+    python -m engine "a red square on a white background" --init-image in.png --mask mask.png   # inpaint
+    python -m engine "a white background" --init-image in.png --outpaint 0,0,32,0   # extend 32 px right
     PREFERRED_DEVICE=cpu CPU_REPLICAS=2 python -m engine "a red circle on a blue background" -n 8
 
 The same settings, backend and engine as `python app.py` (`AppSettings.from_env`, `build_engine`):
@@ -20,6 +22,8 @@ from tqdm import tqdm
 
 from pipelines import GenerationRequest, PipelineError, save_images
 from pipelines.backend import ModelInfo
+from pipelines.inpaint import DEFAULT_STRENGTH, MASKED_CONTENT, Inpaint, extend_canvas
+from pipelines.request import DEFAULTS
 
 from . import AppSettings, Progress, SettingsError, build_engine
 from .jobs import Engine, Finished
@@ -38,7 +42,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="outputs", help="output folder (default: outputs/)")
     p.add_argument("--model", default=None, help="default: $MODEL_ID")
     p.add_argument("--device", default=None, help="default: $PREFERRED_DEVICE")
+    p.add_argument("--strength", type=float, default=None, help="denoising strength (default: 1.0 to inpaint)")
+    g = p.add_argument_group("inpaint / outpaint (with --init-image; pipelines.inpaint)")
+    g.add_argument("--mask", default=None, metavar="FILE", help="white = repaint; the input image's size")
+    g.add_argument("--outpaint", default=None, metavar="L,U,R,D", help="extend the canvas by these pixels")
+    g.add_argument("--mask-blur", type=int, default=4)
+    g.add_argument("--masked-content", default="original", choices=MASKED_CONTENT)
+    g.add_argument("--only-masked", type=int, default=None, metavar="PADDING", help="render only the masked box")
+    g.add_argument("--invert-mask", action="store_true")
     return p
+
+
+def inpaint_from(args: argparse.Namespace, images: list, step: int) -> tuple[list, Inpaint | None]:
+    """The input images and the Inpaint of --mask / --outpaint (the canvas grown), or none."""
+    from PIL import Image
+
+    if args.outpaint:
+        left, up, right, down = (int(v) for v in args.outpaint.split(","))
+        grown = [extend_canvas(image, left, up, right, down, step) for image in images]
+        images, mask = [canvas for canvas, _ in grown], grown[0][1]
+    elif args.mask:
+        mask = Image.open(args.mask)
+    else:
+        return images, None
+    area = "whole picture" if args.only_masked is None else "only masked"
+    padding = 32 if args.only_masked is None else args.only_masked
+    spec = Inpaint(mask, args.mask_blur, args.masked_content, area, padding, args.invert_mask)
+    return images, spec
 
 
 def request_from(args: argparse.Namespace, info: ModelInfo) -> GenerationRequest:
@@ -46,7 +76,9 @@ def request_from(args: argparse.Namespace, info: ModelInfo) -> GenerationRequest
     from PIL import Image
 
     images = [Image.open(f).convert("RGB") for f in args.init_image] or None
-    model = info.for_edits if images else info
+    images, inpaint = inpaint_from(args, images, info.size_multiple) if images else (images, None)
+    model = info.for_edits if images and inpaint is None else info
+    strength = DEFAULT_STRENGTH if inpaint is not None else DEFAULTS.strength
     loras = {name: float(scale or 1.0) for name, _, scale in (item.partition(":") for item in args.lora)}
     return GenerationRequest(
         prompt=args.prompt if len(args.prompt) > 1 else args.prompt[0],
@@ -58,6 +90,8 @@ def request_from(args: argparse.Namespace, info: ModelInfo) -> GenerationRequest
         init_images=images,
         image_guidance_scale=model.default_image_guidance,
         loras=loras,
+        strength=strength if args.strength is None else args.strength,
+        inpaint=inpaint,
     )
 
 

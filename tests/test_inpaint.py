@@ -211,3 +211,19 @@ def test_a_recipe_names_an_inpainting_pipeline_or_checkpoint(tmp_path, tiny_mode
     pipe = ImagePipeline.from_pretrained(str(named), DeviceManager("cpu"), memory_mode="off")
     assert pipe.traits.inpaint == "StableDiffusionPAGInpaintPipeline"
     assert type(pipe._inpaint_pipeline()).__name__ == "StableDiffusionPAGInpaintPipeline"
+
+
+def test_the_command_line_inpaints_and_outpaints(tmp_path):
+    from engine.__main__ import main
+
+    scene().save(tmp_path / "in.png")
+    box_mask().save(tmp_path / "mask.png")
+    common = ["--init-image", str(tmp_path / "in.png"), "--steps", "4", "--seed", "3"]
+    assert main([PROMPT, *common, "--mask", str(tmp_path / "mask.png"), "--out", str(tmp_path / "a")]) == 0
+    assert main(["a white background", *common, "--outpaint", "0,0,32,0", "--out", str(tmp_path / "b")]) == 0
+    (inpainted,), (outpainted,) = (list((tmp_path / d).glob("*.png")) for d in "ab")
+    kept = np.asarray(box_mask()) == 0
+    assert (pixels(Image.open(inpainted)) == pixels(scene()))[kept].all()
+    assert read_png_info(inpainted)["parameters"]["mask_blur"] == 4
+    assert (pixels(Image.open(outpainted))[:, :64] == pixels(scene())).all()
+    assert main(["x", *common, "--outpaint", "0,0,30,0", "--out", str(tmp_path / "c")]) == 2
