@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from devices import DeviceManager
-from engine import Caller, build_engine
+from engine import Caller, Preview, build_engine
 from pipelines import GenerationRequest, ImagePipeline, save_images
 from pipelines.errors import UnsupportedTaskError
 from pipelines.inpaint import EMPTY_MASK_WARNING, Inpaint, binary_mask, extend_canvas, fill
@@ -68,7 +68,9 @@ def embedded():
 def test_the_app_inpaints_with_the_main_model_not_the_instruction_editor(app_engine):
     """python app.py routes images to the editor, which cannot inpaint: an inpaint must reach the main model."""
     assert app_engine.model_info().inpaint
-    result = app_engine.submit(request(num_images=2), Caller(session="s")).result(timeout=300)
+    events = list(app_engine.submit(request(num_images=2), Caller(session="s")).events(timeout=300))
+    assert any(isinstance(e, Preview) for e in events[:-1]), "no live preview of the inpaint"
+    result = events[-1].result
     assert result.metadata[0]["model"] == "tiny-shapes" and result.seeds == [5, 6]
     outside = np.asarray(box_mask()) == 0
     for image in result.images:
