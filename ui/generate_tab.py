@@ -32,7 +32,7 @@ def sampling_controls(info: ModelInfo, prefix: str = "") -> dict[str, Any]:
     p = sampling_props(info)
     return {
         "sampler": gr.Dropdown(**p["sampler"], label="Sampler", elem_id=f"{prefix}sampler"),
-        "steps": gr.Slider(*bounds("steps"), **p["steps"], step=1, label="Steps"),
+        "steps": gr.Slider(*bounds("steps"), **p["steps"], step=1, label="Steps", elem_id=f"{prefix}steps"),
         "guidance_scale": gr.Slider(
             *bounds("guidance_scale"),
             **p["guidance_scale"],

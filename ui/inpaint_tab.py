@@ -71,9 +71,11 @@ def _form(info: ModelInfo, c: dict[str, Any]) -> None:
     with gr.Row():
         c["seed"] = seed_box(elem_id="inpaint-seed")
         c["random_seed"] = gr.Checkbox(label="Random seed", value=True, elem_id="inpaint-random-seed")
-    with gr.Accordion("Advanced", open=False):
+    with gr.Accordion("Advanced", open=False, elem_id="inpaint-advanced"):
         controls = sampling_controls(info, prefix="inpaint-")
         c.update({name: controls[name] for name in fields.SAMPLING})
+        for name in ("width", "height"):  # an inpaint keeps its picture's size
+            controls[name].unrender()
 
 
 def build(studio: Studio) -> dict[str, Any]:
@@ -83,7 +85,7 @@ def build(studio: Studio) -> dict[str, Any]:
         with gr.Column(scale=3, min_width=320):
             c["editor"] = gr.ImageEditor(
                 type="pil", label="Picture (upload) and mask (paint over it)", elem_id="inpaint-editor", format="png",
-                brush=gr.Brush(colors=["#ffffff", "#ff0000"], default_color="#ffffff"), eraser=gr.Eraser(),
+                brush=gr.Brush(default_size=16, colors=["#ffffff", "#ff0000"], default_color="#ffffff"), eraser=gr.Eraser(),
                 transforms=(), height=420, sources=("upload", "clipboard"),
             )  # fmt: skip
             c["mask"] = gr.Image(
