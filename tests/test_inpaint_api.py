@@ -144,3 +144,33 @@ def test_send_to_inpaint_from_png_info_fills_the_form(server, tmp_path):
     assert (values["strength"], values["mask_blur"], values["masked_content"], values["invert_mask"]) == (
         1.0, 4, "original", False,
     )  # fmt: skip
+
+
+def test_send_to_inpaint_from_a_generated_png(server, client):
+    """Send to Inpaint under a gallery: the result's PNG as the editor's picture, its prompt and seed in the form."""
+    from ui.fields import SENT_TO_INPAINT
+    from ui.inpaint_tab import send_image
+
+    gallery, _ = client.predict(prompt=PROMPT, num_images=1, steps=2, seed=77, api_name="/generate")
+    path = gallery[0]["image"]
+    editor, *form, tab = send_image(server.studio, path)
+    assert editor["value"] == path and tab.selected == "inpaint"
+    values = {name: update["value"] for name, update in zip(SENT_TO_INPAINT, form, strict=True)}
+    assert (values["prompt"], values["seed"], values["random_seed"], values["strength"]) == (PROMPT, "77", False, 1.0)
+
+
+def test_a_model_that_cannot_inpaint_turns_the_buttons_off_with_the_reason(server):
+    import dataclasses
+
+    from ui.inpaint_tab import updates
+
+    info = server.studio.info
+    assert info.inpaint  # the embedded model inpaints
+    tab = {name: object() for name in ("unavailable", "run", "outpaint", "sampler", "steps", "guidance_scale",
+                                      "guidance_end", "left", "up", "right", "down")}  # fmt: skip
+    out = updates(dataclasses.replace(info, inpaint=False, model_name="no-inpaint"), tab)
+    assert out[tab["run"]]["interactive"] is False and out[tab["outpaint"]]["interactive"] is False
+    assert out[tab["unavailable"]]["visible"] is True and "no-inpaint" in out[tab["unavailable"]]["value"]
+    assert out[tab["left"]]["step"] == info.size_multiple
+    out = updates(info, tab)
+    assert out[tab["run"]]["interactive"] is True and out[tab["unavailable"]]["visible"] is False
