@@ -174,3 +174,21 @@ def test_a_model_that_cannot_inpaint_turns_the_buttons_off_with_the_reason(serve
     assert out[tab["left"]]["step"] == info.size_multiple
     out = updates(info, tab)
     assert out[tab["run"]]["interactive"] is True and out[tab["unavailable"]]["visible"] is False
+
+
+def test_inpaint_uploads_are_checked_before_decoding(client, files, tmp_path, monkeypatch):
+    """A picture over MAX_UPLOAD_PIXELS (a few KB on disk) is refused from its header, never decoded."""
+    from PIL import ImageFile
+
+    big = tmp_path / "big.png"
+    Image.new("1", (5000, 5000)).save(big)
+    decodes = []
+    real_load = ImageFile.ImageFile.load
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: decodes.append(self.size) or real_load(self))
+    with pytest.raises(Exception, match=r"image: 5000x5000 = 25000000 pixels, more than the limit"):
+        client.predict(handle_file(str(big)), handle_file(str(big)), prompt=PROMPT, api_name="/inpaint")
+    with pytest.raises(Exception, match=r"mask: 5000x5000 = 25000000 pixels, more than the limit"):
+        client.predict(handle_file(str(files / "scene.png")), handle_file(str(big)), prompt=PROMPT, api_name="/inpaint")
+    with pytest.raises(Exception, match=r"image: 5000x5000 = 25000000 pixels, more than the limit"):
+        client.predict(handle_file(str(big)), right=32, prompt=PROMPT, api_name="/outpaint")
+    assert (5000, 5000) not in decodes

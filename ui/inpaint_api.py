@@ -48,8 +48,7 @@ def _file(label: str) -> gr.File:
 def _open(studio: Studio, image: Any, mask: Any = None):
     try:
         if mask is None:
-            path = inputs.upload_path(image, "image")
-            return inputs.open_images([path], studio.limits)[0], None
+            return inputs.open_image(image, studio.limits), None
         return inputs.open_image_and_mask(image, mask, studio.limits)
     except ValueError as exc:
         raise refuse(str(exc)) from exc

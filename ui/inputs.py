@@ -260,6 +260,13 @@ def upload_path(item: Any, name: str) -> Path:
     return Path(path)
 
 
+def open_image(item: Any, limits: Limits, name: str = "image") -> Image.Image:
+    """One uploaded picture as RGB, decoded only after its header passed the pixel check."""
+    path = upload_path(item, name)
+    _check_headers([path], limits, [name])
+    return _load(path, name, "RGB")
+
+
 def open_image_and_mask(image: Any, mask: Any, limits: Limits) -> tuple[Image.Image, Image.Image]:
     """An inpaint's uploads: both headers checked (pixels, then equal sizes) before either is decoded;
     the image as RGB, the mask as it was painted (its alpha counts: `pipelines.inpaint.binary_mask`)."""
