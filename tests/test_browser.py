@@ -430,9 +430,22 @@ def test_inpaint_a_painted_stroke_in_the_browser(browser, tmp_path, monkeypatch)
         link = page.locator("#inpaint-downloads a").first.get_attribute("href")  # the PNG download
         downloaded = tmp_path / "downloaded.png"
         downloaded.write_bytes(httpx.get(urljoin(demo.local_url, link), timeout=30).content)
+        # Send to Inpaint under the Generate gallery: the image in the editor, its prompt in the form
+        page.get_by_role("tab", name="Generate").click()
+        page.locator("#prompt textarea").fill("a red circle on a blue background")
+        number = page.locator("#num-images input[type=number]")
+        number.fill("1")
+        number.press("Enter")
+        page.get_by_role("button", name="Generate").click()
+        expect(page.locator("#info-line")).to_contain_text("1 image(s) in", timeout=120_000)
+        page.locator("#generate-send-inpaint").click()
+        expect(page.locator("#inpaint-prompt textarea")).to_have_value(
+            "a red circle on a blue background", timeout=10_000
+        )
+        expect(editor).not_to_contain_text("Upload an image", timeout=10_000)
         page.close()
-    saved = sorted(out.rglob("*.png"))
-    assert len(saved) == 1 and len(masks) == 1
+    saved = sorted(out.rglob("*.png"), key=lambda p: p.stat().st_mtime)
+    assert len(saved) == 2 and len(masks) == 1  # the inpaint, then the generated image
     assert Image.open(downloaded).tobytes() == Image.open(saved[0]).tobytes()
     picture, mask = masks[0]
     original = np.asarray(Image.open(source).convert("RGB")).astype(int)

@@ -169,6 +169,15 @@ def send_image(studio: Studio, path: str | None) -> list[Any]:
     return [*inpaint_updates(params, studio.info, path), gr.Tabs(selected="inpaint")]
 
 
+def _picker(stride: int):
+    """A gallery's select event -> the index of the result chosen (`stride` gallery items per result)."""
+
+    def pick(evt: gr.SelectData) -> int:
+        return evt.index // stride
+
+    return pick
+
+
 def wire_sends(studio: Studio, i: dict[str, Any], tabs: gr.Tabs, galleries: list[tuple[Any, Any, Any, int]]) -> None:
     """Send to Inpaint under result galleries: (gallery, PNG downloads, button, gallery items per result).
 
@@ -177,13 +186,10 @@ def wire_sends(studio: Studio, i: dict[str, Any], tabs: gr.Tabs, galleries: list
     for gallery, downloads, button, stride in galleries:
         chosen = gr.State(0)
 
-        def pick(evt: gr.SelectData, stride: int = stride) -> int:
-            return evt.index // stride
-
         def send(paths: list[str] | None, index: int) -> list[Any]:
             paths = paths or []
             return send_image(studio, paths[min(index, len(paths) - 1)] if paths else None)
 
         events = dict(api_visibility="private", queue=False)
-        gallery.select(pick, None, chosen, **events)
+        gallery.select(_picker(stride), None, chosen, **events)
         button.click(send, [downloads, chosen], [*inpaint_targets(i), tabs], **events)
