@@ -345,7 +345,12 @@ def test_python_app_py_itself_shows_live_previews(browser, tmp_path):
     if not embedded_model_available():
         pytest.skip("needs the embedded model")
     port = free_port()
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "OUTPUT_DIR": str(tmp_path), "GRADIO_ANALYTICS_ENABLED": "False"}
+    env = {
+        **os.environ,
+        "GRADIO_SERVER_PORT": str(port),
+        "OUTPUT_DIR": str(tmp_path),
+        "GRADIO_ANALYTICS_ENABLED": "False",
+    }
     for name in ("MODEL_ID", "PREFERRED_DEVICE", "CPU_REPLICAS", "EDIT_MODEL_ID", "GENERATION_BACKEND"):
         env.pop(name, None)
     root = Path(__file__).resolve().parents[1]
@@ -370,3 +375,88 @@ def test_python_app_py_itself_shows_live_previews(browser, tmp_path):
         app.wait(timeout=30)
         log.close()
     assert "ready at" in (tmp_path / "app.log").read_text()
+
+
+def test_inpaint_a_painted_stroke_in_the_browser(browser, tmp_path, monkeypatch):
+    """Upload a picture into the Inpaint tab's editor, paint a stroke with the mouse, inpaint: the
+    result's pixels away from the stroke are the picture's exactly, under the stroke they changed."""
+    import random
+    from urllib.parse import urljoin
+
+    import httpx
+    import numpy as np
+    from PIL import Image
+    from playwright.sync_api import expect
+
+    from models.train.world import draw, random_scene
+    from ui import inpainting
+
+    if not embedded_model_available():
+        pytest.skip("needs the embedded model")
+    source = tmp_path / "scene.png"
+    draw(random_scene(random.Random(1))).save(source)
+    masks = []  # what the server took from the editor (the real handler, recorded)
+    real = inpainting.editor_image_and_mask
+    monkeypatch.setattr(inpainting, "editor_image_and_mask", lambda *a: masks.append(real(*a)) or masks[-1])
+    out = tmp_path / "out"
+    with running_app(DEFAULT_MODEL, out) as (demo, _):
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(demo.local_url, wait_until="load")
+        page.get_by_role("tab", name="Inpaint").click()
+        editor = page.locator("#inpaint-editor")
+        expect(editor).to_contain_text("Upload an image", timeout=30_000)
+        editor.locator("input[type=file]").set_input_files(str(source))
+        expect(editor).not_to_contain_text("Upload an image", timeout=30_000)
+        canvas = editor.locator("canvas").first
+        page.wait_for_timeout(1000)  # the picture drawn into the canvas
+        box = canvas.bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(x - 30, y)
+        page.mouse.down()
+        for dx in range(-30, 31, 5):
+            page.mouse.move(x + dx, y + dx / 6)
+        page.mouse.up()
+        page.locator("#inpaint-prompt textarea").fill("a yellow triangle on a purple background")
+        page.locator("#inpaint-random-seed input").uncheck()
+        page.locator("#inpaint-advanced").get_by_role("button", name="Advanced").click()
+        steps = page.locator("#inpaint-steps input[type=number]")
+        steps.fill("4")
+        steps.press("Enter")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "app-inpaint-stroke.png"), full_page=True)
+        page.locator("#inpaint-btn").click()
+        expect(page.locator("#inpaint-info")).to_contain_text("1 image(s) in", timeout=120_000)
+        page.screenshot(path=str(ARTIFACTS / "app-inpaint.png"), full_page=True)
+        link = page.locator("#inpaint-downloads a").first.get_attribute("href")  # the PNG download
+        downloaded = tmp_path / "downloaded.png"
+        downloaded.write_bytes(httpx.get(urljoin(demo.local_url, link), timeout=30).content)
+        # Send to Inpaint under the Generate gallery: the image in the editor, its prompt in the form
+        page.get_by_role("tab", name="Generate").click()
+        page.locator("#prompt textarea").fill("a red circle on a blue background")
+        number = page.locator("#num-images input[type=number]")
+        number.fill("1")
+        number.press("Enter")
+        page.get_by_role("button", name="Generate").click()
+        expect(page.locator("#info-line")).to_contain_text("1 image(s) in", timeout=120_000)
+        page.locator("#generate-send-inpaint").click()
+        expect(page.locator("#inpaint-prompt textarea")).to_have_value(
+            "a red circle on a blue background", timeout=10_000
+        )
+        expect(editor).not_to_contain_text("Upload an image", timeout=10_000)
+        page.close()
+    saved = sorted(out.rglob("*.png"), key=lambda p: p.stat().st_mtime)
+    assert len(saved) == 2 and len(masks) == 1  # the inpaint, then the generated image
+    assert Image.open(downloaded).tobytes() == Image.open(saved[0]).tobytes()
+    picture, mask = masks[0]
+    original = np.asarray(Image.open(source).convert("RGB")).astype(int)
+    assert np.array_equal(np.asarray(picture).astype(int), original)  # the background arrived intact
+    painted = np.asarray(mask) > 0
+    assert 0 < painted.sum() < painted.size / 2, painted.sum()  # a stroke, not the whole picture
+    got = np.asarray(Image.open(downloaded).convert("RGB")).astype(int)
+    x1, y1, x2, y2 = mask.getbbox()
+    assert abs((x1 + x2) / 2 - 32) < 12 and abs((y1 + y2) / 2 - 32) < 12, (x1, y1, x2, y2)  # where the mouse went
+    blur = 4
+    far = np.ones(painted.shape, dtype=bool)
+    far[max(0, y1 - blur) : y2 + blur, max(0, x1 - blur) : x2 + blur] = False
+    assert np.array_equal(got[far], original[far])
+    assert np.abs(got[painted] - original[painted]).max() > 0  # something under the stroke changed

@@ -14,13 +14,13 @@ import gradio as gr
 
 from engine import AppSettings, Engine
 from pipelines.backend import ModelInfo
-from ui import api, edit_tab, generate_tab, history, models, pnginfo_tab, status
+from ui import api, edit_tab, generate_tab, history, inpaint_api, inpaint_tab, models, pnginfo_tab, status
 from ui.studio import Studio
 
 log = logging.getLogger("diffusion_anywhere")
 
 CSS = """
-#gallery img, #edit-gallery img { image-rendering: pixelated; }  /* 64x64 images upscaled without blur */
+#gallery img, #edit-gallery img, #inpaint-gallery img { image-rendering: pixelated; }  /* 64x64 images upscaled without blur */
 #status-panel .prose table { font-size: 0.8em; }
 #info-line { min-height: 2.2em; }
 """
@@ -51,22 +51,36 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
                     g = generate_tab.build(studio)
                 with gr.Tab("Edit", id="edit"):
                     e = edit_tab.build(studio)
+                with gr.Tab("Inpaint", id="inpaint"):
+                    i = inpaint_tab.build(studio)
                 with gr.Tab("History", id="history") as history_tab:
-                    history_refresh = history.build(studio, g, tabs)
+                    history_refresh = history.build(studio, g, i, tabs)
                 with gr.Tab("PNG info", id="pnginfo"):
-                    pnginfo_tab.build(studio, g, e, tabs)
+                    pnginfo_tab.build(studio, g, e, i, tabs)
             with gr.Column(scale=2, min_width=280, elem_id="status-panel"):
                 status_md, plot = status.panel()
         generate_tab.wire(studio, g)
-        models.wire(studio, picker, g, e, header, tabs, lambda info: _header(engine, info))
+        tab = {"generate": g, "edit": e, "inpaint": i}
+        models.wire(studio, picker, tab, header, tabs, lambda info: _header(engine, info))
         edit_tab.wire(studio, e)
+        inpaint_tab.wire(studio, i)
+        inpaint_tab.wire_sends(
+            studio,
+            i,
+            tabs,
+            [
+                (g["gallery"], g["downloads"], g["send_inpaint"], 1),
+                (e["gallery"], e["downloads"], e["send_inpaint"], 2),
+            ],
+        )
 
         def ui_stop(request: gr.Request) -> None:
             studio.stop(None, request)
 
-        for btn in (g["stop"], e["stop"]):
+        for btn in (g["stop"], e["stop"], i["stop"]):
             btn.click(ui_stop, None, None, api_visibility="private", queue=False)
         generate_api = api.wire(studio)
+        inpaint_api.wire(studio)
         history_tab.select(None, None, None, js=f"() => document.getElementById('{history_refresh.elem_id}').click()")
         # Status: outside the queue, so it keeps updating while a generation runs.
         timer = gr.Timer(settings.status_interval)

@@ -92,6 +92,7 @@ def build(studio: Studio) -> dict[str, Any]:
             )  # fmt: skip
             c["info"] = gr.Markdown(elem_id="edit-info")
             c["downloads"] = gr.File(label="PNG downloads", file_count="multiple", height=80)
+            c["send_inpaint"] = gr.Button("Send to Inpaint", size="sm", elem_id="edit-send-inpaint")
     return c
 
 

@@ -32,3 +32,18 @@ EDIT_API = (
     ("guidance", "guidance_scale"), ("seed", "seed"), ("random_seed", "random_seed"), ("sampler", "sampler"),
     ("image_guidance", "image_guidance_scale"), ("guidance_end", "guidance_end"),
 )  # fmt: skip
+
+# The Inpaint tab's fields (its image and mask come from the editor; an outpaint adds four sides).
+INPAINT = (
+    "prompt", "negative_prompt", "strength", "mask_blur", "masked_content", "inpaint_area", "padding", "invert_mask",
+    "num_images", "seed", "random_seed", *SAMPLING,
+)  # fmt: skip
+SENT_TO_INPAINT = tuple(f for f in INPAINT if f != "num_images")
+
+# The public `/inpaint` API's parameters after `image` and `mask` (`/outpaint`: after `image`, `left`,
+# `up`, `right`, `down`), in order. As /generate: seed < 0 means random.
+INPAINT_API = (
+    "prompt", "negative_prompt", "strength", "mask_blur", "masked_content", "inpaint_area", "padding", "invert_mask",
+    "num_images", "steps", "guidance_scale", "seed", "sampler", "guidance_end",
+)  # fmt: skip
+OUTPAINT_SIDES = ("left", "up", "right", "down")

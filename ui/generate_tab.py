@@ -32,10 +32,20 @@ def sampling_controls(info: ModelInfo, prefix: str = "") -> dict[str, Any]:
     p = sampling_props(info)
     return {
         "sampler": gr.Dropdown(**p["sampler"], label="Sampler", elem_id=f"{prefix}sampler"),
-        "steps": gr.Slider(*bounds("steps"), **p["steps"], step=1, label="Steps"),
-        "guidance_scale": gr.Slider(*bounds("guidance_scale"), **p["guidance_scale"], step=0.5, label="Guidance (CFG)", elem_id=f"{prefix}guidance"),
+        "steps": gr.Slider(*bounds("steps"), **p["steps"], step=1, label="Steps", elem_id=f"{prefix}steps"),
+        "guidance_scale": gr.Slider(
+            *bounds("guidance_scale"),
+            **p["guidance_scale"],
+            step=0.5,
+            label="Guidance (CFG)",
+            elem_id=f"{prefix}guidance",
+        ),
         "guidance_end": gr.Slider(
-            *bounds("guidance_end"), **p["guidance_end"], step=0.01, label="Guidance end", elem_id=f"{prefix}guidance-end",
+            *bounds("guidance_end"),
+            **p["guidance_end"],
+            step=0.01,
+            label="Guidance end",
+            elem_id=f"{prefix}guidance-end",
             info="share of the steps with guidance; the last ones run unguided (1 = every step)",
         ),
         "width": gr.Slider(**p["width"], label="Width"),
@@ -78,7 +88,9 @@ def build(studio: Studio) -> dict[str, Any]:
             )
             c["tokens"] = gr.Markdown(elem_id="token-count", visible=studio.counts_tokens)
             c["vocabulary"] = gr.Markdown(
-                vocabulary_markdown(info.vocabulary), elem_id="vocabulary", visible=bool(vocabulary_markdown(info.vocabulary))
+                vocabulary_markdown(info.vocabulary),
+                elem_id="vocabulary",
+                visible=bool(vocabulary_markdown(info.vocabulary)),
             )
             c["negative_prompt"] = gr.Textbox(value="", label="Negative prompt", lines=1)
             c["num_images"] = gr.Slider(
@@ -112,6 +124,7 @@ def build(studio: Studio) -> dict[str, Any]:
             c["info"] = gr.Markdown(elem_id="info-line")
             c["downloads"] = gr.File(label="PNG downloads (with metadata)", file_count="multiple", height=80)
             c["info_json"] = gr.JSON(visible=False)
+            c["send_inpaint"] = gr.Button("Send to Inpaint", size="sm", elem_id="generate-send-inpaint")
     gr.Examples([[e] for e in examples], inputs=[c["prompt"]], label="Examples")
     return c
 

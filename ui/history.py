@@ -13,7 +13,8 @@ from typing import Any
 import gradio as gr
 
 from pipelines.pnginfo import read_png_info
-from ui.send import generate_targets, generate_updates
+from ui.inpaint_tab import send_image
+from ui.send import generate_targets, generate_updates, inpaint_targets
 from ui.studio import Studio
 
 PAGE = 24
@@ -26,7 +27,7 @@ def params_markdown(info: dict[str, Any], notes: list[str] | None = None) -> str
     return text + "".join(f"\n\n⚠️ {n}" for n in notes or [])
 
 
-def build(studio: Studio, g: dict[str, Any], tabs: gr.Tabs) -> gr.Button:
+def build(studio: Studio, g: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs) -> gr.Button:
     """The tab's layout and events; returns its Refresh button (clicked when the tab opens)."""
     with gr.Row():
         refresh = gr.Button("Refresh", size="sm", elem_id="history-refresh")
@@ -37,6 +38,7 @@ def build(studio: Studio, g: dict[str, Any], tabs: gr.Tabs) -> gr.Button:
     details = gr.Markdown(elem_id="history-details")
     with gr.Row():
         send = gr.Button("Send to Generate", size="sm", elem_id="history-send")
+        to_inpaint = gr.Button("Send to Inpaint", size="sm", elem_id="history-send-inpaint")
         delete = gr.Button("Delete", size="sm", variant="stop")
     page, files, selected = gr.State(0), gr.State([]), gr.State(None)
 
@@ -59,6 +61,9 @@ def build(studio: Studio, g: dict[str, Any], tabs: gr.Tabs) -> gr.Button:
         params = read_png_info(chunk[index])["parameters"]
         return [*generate_updates(params, studio.info, g["scales"]), gr.Tabs(selected="generate")]
 
+    def send_to_inpaint(chunk: list[str], index: int | None):
+        return send_image(studio, None if index is None else chunk[index])
+
     def remove(number: int, chunk: list[str], index: int | None, request: gr.Request):
         if index is not None:
             Path(chunk[index]).unlink(missing_ok=True)
@@ -78,5 +83,6 @@ def build(studio: Studio, g: dict[str, Any], tabs: gr.Tabs) -> gr.Button:
     following.click(older, page, listing, **events)
     gallery.select(choose, files, [selected, details], **events)
     send.click(send_to_generate, [files, selected], [*generate_targets(g), tabs], **events)
+    to_inpaint.click(send_to_inpaint, [files, selected], [*inpaint_targets(i), tabs], **events)
     delete.click(remove, [page, files, selected], listing, **events)
     return refresh

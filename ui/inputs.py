@@ -8,6 +8,7 @@ Uploads are checked from their header (count, pixel count) before any image is d
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import unicodedata
 from collections.abc import Sequence
@@ -19,6 +20,16 @@ from PIL import Image
 
 from pipelines import GenerationRequest
 from pipelines.backend import ModelInfo
+from pipelines.inpaint import (
+    DEFAULT_STRENGTH,
+    INPAINT_AREAS,
+    MASKED_CONTENT,
+    MAX_EXTEND,
+    MAX_MASK_BLUR,
+    MAX_PADDING,
+    Inpaint,
+    binary_mask,
+)
 from pipelines.request import BOUNDS, DEFAULTS
 
 ALLOWED_CONTROL = {"\n", "\t", "\r"}
@@ -164,12 +175,13 @@ def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) ->
         init_images=init_images,
         strength=finite_number("strength", _given(raw, "strength", DEFAULTS.strength), *bounds("strength")),
         image_guidance_scale=finite_number(
-            "image_guidance_scale", _given(raw, "image_guidance_scale", m.default_image_guidance),
+            "image_guidance_scale",
+            _given(raw, "image_guidance_scale", m.default_image_guidance),
             *bounds("image_guidance_scale"),
         ),
-        guidance_end=None if _given(raw, "guidance_end", None) is None else finite_number(
-            "guidance_end", raw["guidance_end"], *bounds("guidance_end")
-        ),
+        guidance_end=None
+        if _given(raw, "guidance_end", None) is None
+        else finite_number("guidance_end", raw["guidance_end"], *bounds("guidance_end")),
     )
 
 
@@ -204,26 +216,112 @@ def upload_paths(files: Any, limits: Limits) -> list[Path]:
     return paths
 
 
-def open_images(paths: list[Path], limits: Limits) -> list[Image.Image]:
-    """Decode uploads only after every header passed the pixel check (a 120 KB PNG can be 10000x10000)."""
+def _check_headers(paths: list[Path], limits: Limits, names: list[str]) -> list[tuple[int, int]]:
+    """Each upload's (width, height) read from its header only, refused over MAX_UPLOAD_PIXELS."""
     sizes = []
-    for i, path in enumerate(paths):
+    for name, path in zip(names, paths, strict=True):
         try:
             with Image.open(path) as im:  # reads the header only
                 sizes.append(im.size)
         except (OSError, Image.DecompressionBombError, ValueError):
-            raise InputError(f"images[{i}] ({path.name[:60]}): not an image this server can read") from None
-    for i, (w, h) in enumerate(sizes):
+            raise InputError(f"{name} ({path.name[:60]}): not an image this server can read") from None
+    for name, (w, h) in zip(names, sizes, strict=True):
         if w * h > limits.max_upload_pixels:
             raise InputError(
-                f"images[{i}]: {w}x{h} = {w * h} pixels, more than the limit of "
+                f"{name}: {w}x{h} = {w * h} pixels, more than the limit of "
                 f"{limits.max_upload_pixels} (MAX_UPLOAD_PIXELS)"
             )
-    images = []
-    for i, path in enumerate(paths):
-        try:
-            with Image.open(path) as im:
-                images.append(im.convert("RGB"))
-        except (OSError, ValueError):
-            raise InputError(f"images[{i}] ({path.name[:60]}): the file is damaged") from None
-    return images
+    return sizes
+
+
+def _load(path: Path, name: str, mode: str | None) -> Image.Image:
+    try:
+        with Image.open(path) as im:
+            im.load()
+            return im.convert(mode) if mode else im.copy()
+    except (OSError, ValueError):
+        raise InputError(f"{name} ({path.name[:60]}): the file is damaged") from None
+
+
+def open_images(paths: list[Path], limits: Limits) -> list[Image.Image]:
+    """Decode uploads only after every header passed the pixel check (a 120 KB PNG can be 10000x10000)."""
+    names = [f"images[{i}]" for i in range(len(paths))]
+    _check_headers(paths, limits, names)
+    return [_load(path, name, "RGB") for path, name in zip(paths, names, strict=True)]
+
+
+def upload_path(item: Any, name: str) -> Path:
+    """The path of one uploaded file (a filepath, a FileData dict or a tempfile), or InputError."""
+    if item in (None, ""):
+        raise InputError(f"{name}: upload an image")
+    path = item.get("path") if isinstance(item, dict) else getattr(item, "name", item)
+    if not isinstance(path, str | Path):
+        raise InputError(f"{name}: expected an uploaded file, got {type(item).__name__}")
+    return Path(path)
+
+
+def open_image(item: Any, limits: Limits, name: str = "image") -> Image.Image:
+    """One uploaded picture as RGB, decoded only after its header passed the pixel check."""
+    path = upload_path(item, name)
+    _check_headers([path], limits, [name])
+    return _load(path, name, "RGB")
+
+
+def open_image_and_mask(image: Any, mask: Any, limits: Limits) -> tuple[Image.Image, Image.Image]:
+    """An inpaint's uploads: both headers checked (pixels, then equal sizes) before either is decoded;
+    the image as RGB, the mask as it was painted (its alpha counts: `pipelines.inpaint.binary_mask`)."""
+    paths = [upload_path(image, "image"), upload_path(mask, "mask")]
+    (iw, ih), (mw, mh) = _check_headers(paths, limits, ["image", "mask"])
+    if (iw, ih) != (mw, mh):
+        raise InputError(f"mask: {mw}x{mh} but the image is {iw}x{ih}; the mask must have its image's size")
+    return _load(paths[0], "image", "RGB"), _load(paths[1], "mask", None)
+
+
+def check_pixels(image: Image.Image, name: str, limits: Limits) -> None:
+    """An image the browser sent already decoded (the Inpaint tab's editor): the same pixel limit."""
+    if image.width * image.height > limits.max_upload_pixels:
+        raise InputError(
+            f"{name}: {image.width}x{image.height} = {image.width * image.height} pixels, more than the limit of "
+            f"{limits.max_upload_pixels} (MAX_UPLOAD_PIXELS)"
+        )
+
+
+def choice(name: str, value: Any, options: Sequence[str], default: str) -> str:
+    if value in (None, ""):
+        return default
+    if value not in options:
+        raise InputError(f"{name}: {str(value)[:80]!r} is not one of {', '.join(options)}")
+    return value
+
+
+def flag(name: str, value: Any) -> bool:
+    """A checkbox: true/false (JSON or text), null: false."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise InputError(f"{name}: must be true or false, got {str(value)[:40]!r}")
+
+
+def inpaint_options(raw: dict[str, Any], mask: Image.Image) -> Inpaint:
+    """The mask and how it is used, from raw caller values (bounds from pipelines.inpaint)."""
+    return Inpaint(
+        mask=binary_mask(mask),
+        mask_blur=whole_number("mask_blur", _given(raw, "mask_blur", 4), 0, MAX_MASK_BLUR),
+        masked_content=choice("masked_content", raw.get("masked_content"), MASKED_CONTENT, MASKED_CONTENT[0]),
+        inpaint_area=choice("inpaint_area", raw.get("inpaint_area"), INPAINT_AREAS, INPAINT_AREAS[0]),
+        padding=whole_number("padding", _given(raw, "padding", 32), 0, MAX_PADDING),
+        invert=flag("invert_mask", raw.get("invert_mask")),
+    )
+
+
+def inpaint_request(raw: dict[str, Any], limits: Limits, image: Image.Image, mask: Image.Image) -> GenerationRequest:
+    """An inpaint of `image` where `mask` is painted; strength defaults to the inpaint's own."""
+    raw = {**raw, "strength": _given(raw, "strength", DEFAULT_STRENGTH)}
+    options = inpaint_options(raw, mask)
+    return dataclasses.replace(generation_request(raw, limits, init_images=[image]), inpaint=options)
+
+
+def outpaint_sides(raw: dict[str, Any]) -> dict[str, int]:
+    """Pixels to add on each side (`pipelines.inpaint.extend_canvas` checks the model's size step)."""
+    return {side: whole_number(side, _given(raw, side, 0), 0, MAX_EXTEND) for side in ("left", "up", "right", "down")}

@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
-from ui import edit_tab, generate_tab
+from ui import edit_tab, generate_tab, inpaint_tab
 from ui.studio import Studio
 
 
@@ -30,12 +30,13 @@ def build(studio: Studio) -> dict[str, Any]:
     return c
 
 
-def wire(studio: Studio, m: dict[str, Any], g: dict[str, Any], e: dict[str, Any], header: Any, tabs: Any,
+def wire(studio: Studio, m: dict[str, Any], tab: dict[str, dict[str, Any]], header: Any, tabs: Any,
          header_text: Callable[[ModelInfo], str]) -> None:  # fmt: skip
     """Load button: switch, then update every control that depends on the model."""
 
     def model_updates(info: ModelInfo) -> dict[Any, Any]:
-        out = {**generate_tab.updates(info, g), **edit_tab.updates(info, e)}
+        out = {**generate_tab.updates(info, tab["generate"]), **edit_tab.updates(info, tab["edit"])}
+        out.update(inpaint_tab.updates(info, tab["inpaint"]))
         out[header] = gr.update(value=header_text(info))
         out[m["model"]] = gr.update(value=info.model_name)
         return out

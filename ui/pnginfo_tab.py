@@ -8,17 +8,27 @@ import gradio as gr
 
 from pipelines.pnginfo import read_png_info
 from ui.history import params_markdown
-from ui.send import edit_targets, edit_updates, form_values, generate_targets, generate_updates, model_for
+from ui.send import (
+    edit_targets,
+    edit_updates,
+    form_values,
+    generate_targets,
+    generate_updates,
+    inpaint_targets,
+    inpaint_updates,
+    model_for,
+)
 from ui.studio import Studio
 
 
-def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], tabs: gr.Tabs) -> None:
+def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs) -> None:
     upload = gr.File(label="Drop a PNG", file_types=[".png"], type="filepath", height=120, elem_id="pnginfo-file")
     details = gr.Markdown(elem_id="pnginfo-details")
     raw = gr.Textbox(label="Raw text", lines=4, max_lines=12, buttons=["copy"])
     with gr.Row():
         to_generate = gr.Button("Send to Generate", size="sm", elem_id="pnginfo-send")
         to_edit = gr.Button("Send to Edit", size="sm")
+        to_inpaint = gr.Button("Send to Inpaint", size="sm", elem_id="pnginfo-send-inpaint")
     params = gr.State(None)
 
     def read(path: str | None):
@@ -42,7 +52,11 @@ def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], tabs: gr.Tabs) -
     def send_edit(p: dict | None):
         return [*edit_updates(need(p), studio.info), gr.Tabs(selected="edit")]
 
+    def send_inpaint(p: dict | None, path: str | None):
+        return [*inpaint_updates(need(p), studio.info, path), gr.Tabs(selected="inpaint")]
+
     events = dict(api_visibility="private", queue=False)
     upload.change(read, upload, [details, raw, params], **events)
     to_generate.click(send_generate, params, [*generate_targets(g), tabs], **events)
     to_edit.click(send_edit, params, [*edit_targets(e), tabs], **events)
+    to_inpaint.click(send_inpaint, [params, upload], [*inpaint_targets(i), tabs], **events)

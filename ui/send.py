@@ -1,4 +1,4 @@
-""" "Send to Generate / Edit": fill a tab's form from parameters read out of a PNG.
+""" "Send to Generate / Edit / Inpaint": fill a tab's form from parameters read out of a PNG.
 
 Values are fitted to the loaded model's limits (size step, largest side, steps, guidance) and
 LoRAs the server does not have are left out; what had to change is returned as notes.
@@ -11,8 +11,9 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
+from pipelines.inpaint import DEFAULT_STRENGTH, INPAINT_AREAS, MASKED_CONTENT, MAX_MASK_BLUR, MAX_PADDING
 from pipelines.request import DEFAULTS
-from ui.fields import SENT_TO_EDIT, SENT_TO_GENERATE
+from ui.fields import SENT_TO_EDIT, SENT_TO_GENERATE, SENT_TO_INPAINT
 from ui.inputs import bounds
 
 
@@ -107,3 +108,41 @@ def edit_updates(params: dict[str, Any], info: ModelInfo) -> list[Any]:
 def edit_targets(e: dict[str, Any]) -> list[Any]:
     """The components `edit_updates` fills, in its order."""
     return [e[name] for name in SENT_TO_EDIT]
+
+
+def inpaint_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any], list[str]]:
+    """The Inpaint form's values for `params` (fitted to the main model, which inpaints), and notes."""
+    values, notes = form_values(params, info)
+    values["strength"] = _fit("strength", float(params.get("strength", DEFAULT_STRENGTH)))
+    values["mask_blur"] = _whole(params.get("mask_blur"), 4, MAX_MASK_BLUR)
+    values["padding"] = _whole(params.get("padding"), 32, MAX_PADDING)
+    values["masked_content"] = _one_of(params.get("masked_content"), MASKED_CONTENT)
+    values["inpaint_area"] = _one_of(params.get("inpaint_area"), INPAINT_AREAS)
+    values["invert_mask"] = params.get("invert_mask") is True
+    if not info.inpaint:
+        notes.append(f"{info.model_name} cannot inpaint; load a model that does")
+    return values, notes
+
+
+def _whole(value: Any, default: int, high: int) -> int:
+    """A pixel count clamped to 0..high; the default where the PNG has none (or not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    return min(high, max(0, round(value)))
+
+
+def _one_of(value: Any, options: tuple[str, ...]) -> str:
+    return value if value in options else options[0]
+
+
+def inpaint_updates(params: dict[str, Any], info: ModelInfo, image: str | None) -> list[Any]:
+    """gr.update()s for the Inpaint tab's editor (`image` as its picture, no strokes) and its
+    SENT_TO_INPAINT components."""
+    values, _ = inpaint_values(params, info)
+    editor = gr.update(value=image) if image else gr.update()
+    return [editor, *(gr.update(value=values[name]) for name in SENT_TO_INPAINT)]
+
+
+def inpaint_targets(i: dict[str, Any]) -> list[Any]:
+    """The components `inpaint_updates` fills, in its order."""
+    return [i["editor"], *(i[name] for name in SENT_TO_INPAINT)]

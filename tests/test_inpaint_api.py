@@ -1,0 +1,194 @@
+"""/inpaint and /outpaint through gradio_client against the app as `python app.py` builds it
+(the embedded tiny-shapes model, which inpaints, with its instruction editor beside it); and Send
+to Inpaint's form values."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from gradio_client import Client, handle_file
+from PIL import Image, ImageDraw
+
+from pipelines.inpaint import EMPTY_MASK_WARNING
+from pipelines.options import DEFAULT_MODEL
+from tests.app_server import embedded_model_available, running_app
+
+PROMPT = "a red circle on a blue background"
+BOX = (16, 16, 40, 40)  # the mask's white box (x1, y1, x2, y2), inclusive
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not embedded_model_available():
+        pytest.skip("needs the embedded model (models/tiny-shapes)")
+    with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("outputs")) as (demo, _):
+        yield demo
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return Client(server.local_url, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A 64x64 scene, its box mask, an all-black mask and a mask of another size."""
+    from models.train.world import draw, random_scene
+
+    folder = tmp_path_factory.mktemp("inputs")
+    draw(random_scene(random.Random(1))).save(folder / "scene.png")
+    mask = Image.new("L", (64, 64), 0)
+    ImageDraw.Draw(mask).rectangle(BOX, fill=255)
+    mask.save(folder / "mask.png")
+    Image.new("L", (64, 64), 0).save(folder / "empty.png")
+    Image.new("L", (48, 64), 255).save(folder / "small.png")
+    return folder
+
+
+def pixels(path) -> np.ndarray:
+    return np.asarray(Image.open(path).convert("RGB")).astype(int)
+
+
+def inpaint(client: Client, files, mask: str = "mask.png", **kwargs):
+    args = dict(prompt=PROMPT, num_images=2, steps=4, seed=3)
+    return client.predict(
+        handle_file(str(files / "scene.png")), handle_file(str(files / mask)), **{**args, **kwargs}, api_name="/inpaint"
+    )
+
+
+def test_inpaint_keeps_every_pixel_outside_the_mask(client, files):
+    gallery, info = inpaint(client, files)
+    assert len(gallery) == 2 and info["num_images"] == 2 and not info["warnings"]
+    original = pixels(files / "scene.png")
+    outside = np.ones((64, 64), dtype=bool)
+    x1, y1, x2, y2 = BOX
+    outside[y1 : y2 + 1, x1 : x2 + 1] = False
+    for item in gallery:
+        assert item["image"].endswith(".png")
+        got = pixels(item["image"])
+        assert got.shape == original.shape
+        assert np.array_equal(got[outside], original[outside])
+        assert not np.array_equal(got[~outside], original[~outside])  # the box was repainted
+
+
+def test_a_mask_of_another_size_is_refused_naming_both(client, files):
+    with pytest.raises(Exception, match="mask: 48x64 but the image is 64x64"):
+        inpaint(client, files, mask="small.png")
+
+
+def test_an_empty_mask_returns_the_original_with_the_warning(client, files):
+    gallery, info = inpaint(client, files, mask="empty.png", num_images=1)
+    assert info["warnings"] == [EMPTY_MASK_WARNING]
+    assert np.array_equal(pixels(gallery[0]["image"]), pixels(files / "scene.png"))
+
+
+def test_bad_inpaint_values_are_named(client, files):
+    with pytest.raises(Exception, match="masked_content: 'latent noise' is not one of original, fill"):
+        inpaint(client, files, masked_content="latent noise")
+    with pytest.raises(Exception, match=r"mask_blur: 65 is out of range 0\.\.64"):
+        inpaint(client, files, mask_blur=65)
+
+
+def test_outpaint_right_extends_and_keeps_the_picture(client, files):
+    gallery, _ = client.predict(
+        handle_file(str(files / "scene.png")), right=32, prompt=PROMPT, steps=4, seed=5, api_name="/outpaint"
+    )
+    got = pixels(gallery[0]["image"])
+    assert got.shape == (64, 96, 3)
+    assert np.array_equal(got[:, :64], pixels(files / "scene.png"))
+    with pytest.raises(Exception, match="outpaint right: 30 is not a multiple of"):
+        client.predict(handle_file(str(files / "scene.png")), right=30, prompt=PROMPT, api_name="/outpaint")
+
+
+def test_view_api_lists_inpaint_and_outpaint_with_named_parameters(client):
+    from ui.fields import INPAINT_API, OUTPAINT_SIDES
+
+    api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    names = [p["parameter_name"] for p in api["/inpaint"]["parameters"]]
+    assert names == ["image", "mask", *INPAINT_API]
+    names = [p["parameter_name"] for p in api["/outpaint"]["parameters"]]
+    assert names == ["image", *OUTPAINT_SIDES, *INPAINT_API]
+
+
+def test_send_to_inpaint_from_png_info_fills_the_form(server, tmp_path):
+    """PNG info's Send to Inpaint: the picture in the editor, the parameters in the form, clamped.
+
+    The parameters are given as PNG info parses them (`pipelines.pnginfo`: the keys of the result
+    metadata), so this checks the form's side whatever the reader finds in a given file."""
+    import gradio as gr
+
+    from pipelines.metadata import png_info
+    from ui.fields import SENT_TO_INPAINT
+    from ui.send import inpaint_updates
+
+    meta = {"prompt": "a green square on a white background", "negative_prompt": "blurry", "steps": 12,
+            "guidance_scale": 5.5, "seed": 4242, "width": 64, "height": 64, "strength": 0.8, "mask_blur": 99,
+            "masked_content": "fill", "inpaint_area": "only masked", "padding": 12, "invert_mask": True}  # fmt: skip
+    png = tmp_path / "inpainted.png"
+    Image.new("RGB", (64, 64), "white").save(png, pnginfo=png_info(meta))
+    editor, *form = inpaint_updates(meta, server.studio.info, str(png))
+    assert editor["value"] == str(png)
+    values = {name: update["value"] for name, update in zip(SENT_TO_INPAINT, form, strict=True)}
+    assert values["prompt"] == meta["prompt"] and values["negative_prompt"] == "blurry"
+    assert values["seed"] == "4242" and values["random_seed"] is False and values["steps"] == 12
+    assert values["strength"] == 0.8 and values["mask_blur"] == 64  # clamped to MAX_MASK_BLUR
+    assert (values["masked_content"], values["inpaint_area"], values["padding"], values["invert_mask"]) == (
+        "fill", "only masked", 12, True,
+    )  # fmt: skip
+    # a plain text-to-image PNG: the inpaint's own defaults
+    plain = inpaint_updates({"prompt": "x"}, server.studio.info, None)
+    assert plain[0] == gr.update()
+    values = {name: update["value"] for name, update in zip(SENT_TO_INPAINT, plain[1:], strict=True)}
+    assert (values["strength"], values["mask_blur"], values["masked_content"], values["invert_mask"]) == (
+        1.0, 4, "original", False,
+    )  # fmt: skip
+
+
+def test_send_to_inpaint_from_a_generated_png(server, client):
+    """Send to Inpaint under a gallery: the result's PNG as the editor's picture, its prompt and seed in the form."""
+    from ui.fields import SENT_TO_INPAINT
+    from ui.inpaint_tab import send_image
+
+    gallery, _ = client.predict(prompt=PROMPT, num_images=1, steps=2, seed=77, api_name="/generate")
+    path = gallery[0]["image"]
+    editor, *form, tab = send_image(server.studio, path)
+    assert editor["value"] == path and tab.selected == "inpaint"
+    values = {name: update["value"] for name, update in zip(SENT_TO_INPAINT, form, strict=True)}
+    assert (values["prompt"], values["seed"], values["random_seed"], values["strength"]) == (PROMPT, "77", False, 1.0)
+
+
+def test_a_model_that_cannot_inpaint_turns_the_buttons_off_with_the_reason(server):
+    import dataclasses
+
+    from ui.inpaint_tab import updates
+
+    info = server.studio.info
+    assert info.inpaint  # the embedded model inpaints
+    tab = {name: object() for name in ("unavailable", "run", "outpaint", "sampler", "steps", "guidance_scale",
+                                      "guidance_end", "left", "up", "right", "down")}  # fmt: skip
+    out = updates(dataclasses.replace(info, inpaint=False, model_name="no-inpaint"), tab)
+    assert out[tab["run"]]["interactive"] is False and out[tab["outpaint"]]["interactive"] is False
+    assert out[tab["unavailable"]]["visible"] is True and "no-inpaint" in out[tab["unavailable"]]["value"]
+    assert out[tab["left"]]["step"] == info.size_multiple
+    out = updates(info, tab)
+    assert out[tab["run"]]["interactive"] is True and out[tab["unavailable"]]["visible"] is False
+
+
+def test_inpaint_uploads_are_checked_before_decoding(client, files, tmp_path, monkeypatch):
+    """A picture over MAX_UPLOAD_PIXELS (a few KB on disk) is refused from its header, never decoded."""
+    from PIL import ImageFile
+
+    big = tmp_path / "big.png"
+    Image.new("1", (5000, 5000)).save(big)
+    decodes = []
+    real_load = ImageFile.ImageFile.load
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: decodes.append(self.size) or real_load(self))
+    with pytest.raises(Exception, match=r"image: 5000x5000 = 25000000 pixels, more than the limit"):
+        client.predict(handle_file(str(big)), handle_file(str(big)), prompt=PROMPT, api_name="/inpaint")
+    with pytest.raises(Exception, match=r"mask: 5000x5000 = 25000000 pixels, more than the limit"):
+        client.predict(handle_file(str(files / "scene.png")), handle_file(str(big)), prompt=PROMPT, api_name="/inpaint")
+    with pytest.raises(Exception, match=r"image: 5000x5000 = 25000000 pixels, more than the limit"):
+        client.predict(handle_file(str(big)), right=32, prompt=PROMPT, api_name="/outpaint")
+    assert (5000, 5000) not in decodes
