@@ -192,3 +192,19 @@ def test_inpaint_uploads_are_checked_before_decoding(client, files, tmp_path, mo
     with pytest.raises(Exception, match=r"image: 5000x5000 = 25000000 pixels, more than the limit"):
         client.predict(handle_file(str(big)), right=32, prompt=PROMPT, api_name="/outpaint")
     assert (5000, 5000) not in decodes
+
+
+def test_an_inpaint_png_round_trips_through_png_info_into_the_form(server, client, files):
+    """The PNG an /inpaint returns records its settings as A1111 does; PNG info reads them, and Send
+    to Inpaint puts them back in the form."""
+    from pipelines.pnginfo import read_png_info
+    from ui.fields import SENT_TO_INPAINT
+    from ui.send import inpaint_updates
+
+    asked = dict(strength=0.9, mask_blur=6, masked_content="fill", inpaint_area="only masked", padding=8)
+    gallery, _ = inpaint(client, files, num_images=1, **asked)
+    read = read_png_info(gallery[0]["image"])
+    assert "Mask blur: 6, Masked content: fill, Inpaint area: Only masked, Masked area padding: 8" in read["raw"]
+    _, *form = inpaint_updates(read["parameters"], server.studio.info, gallery[0]["image"])
+    values = {name: update["value"] for name, update in zip(SENT_TO_INPAINT, form, strict=True)}
+    assert {k: values[k] for k in asked} == asked and values["seed"] == "3"
