@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import secrets
 import subprocess
 import sys
@@ -22,7 +23,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from engine import AppSettings
 from pipelines.options import DEFAULT_MODEL
@@ -159,7 +162,7 @@ def test_settings_read_zerogpu_and_bound_the_time_budget():
 
 
 def test_generations_run_in_zerogpu_workers_with_progress_and_stop(zerogpu_app):
-    from gradio_client import Client
+    from gradio_client import Client, handle_file
 
     url, api, log = zerogpu_app
     # the visitor's ZeroGPU token (Spaces' proxy adds it): spaces reads it from the Gradio request, which
@@ -177,6 +180,15 @@ def test_generations_run_in_zerogpu_workers_with_progress_and_stop(zerogpu_app):
     assert api.paths("/startup-report") and api.paths("/allow")
     assert [call.get("token") for call in api.paths("/schedule")] == [token, token]
 
+    # an inpaint runs in a worker too, and comes back pasted into the picture (every unmasked pixel kept)
+    scene, mask = _inpaint_files(Path(str(log)).parent)
+    images, info = client.predict(
+        handle_file(str(scene)), handle_file(str(mask)), prompt=PROMPT, num_images=1, steps=4, seed=5,
+        api_name="/inpaint",
+    )  # fmt: skip
+    out, original = (np.asarray(Image.open(p).convert("RGB")) for p in (images[0]["image"], scene))
+    assert (out == original)[np.asarray(Image.open(mask)) == 0].all() and info["seeds"] == [5]
+
     # Stop during a long one (same client session): what finished comes back
     job = client.submit(**_args(8, 40, 3), api_name="/generate")
     deadline = time.monotonic() + 180
@@ -193,8 +205,18 @@ def test_generations_run_in_zerogpu_workers_with_progress_and_stop(zerogpu_app):
 
     text = log.read_text()
     assert "zerogpu stand-in: init" in text and "zerogpu stand-in: moved" in text
-    assert len(api.paths("/release")) == 3
+    assert len(api.paths("/release")) == 4
     assert not [r for r in api.paths("/release") if r.get("fail", "").lower() == "true"], api.calls
+
+
+def _inpaint_files(folder: Path) -> tuple[Path, Path]:
+    from models.train.world import draw, random_scene
+
+    draw(random_scene(random.Random(1))).save(folder / "scene.png")
+    mask = Image.new("L", (64, 64), 0)
+    mask.paste(255, (16, 16, 48, 48))
+    mask.save(folder / "mask.png")
+    return folder / "scene.png", folder / "mask.png"
 
 
 def test_the_gpu_duration_grows_with_steps_images_and_pixels_and_is_capped(monkeypatch):
