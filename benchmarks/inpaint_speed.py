@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    from pipelines.loading import quiet_load_progress_bars
+
+    quiet_load_progress_bars()
     if args.threads:
         torch.set_num_threads(args.threads)
     dm = DeviceManager(args.device)
