@@ -4,6 +4,8 @@
     python -m models.eval --n 200 --lora outline     # the LoRA: are shapes drawn as outlines?
     python -m models.eval --grid models/tiny-shapes/samples.png
     python -m models.eval --edit --n 200             # the instruction editor (models/eval_edit.py)
+    python -m models.eval --inpaint --n 200          # inpainting (models/eval_inpaint.py)
+    python -m models.eval --outpaint --n 100         # outpainting 64 -> 96 px (models/eval_inpaint.py)
 
 Each generated image is judged by models.scoring's classifier (no learned model), which is
 100 % correct on the procedural training images themselves, so errors it reports are the model's.
@@ -135,6 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--guidance-end", type=float, default=None, help="--edit: share of the steps with guidance (model default)"
     )
+    parser.add_argument("--inpaint", action="store_true", help="evaluate inpainting (models/eval_inpaint.py)")
+    parser.add_argument("--outpaint", action="store_true", help="evaluate outpainting (models/eval_inpaint.py)")
+    parser.add_argument("--strength", type=float, default=None, help="--inpaint/--outpaint: (DEFAULT_STRENGTH)")
+    parser.add_argument("--masked-content", default=None, help="--inpaint/--outpaint: original or fill")
+    parser.add_argument("--inpaint-area", default=None, help='--inpaint/--outpaint: "whole picture" or "only masked"')
+    parser.add_argument("--mask-blur", type=int, default=None, help="--inpaint/--outpaint: pixels (Inpaint's default)")
+    parser.add_argument("--extend", default=None, help="--outpaint: e.g. right=32 (default: right 32, left+right 16)")
     parser.add_argument("--json", default=None, help="write the figures (and per-image rows) here")
     parser.add_argument("--grid", default=None, help="save a labelled grid of the first 48 images here")
     args = parser.parse_args(argv)
@@ -149,8 +158,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.edit:
-        from models.eval_edit import run
+    if args.edit or args.inpaint or args.outpaint:
+        if args.edit:
+            from models.eval_edit import run
+        else:
+            from models.eval_inpaint import run
 
         report = run(args)
         if args.json:

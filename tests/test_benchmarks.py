@@ -75,3 +75,16 @@ def test_parity_fails_a_perturbed_port(tiny_model_dir, tmp_path, dtype):
     code, report = run_parity(tiny_model_dir, tmp_path, "--dtype", dtype, "--perturb", "0.2")
     assert code == 1 and report["pass"] is False
     assert any(not row["pass"] for row in report["images"])
+
+
+def test_inpaint_speed_benchmark_times_both(tiny_model_dir, tmp_path, capsys):
+    from benchmarks.inpaint_speed import main as inpaint_main
+
+    out = tmp_path / "inpaint.json"
+    args = ["--model", str(tiny_model_dir), "--device", "cpu", "--steps", "2", "--repeats", "1", "--images", "2"]
+    report = inpaint_main([*args, "--json", str(out)])
+    assert json.loads(out.read_text()) == report
+    assert report["steps"] == 2 and report["images"] == 2
+    assert report["text_to_image_s"]["n"] == report["inpaint_s"]["n"] == 1
+    assert report["ratio"] > 0
+    assert "inpaint / text-to-image" in capsys.readouterr().out
