@@ -79,6 +79,9 @@ class Inpaint:
             raise ValueError(f"inpaint_area: {self.inpaint_area!r} is not one of {', '.join(INPAINT_AREAS)}")
 
 
+INPAINT_DEFAULTS = Inpaint(Image.new("L", (1, 1)))  # the option defaults, read by forms that leave one out
+
+
 def binary_mask(mask: Image.Image, invert: bool = False) -> Image.Image:
     """The mask as "L" 0/255: any painted pixel is 255 (by alpha for RGBA/LA masks, as Gradio's
     ImageEditor layers and A1111's alpha masks are)."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.inpaint import DEFAULT_STRENGTH, INPAINT_AREAS, MASKED_CONTENT
+from pipelines.inpaint import DEFAULT_STRENGTH, INPAINT_DEFAULTS
 from ui import inpainting, inputs
 from ui.api import with_parameters
 from ui.fields import INPAINT_API, OUTPAINT_SIDES
@@ -24,8 +24,9 @@ TEXT = ("prompt", "negative_prompt", "masked_content", "inpaint_area")  # the pa
 
 # A parameter a caller leaves out: None is "the model's" (steps, guidance, guidance_end).
 DEFAULTS: dict[str, Any] = {
-    "prompt": "", "negative_prompt": "", "strength": DEFAULT_STRENGTH, "mask_blur": 4,
-    "masked_content": MASKED_CONTENT[0], "inpaint_area": INPAINT_AREAS[0], "padding": 32, "invert_mask": False,
+    "prompt": "", "negative_prompt": "", "strength": DEFAULT_STRENGTH, "mask_blur": INPAINT_DEFAULTS.mask_blur,
+    "masked_content": INPAINT_DEFAULTS.masked_content, "inpaint_area": INPAINT_DEFAULTS.inpaint_area,
+    "padding": INPAINT_DEFAULTS.padding, "invert_mask": INPAINT_DEFAULTS.invert,
     "num_images": 1, "steps": None, "guidance_scale": None, "seed": -1, "sampler": "", "guidance_end": None,
     "left": 0, "up": 0, "right": 0, "down": 0,
 }  # fmt: skip

@@ -17,6 +17,7 @@ from pipelines.backend import ModelInfo
 from pipelines.inpaint import (
     DEFAULT_STRENGTH,
     INPAINT_AREAS,
+    INPAINT_DEFAULTS,
     INPAINT_FAMILIES,
     MASKED_CONTENT,
     MAX_MASK_BLUR,
@@ -61,11 +62,15 @@ def _form(info: ModelInfo, c: dict[str, Any]) -> None:
         info="how much of what was under the mask is re-drawn",
     )  # fmt: skip
     with gr.Row():
-        c["mask_blur"] = gr.Slider(0, MAX_MASK_BLUR, value=4, step=1, label="Mask blur", elem_id="inpaint-mask-blur")
-        c["padding"] = gr.Slider(0, MAX_PADDING, value=32, step=1, label="Only masked padding, pixels")
+        c["mask_blur"] = gr.Slider(
+            0, MAX_MASK_BLUR, value=INPAINT_DEFAULTS.mask_blur, step=1, label="Mask blur", elem_id="inpaint-mask-blur"
+        )
+        c["padding"] = gr.Slider(
+            0, MAX_PADDING, value=INPAINT_DEFAULTS.padding, step=1, label="Only masked padding, pixels"
+        )
     with gr.Row():
-        c["masked_content"] = gr.Radio(list(MASKED_CONTENT), value=MASKED_CONTENT[0], label="Masked content")
-        c["inpaint_area"] = gr.Radio(list(INPAINT_AREAS), value=INPAINT_AREAS[0], label="Inpaint area")
+        c["masked_content"] = gr.Radio(list(MASKED_CONTENT), value=INPAINT_DEFAULTS.masked_content, label="Masked content")
+        c["inpaint_area"] = gr.Radio(list(INPAINT_AREAS), value=INPAINT_DEFAULTS.inpaint_area, label="Inpaint area")
     c["invert_mask"] = gr.Checkbox(label="Invert mask (repaint everything but the strokes)", value=False)
     c["num_images"] = gr.Slider(1, info.max_batch, value=1, step=1, label="Images", elem_id="inpaint-num-images")
     with gr.Row():

@@ -23,6 +23,7 @@ from pipelines.backend import ModelInfo
 from pipelines.inpaint import (
     DEFAULT_STRENGTH,
     INPAINT_AREAS,
+    INPAINT_DEFAULTS,
     MASKED_CONTENT,
     MAX_EXTEND,
     MAX_MASK_BLUR,
@@ -307,10 +308,12 @@ def inpaint_options(raw: dict[str, Any], mask: Image.Image) -> Inpaint:
     """The mask and how it is used, from raw caller values (bounds from pipelines.inpaint)."""
     return Inpaint(
         mask=binary_mask(mask),
-        mask_blur=whole_number("mask_blur", _given(raw, "mask_blur", 4), 0, MAX_MASK_BLUR),
-        masked_content=choice("masked_content", raw.get("masked_content"), MASKED_CONTENT, MASKED_CONTENT[0]),
-        inpaint_area=choice("inpaint_area", raw.get("inpaint_area"), INPAINT_AREAS, INPAINT_AREAS[0]),
-        padding=whole_number("padding", _given(raw, "padding", 32), 0, MAX_PADDING),
+        mask_blur=whole_number("mask_blur", _given(raw, "mask_blur", INPAINT_DEFAULTS.mask_blur), 0, MAX_MASK_BLUR),
+        masked_content=choice(
+            "masked_content", raw.get("masked_content"), MASKED_CONTENT, INPAINT_DEFAULTS.masked_content
+        ),
+        inpaint_area=choice("inpaint_area", raw.get("inpaint_area"), INPAINT_AREAS, INPAINT_DEFAULTS.inpaint_area),
+        padding=whole_number("padding", _given(raw, "padding", INPAINT_DEFAULTS.padding), 0, MAX_PADDING),
         invert=flag("invert_mask", raw.get("invert_mask")),
     )
 

@@ -11,7 +11,14 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
-from pipelines.inpaint import DEFAULT_STRENGTH, INPAINT_AREAS, MASKED_CONTENT, MAX_MASK_BLUR, MAX_PADDING
+from pipelines.inpaint import (
+    DEFAULT_STRENGTH,
+    INPAINT_AREAS,
+    INPAINT_DEFAULTS,
+    MASKED_CONTENT,
+    MAX_MASK_BLUR,
+    MAX_PADDING,
+)
 from pipelines.request import DEFAULTS
 from ui.fields import SENT_TO_EDIT, SENT_TO_GENERATE, SENT_TO_INPAINT
 from ui.inputs import bounds
@@ -114,8 +121,8 @@ def inpaint_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, A
     """The Inpaint form's values for `params` (fitted to the main model, which inpaints), and notes."""
     values, notes = form_values(params, info)
     values["strength"] = _fit("strength", float(params.get("strength", DEFAULT_STRENGTH)))
-    values["mask_blur"] = _whole(params.get("mask_blur"), 4, MAX_MASK_BLUR)
-    values["padding"] = _whole(params.get("padding"), 32, MAX_PADDING)
+    values["mask_blur"] = _whole(params.get("mask_blur"), INPAINT_DEFAULTS.mask_blur, MAX_MASK_BLUR)
+    values["padding"] = _whole(params.get("padding"), INPAINT_DEFAULTS.padding, MAX_PADDING)
     values["masked_content"] = _one_of(params.get("masked_content"), MASKED_CONTENT)
     values["inpaint_area"] = _one_of(params.get("inpaint_area"), INPAINT_AREAS)
     values["invert_mask"] = params.get("invert_mask") is True
