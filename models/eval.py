@@ -120,7 +120,7 @@ def _rates(rows: list[dict]) -> dict[str, float]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m models.eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -146,7 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extend", default=None, help="--outpaint: e.g. right=32 (default: right 32, left+right 16)")
     parser.add_argument("--json", default=None, help="write the figures (and per-image rows) here")
     parser.add_argument("--grid", default=None, help="save a labelled grid of the first 48 images here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from pipelines.loading import quiet_load_progress_bars
 

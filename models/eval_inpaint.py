@@ -138,6 +138,27 @@ def _generate(pipeline, image, mask, prompt, steps, guidance, strength, options,
     return result.images[0]
 
 
+def _judge_inpaint(item: dict, out: Image.Image, seed: int, band: int, sums: dict) -> dict:
+    """One inpaint's row (what was asked, what the classifier sees); adds its differences outside
+    the mask (and outside the mask grown by `band`) to `sums` ([sum, count, max] each)."""
+    diff = abs_diff(out, item["image"])
+    for key, mask in (("mask", item["mask"]), ("band", grow(item["mask"], band))):
+        values = outside(diff, mask)
+        total = sums[key]
+        total[0] += float(values.sum())
+        total[1] += values.size
+        total[2] = max(total[2], int(values.max()) if values.size else 0)
+    c = classify(out)
+    return {
+        "prompt": item["prompt"],
+        "seed": seed,
+        "source": {"color": item["scene"].color, "shape": item["scene"].shape},
+        "want": item["want"],
+        "got": {"color": c.color, "shape": c.shape, "background": c.background},
+        "outside_mask_max": int(outside(diff, item["mask"]).max(initial=0)),
+    }
+
+
 def evaluate_inpaint(
     pipeline,
     n: int = 200,
@@ -162,25 +183,7 @@ def evaluate_inpaint(
         out = _generate(
             pipeline, item["image"], item["mask"], item["prompt"], steps, guidance, strength, options, seed + i
         )
-        diff = abs_diff(out, item["image"])
-        for key, mask in (("mask", item["mask"]), ("band", grow(item["mask"], band))):
-            values = outside(diff, mask)
-            s = sums[key]
-            s[0] += float(values.sum())
-            s[1] += values.size
-            s[2] = max(s[2], int(values.max()) if values.size else 0)
-        c = classify(out)
-        got = {"color": c.color, "shape": c.shape, "background": c.background}
-        rows.append(
-            {
-                "prompt": item["prompt"],
-                "seed": seed + i,
-                "source": {"color": item["scene"].color, "shape": item["scene"].shape},
-                "want": item["want"],
-                "got": got,
-                "outside_mask_max": int(outside(diff, item["mask"]).max(initial=0)),
-            }
-        )
+        rows.append(_judge_inpaint(item, out, seed + i, band, sums))
         outputs.append(out)
     seconds = time.perf_counter() - start
 
