@@ -249,6 +249,16 @@ class Engine:
             log.info("stop: %d running, %d queued job(s)", len(running), len(dropped))
         return {"running": len(running), "queued": len(dropped)}
 
+    def stop_caller(self, key: str) -> dict[str, int]:
+        """Stop every job of one caller (`Caller.key`: a user, an API key or an address): A1111's
+        `/interrupt` names no job, and must reach only the caller's own."""
+        with self._changed:
+            dropped = [j for j in self._waiting if j.caller.key == key]
+            running = [j for j in self._running if j.caller.key == key]
+            for job in (*dropped, *running):
+                self._cancel(job)
+        return {"running": len(running), "queued": len(dropped)}
+
     def cancel(self, job: Job) -> None:
         """Stop one job (its caller went away): dropped if it still waits, else stopped after its step."""
         with self._changed:

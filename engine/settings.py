@@ -72,6 +72,8 @@ class AppSettings:
     models_dir: Path | None = None  # MODELS_DIR: model folders offered for switching (with the recipes)
     allow_model_switch: str = "auto"  # ALLOW_MODEL_SWITCH: auto (only on localhost) | 1 | 0
     edit_model_id: str = ""  # EDIT_MODEL_ID: the Edit tab's model; "" = the embedded editor beside the embedded model
+    http_api: str = "auto"  # HTTP_API: auto | 1 | 0 — the A1111 and OpenAI HTTP APIs (webapi)
+    api_keys: tuple[str, ...] = ()  # API_KEYS: Bearer keys for the HTTP APIs, comma-separated
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:
@@ -107,6 +109,8 @@ class AppSettings:
             models_dir=Path(_text(env, "MODELS_DIR") or DEFAULT_MODELS_DIR).resolve(),
             allow_model_switch=_switch(env),
             edit_model_id=_text(env, "EDIT_MODEL_ID") or "",
+            http_api=_auto_flag(env, "HTTP_API"),
+            api_keys=_api_keys(env),
         )
 
     @property
@@ -121,6 +125,33 @@ class AppSettings:
         if self.allow_model_switch == "auto":
             return self.server_name in ("127.0.0.1", "localhost", "::1")
         return self.allow_model_switch == "1"
+
+    @property
+    def signed_in_only(self) -> bool:
+        """Callers must sign in: AUTH / AUTH_FILE users, or API_KEYS for the HTTP APIs."""
+        return self.users is not None or bool(self.api_keys)
+
+    @property
+    def http_api_enabled(self) -> bool:
+        """Serve the A1111 and OpenAI HTTP APIs (webapi)?
+
+        auto: yes on localhost or with sign-in (AUTH or API_KEYS); not on a public address without
+        sign-in, Spaces included (A1111 too serves its API only when asked, with --api), and not on
+        ZeroGPU, whose GPU quota is charged per Gradio visitor and has no visitor for a plain HTTP
+        call. HTTP_API=1 serves them anyway; 0 never.
+        """
+        if self.http_api != "auto":
+            return self.http_api == "1"
+        local = self.server_name in ("127.0.0.1", "localhost", "::1") and not self.on_spaces
+        return (local or self.signed_in_only) and not self.zero_gpu
+
+    @property
+    def http_api_off_reason(self) -> str:
+        if self.http_api == "0":
+            return "HTTP_API=0"
+        if self.zero_gpu:
+            return "on ZeroGPU, where a plain HTTP call has no visitor to charge GPU time to (HTTP_API=1 serves them)"
+        return f"listening on {self.server_name} without AUTH or API_KEYS (HTTP_API=1 serves them anyway)"
 
     @property
     def effective_time_budget(self) -> float:
@@ -147,13 +178,27 @@ def _device_settings(env: Mapping[str, str]) -> DeviceSettings:
 
 
 def _switch(env: Mapping[str, str]) -> str:
-    raw = (env.get("ALLOW_MODEL_SWITCH") or "auto").strip().lower()
+    return _auto_flag(env, "ALLOW_MODEL_SWITCH")
+
+
+def _auto_flag(env: Mapping[str, str], name: str) -> str:
+    """auto | 1 | 0, from auto or any of _flag's spellings."""
+    raw = (env.get(name) or "auto").strip().lower()
     if raw == "auto":
         return raw
     try:
-        return "1" if _flag({"ALLOW_MODEL_SWITCH": raw}, "ALLOW_MODEL_SWITCH") else "0"
+        return "1" if _flag({name: raw}, name) else "0"
     except SettingsError:
-        raise SettingsError(f"ALLOW_MODEL_SWITCH={raw!r} is not valid: expected auto, 1 or 0") from None
+        raise SettingsError(f"{name}={raw!r} is not valid: expected auto, 1 or 0") from None
+
+
+def _api_keys(env: Mapping[str, str]) -> tuple[str, ...]:
+    """API_KEYS=key1,key2: each at least 16 characters of letters, digits, - _ . (a guessable key is refused)."""
+    keys = tuple(k.strip() for k in (env.get("API_KEYS") or "").split(",") if k.strip())
+    for n, key in enumerate(keys, 1):
+        if not re.fullmatch(r"[A-Za-z0-9_.\-]{16,256}", key):
+            raise SettingsError(f"API_KEYS: key {n} is not valid: expected 16 to 256 letters, digits, - _ .")
+    return keys
 
 
 def _text(env: Mapping[str, str], name: str) -> str | None:

@@ -114,4 +114,10 @@ def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
     )
     options.update(kwargs)
     demo.launch(**options)
+    if settings.http_api_enabled:  # beside Gradio's routes on the same port (webapi checks its own callers)
+        import webapi
+
+        webapi.mount(demo.app, demo.studio.engine, settings)
+    else:
+        log.info("HTTP APIs (A1111 /sdapi/v1, OpenAI /v1/images) not served: %s", settings.http_api_off_reason)
     return demo

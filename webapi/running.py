@@ -1,0 +1,78 @@
+"""Running an HTTP call's request through the engine, and answering with images.
+
+`run_job` submits with the caller's identity (so QUEUE_SIZE / QUEUE_PER_USER / the model's limits
+apply exactly as for the UI), then waits for the result without blocking the event loop; a client
+that disconnects cancels its own job (dropped if still queued, stopped after its step if running),
+nobody else's. Waiting is event-driven: the job's result and the connection's `http.disconnect`,
+whichever comes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import logging
+from typing import Any
+
+from PIL import Image
+
+from engine import Caller, Engine
+from engine.jobs import Job
+from pipelines import GenerationRequest, GenerationResult
+from pipelines.metadata import png_info
+
+log = logging.getLogger(__name__)
+
+
+class ClientGone(Exception):
+    """The caller disconnected before its result; its job was cancelled."""
+
+
+async def run_job(
+    engine: Engine, request: GenerationRequest, caller: Caller, http_request: Any = None
+) -> GenerationResult:
+    """Submit (raises engine.Refused / ValueError as submit does) and await the result.
+
+    `http_request`: the Starlette request, watched for a disconnect (its body must already be read).
+    """
+    job = engine.submit(request, caller)
+    return await wait(engine, job, http_request)
+
+
+async def wait(engine: Engine, job: Job, http_request: Any = None) -> GenerationResult:
+    result = asyncio.ensure_future(asyncio.to_thread(job.result))
+    watchers = {result}
+    if http_request is not None:
+        watchers.add(asyncio.ensure_future(_disconnected(http_request)))
+    try:
+        done, _ = await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
+        if result not in done:
+            engine.cancel(job)
+            log.info("client went away: job %s cancelled", job.id)
+            raise ClientGone("the client disconnected")
+        return result.result()
+    finally:
+        for watcher in watchers - {result}:
+            watcher.cancel()
+        if not result.done():  # the job ends after its current step; let its thread finish on its own
+            result.add_done_callback(lambda f: f.exception())
+
+
+async def _disconnected(http_request: Any) -> None:
+    """Returns when the client closes the connection (ASGI's `http.disconnect`)."""
+    while True:
+        message = await http_request.receive()
+        if message.get("type") == "http.disconnect":
+            return
+
+
+def png_bytes(image: Image.Image, meta: dict[str, Any] | None = None) -> bytes:
+    """A PNG with our metadata (the A1111 `parameters` text and our JSON), as saved files have."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", pnginfo=png_info(meta) if meta else None)
+    return buffer.getvalue()
+
+
+def png_base64(image: Image.Image, meta: dict[str, Any] | None = None) -> str:
+    return base64.b64encode(png_bytes(image, meta)).decode("ascii")
