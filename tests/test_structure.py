@@ -86,6 +86,22 @@ def test_lower_layers_never_import_the_ui():
     assert offenders == [], "lower layers import the UI:\n" + "\n".join(offenders)
 
 
+def test_the_http_apis_never_import_gradio():
+    """webapi's routes live beside Gradio's, not inside it: they share only the UI's input parsing
+    (ui.inputs, which imports no gradio), so that a bound has one owner for every front end."""
+    allowed = {"ui.inputs"}
+    offenders = sorted(
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in source_files()
+        if path.relative_to(ROOT).parts[0] == "webapi"
+        for line, name in imported_names(path)
+        if is_ui(name) and name not in allowed
+    )
+    ui_inputs = [name for _, name in imported_names(ROOT / "ui" / "inputs.py")]
+    assert offenders == [], "webapi imports the UI:\n" + "\n".join(offenders)
+    assert not [n for n in ui_inputs if n == "gradio" or n.startswith("gradio.")], "ui.inputs imports gradio"
+
+
 def test_no_function_longer_than_60_lines():
     offenders = [
         f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
