@@ -23,6 +23,7 @@ CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
+    "--enable-unsafe-swiftshader",  # WebGL in software: the Inpaint editor's canvas (PixiJS) stays blank without it
     "--disable-background-networking",
     "--disable-component-update",
     "--no-first-run",
