@@ -136,6 +136,9 @@ def test_edit_without_mask_runs_the_instruction_editor(client, scene):
     assert edited.size == original.size
     assert not np.array_equal(pixels(edited), pixels(original))
     assert out.model_extra["model"] == "tiny-shapes-edit"
+    two = client.images.edit(image=[("a.png", scene, "image/png"), ("b.png", scene, "image/png")],
+                             prompt="make the circle green", extra_body=FAST)  # fmt: skip
+    assert len(two.data) == 2  # image[]: each input edited (n per input)
 
 
 def test_edit_with_a_transparent_region_mask_inpaints_only_there(client, scene):
@@ -225,7 +228,19 @@ def test_a_second_concurrent_call_of_the_same_key_gets_429_and_the_queue_recover
     with pytest.raises(openai.RateLimitError) as caught:
         client.images.generate(prompt=PROMPT, extra_body=FAST)
     assert caught.value.body["type"] == "rate_limit_error" and "QUEUE_PER_USER" in caught.value.body["message"]
+    assert engine.stop_caller("user:key:1")["running"] == 1  # A1111's /interrupt's way: it returns what finished
     first.join(120)
-    assert len(done["out"].data) == 4
+    assert done["out"].model_extra["cancelled"] is True and len(done["out"].data) < 4
     assert engine.load() == {"running": 0, "waiting": 0}
     assert len(client.images.generate(prompt=PROMPT, extra_body=FAST).data) == 1
+
+
+def test_a_client_that_disconnects_cancels_its_job(app, url):
+    engine = app.studio.engine
+    body = {"prompt": PROMPT, "n": 4, "steps": 150}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{url}/v1/images/generations", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=1.0)
+    deadline = time.monotonic() + 10
+    while engine.load()["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.load() == {"running": 0, "waiting": 0}
