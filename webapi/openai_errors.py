@@ -29,7 +29,14 @@ from fastapi.routing import APIRoute
 log = logging.getLogger(__name__)
 
 # The names our checks use in their messages -> the OpenAI request field a client sent.
-_PARAMS = {"num_images": "n", "width": "size", "height": "size", "width x height": "size", "init_images": "image", "images": "image"}
+_PARAMS = {
+    "num_images": "n",
+    "width": "size",
+    "height": "size",
+    "width x height": "size",
+    "init_images": "image",
+    "images": "image",
+}
 _FIELD = re.compile(r"^([A-Za-z_][\w ]*?)(\[[^\]]*\])?\s*(\([^)]*\))?:")
 
 

@@ -241,7 +241,9 @@ class OpenAIImages:
             raise OpenAIError(429, str(exc), "rate_limit_error", code="rate_limit_exceeded",
                               headers={"Retry-After": "2"}) from None  # fmt: skip
         except QueueFull as exc:
-            raise OpenAIError(429, str(exc), "rate_limit_error", code="queue_full", headers={"Retry-After": "2"}) from None
+            raise OpenAIError(
+                429, str(exc), "rate_limit_error", code="queue_full", headers={"Retry-After": "2"}
+            ) from None
         except (ClientGone, CancelledBeforeStart) as exc:
             raise OpenAIError(499, f"cancelled: {exc}", code="cancelled") from None
         except Refused as exc:
@@ -259,7 +261,9 @@ class OpenAIImages:
     ) -> JSONResponse:
         out = parsed.output
         pairs = list(zip(result.images, result.metadata, strict=False))
-        blobs = await asyncio.to_thread(lambda: [encode(im, meta, out.output_format, out.compression) for im, meta in pairs])
+        blobs = await asyncio.to_thread(
+            lambda: [encode(im, meta, out.output_format, out.compression) for im, meta in pairs]
+        )
         base = str(request.base_url).rstrip("/")
         items = []
         for blob, seed in zip(blobs, result.seeds, strict=False):

@@ -89,12 +89,20 @@ def size(value: Any, model: ModelInfo, edit: bool) -> tuple[int | None, int | No
     return width, height
 
 
-def warnings_for(raw: dict[str, Any], info: ModelInfo, extra: tuple[str, ...] = ()) -> list[str]:
-    """What the response says about fields it did not honour as asked."""
+def warnings_for(raw: dict[str, Any], request: GenerationRequest, model: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """What the response says about fields it did not honour as asked (`model`: the one answering)."""
     notes = []
     asked = raw.get("model")
-    if asked and asked not in (info.model_name, info.for_edits.model_name):
-        notes.append(f"model {str(asked)[:80]!r} is not served here: answered with {info.model_name}")
+    if asked and asked != model:
+        notes.append(f"model {str(asked)[:80]!r} is not the one serving this call: answered with {model}")
+    wanted = raw.get("size")
+    if (
+        isinstance(wanted, str)
+        and wanted.strip() in OPENAI_SIZES
+        and (request.width, request.height) != tuple(int(v) for v in wanted.strip().split("x"))
+    ):
+        got = f"{request.width}x{request.height}" if request.width else "the input's aspect ratio at the model's area"
+        notes.append(f"size {wanted.strip()}: rendered at {got} (this model's native size is its best)")
     if raw.get("background") == "transparent":
         notes.append("background: transparent is not supported: the images are opaque")
     known = {*OPENAI_FIELDS, *IGNORED, *EXTRAS, *extra}
@@ -120,14 +128,16 @@ def generation(raw: dict[str, Any], limits: Limits) -> Parsed:
     """POST /v1/images/generations (JSON)."""
     if not isinstance(raw, dict):
         raise InputError(f"the request body must be a JSON object, got {type(raw).__name__}")
-    return Parsed(_common(raw, limits, None), output(raw), warnings_for(raw, limits.model))
+    request = _common(raw, limits, None)
+    return Parsed(request, output(raw), warnings_for(raw, request, limits.model.model_name))
 
 
 def edit(raw: dict[str, Any], limits: Limits, images: list[Any], mask: Any = None) -> Parsed:
     """POST /v1/images/edits: an inpaint with a mask (our white-is-repaint mask, already converted),
     else an instruction edit or image-to-image, whichever the model serving edits does."""
     if mask is None:
-        return Parsed(_common(raw, limits, images), output(raw), warnings_for(raw, limits.model))
+        request = _common(raw, limits, images)
+        return Parsed(request, output(raw), warnings_for(raw, request, limits.model.model_name))
     raw = {**raw, "strength": raw.get("strength") if raw.get("strength") is not None else DEFAULT_STRENGTH}
     request = dataclasses.replace(_common(raw, limits, images), inpaint=inpaint_options(raw, mask))
-    return Parsed(request, output(raw), warnings_for(raw, limits.model, INPAINT_EXTRAS))
+    return Parsed(request, output(raw), warnings_for(raw, request, limits.model.model_name, INPAINT_EXTRAS))
