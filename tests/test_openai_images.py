@@ -253,3 +253,42 @@ def test_a_client_that_disconnects_cancels_its_job(app, url):
     while engine.load()["running"] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert engine.load() == {"running": 0, "waiting": 0}
+
+
+# ---------------------------------------------------------------------------------------------- the route class
+def test_fastapi_validation_errors_on_these_routes_are_openai_errors_and_other_routes_unchanged(url):
+    from fastapi import APIRouter, FastAPI
+    from fastapi.testclient import TestClient
+
+    from webapi.openai_errors import OpenAIRoute
+
+    app = FastAPI()
+    router = APIRouter(prefix="/v1", route_class=OpenAIRoute)
+
+    async def typed(n: int) -> dict:
+        return {"n": n}
+
+    async def broken() -> dict:
+        raise RuntimeError("secret detail")
+
+    router.add_api_route("/typed", typed, methods=["GET"])
+    router.add_api_route("/broken", broken, methods=["GET"])
+    app.include_router(router)
+    app.add_api_route("/other", typed, methods=["GET"])
+    test = TestClient(app, raise_server_exceptions=False)
+    error = test.get("/v1/typed", params={"n": "many"}).json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "n"
+    broken_answer = test.get("/v1/broken")
+    assert broken_answer.status_code == 500 and broken_answer.json()["error"]["type"] == "server_error"
+    assert "secret detail" not in broken_answer.text and "Traceback" not in broken_answer.text
+    assert "detail" in test.get("/other", params={"n": "many"}).json()  # FastAPI's own shape elsewhere
+    assert set(httpx.get(f"{url}/gradio_api/info").json()) == {"detail"}  # Gradio's routes keep their shape
+
+
+def test_webapi_never_imports_gradio():
+    import subprocess
+    import sys
+
+    code = "import sys, webapi, webapi.openai_images; assert 'gradio' not in sys.modules, 'gradio imported'"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -102,6 +102,7 @@ class OpenAIRoute(APIRoute):
             try:
                 return await handler(request)
             except OpenAIError as exc:
+                log.info("OpenAI API: %s %s: %d %s", request.method, request.url.path, exc.status, exc.message)
                 return exc.response()
             except RequestValidationError as exc:
                 return _validation(exc).response()

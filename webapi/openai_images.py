@@ -116,16 +116,16 @@ class OpenAIImages:
 
     async def edits(self, request: Request) -> JSONResponse:
         caller = self._caller(request)
-        raw, uploads, mask_upload = await self._form(request)
+        raw, files, mask_file = await self._form(request)
         info = self.engine.model_info()
-        model = info if mask_upload is not None else info.for_edits
-        if mask_upload is not None and not info.inpaint:
+        model = info if mask_file is not None else info.for_edits
+        if mask_file is not None and not info.inpaint:
             raise bad_request(f"mask: {info.model_name} cannot inpaint; models that can: {INPAINT_FAMILIES}", "mask")
-        if mask_upload is None and not (model.edit or model.image_to_image):
+        if mask_file is None and not (model.edit or model.image_to_image):
             raise bad_request(f"image: {model.model_name} cannot edit images (text-to-image only)", "image")
         try:
-            images = await self._images(uploads)
-            mask = None if mask_upload is None else await self._mask(mask_upload, images[0].size)
+            images = await self._images(files)
+            mask = None if mask_file is None else await self._mask(mask_file, images[0].size)
         except InputError as exc:
             raise bad_request(str(exc)) from None
         parsed = self._parse(openai_params.edit, raw, self._limits(model), images, mask)
@@ -194,36 +194,40 @@ class OpenAIImages:
         except (ValueError, UnicodeDecodeError) as exc:
             raise bad_request(f"the request body is not valid JSON: {exc}", param=None, code="invalid_json") from None
 
-    async def _form(self, request: Request) -> tuple[dict[str, Any], list[Any], Any]:
-        """(text fields, image uploads, mask upload or None) of a multipart edit; counts checked before reading."""
+    async def _form(self, request: Request) -> tuple[dict[str, Any], list[bytes], bytes | None]:
+        """(text fields, image bytes, mask bytes or None) of a multipart edit: counts checked before
+        any file is read, each file read up to MAX_FILE_SIZE (+1 byte, to tell it was over)."""
         if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
             raise bad_request("send an edit as multipart/form-data (image, mask, prompt, ...)", param=None)
         most = self.settings.max_edit_files
-        declared = int(request.headers.get("content-length") or 0)
-        if declared > (most + 1) * self.max_bytes + 2**20:
+        declared = request.headers.get("content-length") or "0"
+        if declared.isdigit() and int(declared) > (most + 1) * self.max_bytes + 2**20:
             raise OpenAIError(413, f"the upload is larger than {most + 1} files of MAX_FILE_SIZE", param="image")
         try:
             form = await request.form(max_files=most + 2, max_fields=100, max_part_size=2**20)
         except (MultiPartException, StarletteHTTPException) as exc:
             raise bad_request(f"image: the form could not be read: {getattr(exc, 'detail', exc)}", "image") from None
         try:
-            return _split(form, most)
+            raw, uploads, mask = _split(form, most)
+            images = [await upload.read(self.max_bytes + 1) for upload in uploads]
+            return raw, images, None if mask is None else await mask.read(self.max_bytes + 1)
         except InputError as exc:
             raise bad_request(str(exc)) from None
+        finally:
+            await form.close()  # the spooled temporary files
 
-    async def _images(self, uploads: list[UploadFile]) -> list[Image.Image]:
-        names = ["image"] if len(uploads) == 1 else [f"image[{i}]" for i in range(len(uploads))]
+    async def _images(self, files: list[bytes]) -> list[Image.Image]:
+        """Each image decoded after its header passed the byte and pixel checks, as RGB."""
+        names = ["image"] if len(files) == 1 else [f"image[{i}]" for i in range(len(files))]
         images = []
-        for name, upload in zip(names, uploads, strict=True):
-            data = await upload.read(self.max_bytes + 1)
+        for name, data in zip(names, files, strict=True):
             header_size(data, name, self.settings.max_upload_pixels)
             args = (data, name, self.settings.max_upload_pixels, self.max_bytes, "RGB")
             images.append(await asyncio.to_thread(open_bytes, *args))
         return images
 
-    async def _mask(self, upload: UploadFile, size: tuple[int, int]) -> Image.Image:
+    async def _mask(self, data: bytes, size: tuple[int, int]) -> Image.Image:
         """The mask, its header checked (an image, the image's size) before it is decoded; as ours."""
-        data = await upload.read(self.max_bytes + 1)
         mask_size = header_size(data, "mask", self.settings.max_upload_pixels)
         if mask_size != size:
             raise InputError(
