@@ -292,3 +292,19 @@ def test_webapi_never_imports_gradio():
     code = "import sys, webapi, webapi.openai_images; assert 'gradio' not in sys.modules, 'gradio imported'"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_without_an_editor_an_edit_is_image_to_image(tmp_path, scene):
+    """EDIT_MODEL_ID=none: the main model edits by image-to-image, `strength` (default 0.6) redrawing."""
+    if not embedded_model_available():
+        pytest.skip("needs the embedded model (models/tiny-shapes)")
+    env = {"API_KEYS": KEY, "EDIT_MODEL_ID": "none"}
+    with running_app(DEFAULT_MODEL, tmp_path, env=env) as (demo, _):
+        plain = openai.OpenAI(base_url=f"{demo.local_url.rstrip('/')}/v1", api_key=KEY, max_retries=0)
+        assert [m.id for m in plain.models.list()] == ["tiny-shapes"]
+        image = ("scene.png", scene, "image/png")
+        out = plain.images.edit(image=image, prompt=PROMPT, extra_body={**FAST, "seed": 9, "strength": 0.8})
+        edited = decode(out.data[0].b64_json)
+        assert out.model_extra["model"] == "tiny-shapes" and edited.size == Image.open(io.BytesIO(scene)).size
+        assert not np.array_equal(pixels(edited), pixels(Image.open(io.BytesIO(scene))))
+        bad(lambda: plain.images.edit(image=image, prompt=PROMPT, extra_body={"strength": 0}), "strength")
