@@ -138,6 +138,9 @@ def test_edit_without_mask_runs_the_instruction_editor(client, scene):
     assert edited.size == original.size
     assert not np.array_equal(pixels(edited), pixels(original))
     assert out.model_extra["model"] == "tiny-shapes-edit"
+    preset = client.images.edit(image=("scene.png", scene, "image/png"), prompt="make the circle green",
+                                size="1536x1024", extra_body=FAST)  # fmt: skip
+    assert decode(preset.data[0].b64_json).size == original.size  # OpenAI's presets keep the input's shape
     two = client.images.edit(image=[("a.png", scene, "image/png"), ("b.png", scene, "image/png")],
                              prompt="make the circle green", extra_body=FAST)  # fmt: skip
     assert len(two.data) == 2  # image[]: each input edited (n per input)
@@ -208,6 +211,8 @@ def test_bad_generation_inputs_name_the_field(client, url):
     raw = httpx.post(f"{url}/v1/images/generations", content=b"{not json", headers={"Authorization": f"Bearer {KEY}"})
     assert raw.status_code == 400 and raw.json()["error"]["type"] == "invalid_request_error"
     assert "Traceback" not in raw.text
+    deep = httpx.post(f"{url}/v1/images/generations", content=b"[" * 50000, headers={"Authorization": f"Bearer {KEY}"})
+    assert deep.status_code == 400 and deep.json()["error"]["code"] == "invalid_json"
     gen = client.images.generate
     bad(lambda: gen(prompt=PROMPT, n=1000), "n")
     bad(lambda: gen(prompt=PROMPT, size="99999x99999"), "size")

@@ -141,7 +141,9 @@ class OpenAIImages:
         if found is None:
             raise not_found("no such image: image URLs expire after CACHE_MINUTES")
         media_type, data = found
-        return Response(data, media_type=media_type, headers={"Cache-Control": "private, max-age=3600"})
+        return Response(
+            data, media_type=media_type, headers={"Cache-Control": f"private, max-age={self.files.seconds:.0f}"}
+        )
 
     async def models(self, request: Request) -> JSONResponse:
         self._caller(request)
@@ -191,7 +193,7 @@ class OpenAIImages:
                 raise OpenAIError(413, f"the request body is larger than {limit} bytes", code="too_large")
         try:
             return json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nested beyond Python's stack
             raise bad_request(f"the request body is not valid JSON: {exc}", param=None, code="invalid_json") from None
 
     async def _form(self, request: Request) -> tuple[dict[str, Any], list[bytes], bytes | None]:

@@ -78,9 +78,9 @@ def size(value: Any, model: ModelInfo, edit: bool) -> tuple[int | None, int | No
         raise InputError(f"size: expected WIDTHxHEIGHT (such as 1024x1024) or auto, got {str(value)[:40]!r}")
     width, height = int(match.group(1)), int(match.group(2))
     native = (model.default_width, model.default_height)
+    if value.strip() in OPENAI_SIZES and edit:
+        return None, None  # OpenAI's presets say nothing of the input's shape: keep its aspect ratio
     if value.strip() in OPENAI_SIZES and (width, height) != native:
-        if edit:
-            return None, None
         width, height = render_size((width, height), native, model.size_multiple)
     try:
         validate(GenerationRequest(prompt="size", width=width, height=height), model.limits)
