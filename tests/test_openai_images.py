@@ -27,11 +27,16 @@ BOX = (16, 16, 40, 40)  # the edited region of the transparent-region mask (incl
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory):
+def outputs(tmp_path_factory):
+    return tmp_path_factory.mktemp("outputs")
+
+
+@pytest.fixture(scope="module")
+def app(outputs):
     if not embedded_model_available():
         pytest.skip("needs the embedded model (models/tiny-shapes)")
     env = {"API_KEYS": KEY, "AUTH": f"{USER}:{PASSWORD}", "QUEUE_PER_USER": "1"}
-    with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("outputs"), env=env) as (demo, _):
+    with running_app(DEFAULT_MODEL, outputs, env=env) as (demo, _):
         yield demo
 
 
@@ -93,7 +98,7 @@ def test_generate_returns_n_pngs_of_the_model_size_with_their_seeds(app, client)
     assert out.size == f"{info.default_width}x{info.default_height}" and out.model_extra["warnings"] == []
 
 
-def test_the_same_seed_reproduces_pixel_identical_images(client):
+def test_the_same_seed_reproduces_pixel_identical_images(client, outputs):
     args = dict(
         prompt="a green square\non a white background", n=1, extra_body={**FAST, "seed": 1234, "guidance_scale": 3.0}
     )
@@ -101,6 +106,7 @@ def test_the_same_seed_reproduces_pixel_identical_images(client):
     assert np.array_equal(pixels(decode(first.data[0].b64_json)), pixels(decode(second.data[0].b64_json)))
     other = client.images.generate(**{**args, "extra_body": {**FAST, "seed": 1235}})
     assert not np.array_equal(pixels(decode(first.data[0].b64_json)), pixels(decode(other.data[0].b64_json)))
+    assert not [p for p in outputs.rglob("*") if p.is_file()]  # API results are not saved to the output folder
 
 
 def test_openai_fixed_sizes_keep_their_aspect_at_the_model_area(app, client):
@@ -183,6 +189,9 @@ def test_edit_input_checks(client, scene):
     assert "48x64" in err.message
     bad(lambda: client.images.edit(image=image, mask=("m.png", bomb.getvalue(), "image/png"), prompt="x"), "mask")
     bad(lambda: client.images.edit(image=image, prompt="x", extra_body={"strength": "lots"}), "strength")
+    tiny = png(Image.new("RGB", (8, 8)))
+    err = bad(lambda: client.images.edit(image=[("t.png", tiny, "image/png")] * 17, prompt="x"), "image")
+    assert "MAX_EDIT_FILES" in err.message
 
 
 # ---------------------------------------------------------------------------------------------- models, auth
@@ -313,3 +322,15 @@ def test_without_an_editor_an_edit_is_image_to_image(tmp_path, scene):
         assert out.model_extra["model"] == "tiny-shapes" and edited.size == Image.open(io.BytesIO(scene)).size
         assert not np.array_equal(pixels(edited), pixels(Image.open(io.BytesIO(scene))))
         bad(lambda: plain.images.edit(image=image, prompt=PROMPT, extra_body={"strength": 0}), "strength")
+
+
+def test_image_urls_expire_and_the_store_is_bounded():
+    from webapi.openai_files import FileStore
+
+    store = FileStore(minutes=0.5 / 60, max_bytes=10)
+    first = store.put(b"12345678", "png")
+    assert store.get(first) == ("image/png", b"12345678")
+    second = store.put(b"abcdefgh", "webp")  # over max_bytes: the oldest goes
+    assert store.get(first) is None and store.get(second) == ("image/webp", b"abcdefgh")
+    time.sleep(0.6)
+    assert store.get(second) is None and len(store) == 0
