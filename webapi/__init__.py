@@ -31,6 +31,6 @@ def mount(app: Any, engine: Engine, settings: AppSettings) -> list[str]:
     access = Access.from_settings(settings)
     app.include_router(a1111.router(engine, settings, access))
     app.include_router(openai_images.router(engine, settings, access))
-    prefixes = ["/sdapi/v1", "/v1/images"]
+    prefixes = ["/sdapi/v1", "/v1/images", "/v1/models"]
     log.info("HTTP APIs served: %s (%s)", ", ".join(prefixes), access.describe())
     return prefixes

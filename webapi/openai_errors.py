@@ -1,0 +1,116 @@
+"""OpenAI's error object for the `/v1` routes, and the route class that guarantees it.
+
+Every answer that is not a success is `{"error": {"message", "type", "param", "code"}}`, as the
+`openai` SDK parses it (`BadRequestError.param`, `.code`, `.message`):
+- 400 `invalid_request_error`, `param` naming the request field (bad JSON, types, ranges, images);
+- 401 `invalid_request_error` / `invalid_api_key` (no or wrong credentials);
+- 404 `invalid_request_error` / `not_found` (an unknown model, an expired image URL);
+- 429 `rate_limit_error` (`rate_limit_exceeded`: QUEUE_PER_USER; `queue_full`: QUEUE_SIZE), with Retry-After;
+- 500 `server_error` (the message only: the traceback goes to the log), 503 when the server cannot
+  take the job at all (a model that failed to load).
+
+`OpenAIRoute` wraps each handler of the router, so FastAPI's own errors on these routes
+(RequestValidationError, HTTPException) and anything unexpected come out in that shape too,
+without an app-wide handler that would change Gradio's or the A1111 API's routes.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import HTTPException
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+
+log = logging.getLogger(__name__)
+
+# The names our checks use in their messages -> the OpenAI request field a client sent.
+_PARAMS = {
+    "num_images": "n",
+    "width": "size",
+    "height": "size",
+    "width x height": "size",
+    "init_images": "image",
+    "images": "image",
+}
+_FIELD = re.compile(r"^([A-Za-z_][\w ]*?)(\[[^\]]*\])?\s*(\([^)]*\))?:")
+
+
+class OpenAIError(Exception):
+    """An answer in OpenAI's error shape; raised anywhere below a route, answered by `OpenAIRoute`."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or {}
+
+    def response(self) -> JSONResponse:
+        body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+def param_of(message: str) -> str | None:
+    """The request field a check's message names ("steps: 200 is out of range" -> "steps")."""
+    match = _FIELD.match(message)
+    if not match:
+        return None
+    name = match.group(1).strip()
+    return _PARAMS.get(name, name if name.isidentifier() else None)
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> OpenAIError:
+    """A 400 for a refused value; `param` defaults to the field the message starts with."""
+    param = param if param is not None else param_of(message)
+    return OpenAIError(400, message, param=param, code=code or "invalid_value")
+
+
+def not_found(message: str, param: str | None = None) -> OpenAIError:
+    return OpenAIError(404, message, param=param, code="not_found")
+
+
+def _validation(exc: RequestValidationError) -> OpenAIError:
+    first = (exc.errors() or [{}])[0]
+    where = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path")]
+    param = ".".join(where) or None
+    return bad_request(f"{param or 'request'}: {first.get('msg', 'invalid value')}", param=param)
+
+
+def _http(exc: HTTPException) -> OpenAIError:
+    kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+    return OpenAIError(exc.status_code, str(exc.detail), type=kind, headers=dict(exc.headers or {}))
+
+
+class OpenAIRoute(APIRoute):
+    """An APIRoute whose every failure is an OpenAI error object (no traceback to the client)."""
+
+    def get_route_handler(self) -> Callable[[Any], Any]:
+        handler = super().get_route_handler()
+
+        async def route(request: Any) -> Any:
+            try:
+                return await handler(request)
+            except OpenAIError as exc:
+                log.info("OpenAI API: %s %s: %d %s", request.method, request.url.path, exc.status, exc.message)
+                return exc.response()
+            except RequestValidationError as exc:
+                return _validation(exc).response()
+            except HTTPException as exc:
+                return _http(exc).response()
+            except Exception:
+                log.exception("OpenAI API: %s %s failed", request.method, request.url.path)
+                error = OpenAIError(500, "the server failed to answer this request (see its log)", "server_error")
+                return error.response()
+
+        return route
