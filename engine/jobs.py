@@ -219,7 +219,7 @@ class Engine:
         """Admit a request (validated, seed pinned) or raise `Refused` / ValueError naming the field."""
         caller = caller or Caller()
         info = self.backend.model_info()
-        validate(request, (info.for_edits if request.init_images else info).limits)
+        validate(request, info.serving(request).limits)
         job = Job(pin_seed(request), caller)
         with self._changed:
             mine = sum(j.caller.key == caller.key for j in (*self._waiting, *self._running))

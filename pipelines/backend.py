@@ -108,6 +108,11 @@ class ModelInfo:
         """The model the Edit tab's requests go to: its defaults, samplers and limits."""
         return self.editor or self
 
+    def serving(self, request: Any) -> ModelInfo:
+        """The model that runs `request`, whose limits apply: edits go to the editor, text-to-image and
+        inpaints (an instruction editor cannot inpaint: pipelines.editing.EditRouter) to this one."""
+        return self.for_edits if request.init_images and request.inpaint is None else self
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

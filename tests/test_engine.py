@@ -346,3 +346,27 @@ def test_a_caller_that_goes_away_leaves_the_queue_at_once():
     running.result(timeout=5)
     after.result(timeout=5)
     assert gate.started == ["a", "c"]
+
+
+def test_an_inpaint_is_checked_against_the_main_models_limits_not_the_editors():
+    """Inpaints run on the main model (an instruction editor has no inpainting twin), so its limits apply."""
+    import dataclasses
+
+    from PIL import Image
+
+    from pipelines.backend import ModelInfo
+    from pipelines.inpaint import Inpaint
+
+    editor = ModelInfo("editor", 64, 64, 8, 64, 64 * 64, 1, 4, 4.0, "Euler")
+    gate = _Gate()
+    gate.model_info = lambda: dataclasses.replace(
+        ModelInfo("main", 128, 128, 8, 256, 256 * 256, 16, 4, 4.0, "Euler"), editor=editor
+    )
+    engine = Engine(gate)
+    picture = Image.new("RGB", (128, 128))
+    inpaint = GenerationRequest(prompt="p", num_images=2, width=128, height=128, init_images=[picture],
+                                inpaint=Inpaint(Image.new("L", (128, 128), 255)))  # fmt: skip
+    gate.release.set()
+    assert len(engine.run(inpaint).images) == 2
+    with pytest.raises(ValueError, match=r"num_images: 2 is out of range 1..1"):  # the same as an instruction edit: the editor's cap
+        engine.submit(dataclasses.replace(inpaint, inpaint=None))
