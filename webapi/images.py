@@ -41,23 +41,34 @@ def from_base64(value: object, name: str, max_bytes: int) -> bytes:
         raise InputError(f"{name}: not valid base64") from None
 
 
+def header_size(data: bytes, name: str, max_pixels: int) -> tuple[int, int]:
+    """(width, height) from the header only, refused over MAX_UPLOAD_PIXELS. Pillow refuses a header
+    of more than twice its MAX_IMAGE_PIXELS outright (DecompressionBombError) before our check could
+    name the limit: that is answered as what it is, too many pixels."""
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            width, height = im.size
+    except Image.DecompressionBombError as exc:
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        count = f"{found.group(1)} pixels" if found else "more pixels"
+        raise InputError(f"{name}: {count}, more than the limit of {max_pixels} (MAX_UPLOAD_PIXELS)") from None
+    except (OSError, ValueError, SyntaxError):
+        raise InputError(f"{name}: not an image this server can read") from None
+    if width * height > max_pixels:
+        raise InputError(
+            f"{name}: {width}x{height} = {width * height} pixels, more than the limit of {max_pixels} (MAX_UPLOAD_PIXELS)"
+        )
+    return width, height
+
+
 def open_bytes(data: bytes, name: str, max_pixels: int, max_bytes: int, mode: str | None = "RGB") -> Image.Image:
     """Decode an image from bytes after its header passed the byte and pixel limits."""
     if len(data) > max_bytes:
         raise InputError(f"{name}: {len(data)} bytes, more than the upload limit of {max_bytes} (MAX_FILE_SIZE)")
+    header_size(data, name, max_pixels)
     try:
-        with Image.open(io.BytesIO(data)) as im:  # the header only
-            width, height = im.size
-            if width * height > max_pixels:
-                raise InputError(
-                    f"{name}: {width}x{height} = {width * height} pixels, more than the limit of "
-                    f"{max_pixels} (MAX_UPLOAD_PIXELS)"
-                )
+        with Image.open(io.BytesIO(data)) as im:
             im.load()
             return im.convert(mode) if mode else im.copy()
-    except InputError:
-        raise
-    except Image.DecompressionBombError:  # PIL's own guard fired first (over ~179 M pixels)
-        raise InputError(f"{name}: more pixels than the limit of {max_pixels} (MAX_UPLOAD_PIXELS)") from None
-    except (OSError, ValueError, SyntaxError):
-        raise InputError(f"{name}: not an image this server can read") from None
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        raise InputError(f"{name}: the image is damaged") from None

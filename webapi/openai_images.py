@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import json
 import logging
 import re
@@ -45,7 +44,7 @@ from ui.inputs import InputError, Limits
 
 from . import openai_params
 from .access import Access, Unauthorized
-from .images import open_bytes, size_bytes
+from .images import header_size, open_bytes, size_bytes
 from .openai_errors import OpenAIError, OpenAIRoute, bad_request, not_found
 from .openai_files import FileStore, encode
 from .running import ClientGone, run_job
@@ -77,21 +76,6 @@ def openai_mask(mask: Image.Image) -> Image.Image:
         return binary_mask(mask)
     alpha = np.asarray(mask.convert("RGBA"))[..., 3]
     return Image.fromarray(np.where(alpha == 0, 255, 0).astype(np.uint8), mode="L")
-
-
-def header_size(data: bytes, name: str, max_pixels: int) -> tuple[int, int]:
-    """(width, height) from the header only. Pillow refuses a header of more than twice its
-    MAX_IMAGE_PIXELS outright (DecompressionBombError), before our own MAX_UPLOAD_PIXELS check
-    could name the limit: that is answered as what it is, too many pixels."""
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            return im.size
-    except Image.DecompressionBombError as exc:
-        found = re.search(r"\((\d+) pixels\)", str(exc))
-        count = f"{found.group(1)} pixels" if found else "too many pixels"
-        raise InputError(f"{name}: {count}, more than the limit of {max_pixels} (MAX_UPLOAD_PIXELS)") from None
-    except (OSError, ValueError, SyntaxError):
-        raise InputError(f"{name}: not an image this server can read") from None
 
 
 class OpenAIImages:
@@ -223,7 +207,6 @@ class OpenAIImages:
         names = ["image"] if len(files) == 1 else [f"image[{i}]" for i in range(len(files))]
         images = []
         for name, data in zip(names, files, strict=True):
-            header_size(data, name, self.settings.max_upload_pixels)
             args = (data, name, self.settings.max_upload_pixels, self.max_bytes, "RGB")
             images.append(await asyncio.to_thread(open_bytes, *args))
         return images
