@@ -57,5 +57,9 @@ def open_bytes(data: bytes, name: str, max_pixels: int, max_bytes: int, mode: st
             return im.convert(mode) if mode else im.copy()
     except InputError:
         raise
-    except (OSError, ValueError, Image.DecompressionBombError, SyntaxError):
+    except Image.DecompressionBombError as exc:  # PIL refuses the header itself past ~179 Mpixels
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        pixels = f"{found.group(1)} pixels" if found else "more pixels than PIL opens"
+        raise InputError(f"{name}: {pixels}, more than the limit of {max_pixels} (MAX_UPLOAD_PIXELS)") from None
+    except (OSError, ValueError, SyntaxError):
         raise InputError(f"{name}: not an image this server can read") from None
