@@ -286,3 +286,81 @@ def test_a_model_switch_is_refused_where_switching_is_off(http):
     assert "ALLOW_MODEL_SWITCH" in response.json()["detail"] and set(response.json()) >= {"error", "detail", "errors"}
     body = {"prompt": PROMPT, **SMALL, "override_settings": {"sd_model_checkpoint": "sdxl-base"}}
     assert http.post("/txt2img", json=body).status_code == 403
+
+
+# ---------------------------------------------------------------- without a server: parsing and error shapes
+def limits(**model):
+    from pipelines.backend import ModelInfo
+    from ui.inputs import Limits
+
+    fields = dict(model_name="m", default_width=64, default_height=64, size_multiple=8, max_side=256, max_pixels=16384,
+                  max_batch=16, default_steps=20, default_guidance=4.0, scheduler="DPM++ 2M",
+                  samplers=("DPM++ 2M", "DPM++ 2M Karras", "Euler a"), loras=("outline",), inpaint=True)  # fmt: skip
+    return Limits(ModelInfo(**{**fields, **model}), 2000, 16, 4096 * 4096)
+
+
+def test_samplers_schedules_sizes_and_overrides_are_read_as_a1111_means_them():
+    from webapi import a1111_request as parse
+
+    def read(**fields):
+        return parse.txt2img({"prompt": PROMPT, **fields}, limits())
+
+    assert read(sampler_name="DPM++ 2M", scheduler="Karras").request.sampler == "DPM++ 2M Karras"
+    assert read(sampler_name="DPM++ 2M Karras").request.sampler == "DPM++ 2M Karras"  # A1111 < 1.9's name
+    assert read(sampler_name="k_euler_a").request.sampler == "Euler a"  # an A1111 alias
+    assert read(sampler_name="DPM++ 2M", scheduler="automatic").request.sampler is None  # the model's own
+    euler = read(sampler_name="Euler a", scheduler="Karras")  # no Karras variant offered: the sampler's own
+    assert euler.request.sampler == "Euler a" and euler.warnings[0].startswith("scheduler='Karras'")
+    odd = read(width=100, height=64)
+    assert odd.request.width == 96 and odd.warnings == ["width=100: rounded down to 96 (this model's size step is 8)"]
+    plain = read(override_settings={"CLIP_stop_at_last_layers": 1, "sd_vae": "Automatic"}, seed=-1)
+    assert plain.warnings == [] and plain.request.seed is None and plain.request.num_images == 1
+    assert read(override_settings={"CLIP_stop_at_last_layers": 2}).warnings[0].startswith("override_settings.CLIP")
+    assert read(override_settings={"sd_model_checkpoint": "other [0123abcd]"}).checkpoint == "other [0123abcd]"
+    both = read(batch_size=3, n_iter=2, prompt="one\ntwo <lora:outline>")
+    assert both.request.num_images == 6 and both.request.prompt == "one\ntwo" and both.request.loras == {"outline": 1.0}
+
+
+def test_inpaint_fields_map_to_our_inpaint():
+    from webapi import a1111_request as parse
+
+    body = {"prompt": PROMPT, "init_images": [b64(scene())], "mask": b64(box_mask()), "inpainting_fill": 2,
+            "inpaint_full_res": 1, "inpaint_full_res_padding": 8, "inpainting_mask_invert": 1, "mask_blur": 0}  # fmt: skip
+    parsed = parse.img2img(body, limits(), 10_000_000)
+    spec = parsed.request.inpaint
+    assert (spec.masked_content, spec.inpaint_area, spec.padding, spec.invert, spec.mask_blur) == (
+        "original", "only masked", 8, True, 0,
+    )  # fmt: skip
+    assert parsed.warnings == ["inpainting_fill=2 (latent noise/nothing): not supported here, 'original' used"]
+    assert parsed.request.strength == 1.0  # an inpaint's own default when the client sends none
+    assert parse.img2img({**body, "mask": None}, limits(), 10_000_000).request.strength == 0.75  # A1111's
+
+
+def test_engine_refusals_and_failures_answer_in_a1111s_error_shape(caplog):
+    from engine.jobs import QueueFull, TooManyJobs
+    from pipelines.errors import OutOfMemoryError
+    from webapi.a1111 import answer_error
+    from webapi.running import ClientGone
+
+    def body(exc):
+        response = answer_error(exc, "txt2img")
+        return response.status_code, json.loads(response.body or b"null")
+
+    status, error = body(TooManyJobs("you already have 4 generation(s)"))
+    assert status == 429 and error["error"] == "TooManyJobs" and error["detail"] == error["errors"]
+    assert body(QueueFull("the queue is full"))[0] == 503
+    assert body(OutOfMemoryError("out of memory even at one image"))[0] == 500
+    status, error = body(KeyError("secret internals"))
+    assert status == 500 and "secret" not in json.dumps(error) and "the server's log" in error["detail"]
+    assert "KeyError: 'secret internals'" in caplog.text  # the traceback is in the log
+    assert body(ClientGone())[0] == 499
+    status, error = body(ValueError("num_images: 1 prompt(s) x 40 image(s) = 40 images, more than MAX_BATCH=16"))
+    assert error["detail"][0]["loc"] == ["body", "batch_size"] and error["detail"][0]["msg"].startswith("batch_size: ")
+
+
+def test_webapi_does_not_import_gradio():
+    import subprocess
+    import sys
+
+    code = "import sys, webapi, webapi.a1111; assert 'gradio' not in sys.modules, 'gradio imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[1]))

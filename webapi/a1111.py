@@ -93,7 +93,7 @@ def answer_error(exc: Exception, name: str) -> Response:
     if isinstance(exc, PipelineError):
         log.warning("A1111 %s: %s", name, exc)
         return api_error(500, exc, str(exc))
-    log.exception("A1111 %s failed", name)
+    log.error("A1111 %s failed", name, exc_info=exc)  # the traceback, for the log only
     return api_error(500, exc, f"internal error in {name}; the server's log has the details")
 
 

@@ -138,10 +138,11 @@ def sampler(payload: dict[str, Any], model: ModelInfo, warnings: list[str]) -> s
         raise FieldError(("scheduler",), f"scheduler: must be text, got {type(schedule).__name__}")
     name = SAMPLER_ALIASES.get(name.strip().lower(), name.strip())
     ours = from_a1111(name, schedule)
-    if ours != name and ours not in model.samplers and name in model.samplers:
+    karras = (schedule or "").strip().lower() == "karras"
+    if karras and not name.endswith(" Karras") and (ours == name or ours not in model.samplers):
         warnings.append(f"scheduler={schedule!r}: not available with {name} for this model; the sampler's own used")
         ours = name
-    elif schedule and schedule.lower() not in ("automatic", "karras", ""):
+    elif schedule and schedule.strip().lower() not in ("automatic", "karras"):
         warnings.append(f"scheduler={schedule!r}: not supported here, the sampler's own schedule used")
     if ours not in model.samplers:
         by_case = {s.lower(): s for s in model.samplers}
