@@ -316,7 +316,7 @@ def test_samplers_schedules_sizes_and_overrides_are_read_as_a1111_means_them():
     plain = read(override_settings={"CLIP_stop_at_last_layers": 1, "sd_vae": "Automatic"}, seed=-1)
     assert plain.warnings == [] and plain.request.seed is None and plain.request.num_images == 1
     assert read(override_settings={"CLIP_stop_at_last_layers": 2}).warnings[0].startswith("override_settings.CLIP")
-    assert read(override_settings={"sd_model_checkpoint": "other [0123abcd]"}).checkpoint == "other [0123abcd]"
+    assert parse.checkpoint({"override_settings": {"sd_model_checkpoint": "other [0123abcd]"}}) == "other [0123abcd]"
     both = read(batch_size=3, n_iter=2, prompt="one\ntwo <lora:outline>")
     assert both.request.num_images == 6 and both.request.prompt == "one\ntwo" and both.request.loras == {"outline": 1.0}
 

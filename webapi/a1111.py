@@ -160,17 +160,27 @@ class A1111:
     # ---------------------------------------------------------------- generating
     async def txt2img(self, request: Request, caller: Caller) -> dict[str, Any]:
         payload = await read_body(request, self.body_cap)
+        switched = await self.checkpoint(payload)  # first: the request is read against the model that runs it
         parsed = parse.txt2img(payload, self.limits())
+        parsed.warnings[:0] = switched
         return await self.generate(parsed, payload, caller, request)
 
     async def img2img(self, request: Request, caller: Caller) -> dict[str, Any]:
         payload = await read_body(request, self.body_cap)
+        switched = await self.checkpoint(payload)
         parsed = await asyncio.to_thread(parse.img2img, payload, self.limits(), self.max_bytes)
+        parsed.warnings[:0] = switched
         return await self.generate(parsed, payload, caller, request)
 
+    async def checkpoint(self, payload: dict[str, Any]) -> list[str]:
+        """override_settings.sd_model_checkpoint: loaded (where allowed) before the request is read."""
+        warnings: list[str] = []
+        name = parse.checkpoint(payload)
+        if name:
+            await self.switch(name, ("override_settings", "sd_model_checkpoint"), warnings)
+        return warnings
+
     async def generate(self, parsed: parse.Parsed, payload: dict[str, Any], caller: Caller, http: Request):
-        if parsed.checkpoint:
-            await self.switch(parsed.checkpoint, ("override_settings", "sd_model_checkpoint"), parsed.warnings)
         job = self.engine.submit(parsed.request, caller)
         self.started[job.id] = time.time()
         try:
@@ -236,7 +246,7 @@ class A1111:
     async def progress(self, request: Request, caller: Caller) -> dict[str, Any]:
         skip = request.query_params.get("skip_current_image", "false").lower() in ("true", "1")
         mine = [job for job in self.engine.jobs() if job.caller.key == caller.key]
-        return await asyncio.to_thread(answers.progress, mine, self.started, skip)
+        return answers.progress(mine, self.started, skip)  # inline: polled often, cheap (a small preview PNG)
 
     async def interrupt(self, request: Request, caller: Caller) -> dict[str, Any]:
         stopped = self.engine.stop_caller(caller.key)
@@ -264,7 +274,7 @@ class A1111:
                 "port": self.settings.server_port, "lowvram": False, "medvram": False, "xformers": False}  # fmt: skip
 
     async def memory(self, request: Request, caller: Caller) -> dict[str, Any]:
-        return await asyncio.to_thread(answers.memory, self.engine)
+        return answers.memory(self.engine)
 
     def listing(self, make: Callable[[], Any]) -> Handler:
         async def handler(request: Request, caller: Caller) -> Any:

@@ -82,7 +82,6 @@ class Parsed:
     batch_size: int
     n_iter: int
     sampler: str  # A1111's sampler name as asked ("" = the model's own)
-    checkpoint: str | None = None  # override_settings.sd_model_checkpoint
     warnings: list[str] = field(default_factory=list)
 
 
@@ -234,7 +233,8 @@ def common(payload: dict[str, Any], limits: Limits, model: ModelInfo, images_in:
         sampler=sampler(payload, model, warnings),
     )
     name = payload.get("sampler_name") if isinstance(payload.get("sampler_name"), str) else ""
-    return Parsed(request, raw_prompt, batch, n_iter, name, checkpoint(payload), warnings)
+    checkpoint(payload)  # its type checked here too; loaded before the request is read (webapi.a1111)
+    return Parsed(request, raw_prompt, batch, n_iter, name, warnings)
 
 
 def txt2img(payload: dict[str, Any], limits: Limits) -> Parsed:
