@@ -364,3 +364,22 @@ def test_webapi_does_not_import_gradio():
 
     code = "import sys, webapi, webapi.a1111; assert 'gradio' not in sys.modules, 'gradio imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
+
+
+def test_open_webui_switches_the_model_where_switching_is_allowed(tmp_path):
+    """POST options and override_settings load another model (for everyone) with ALLOW_MODEL_SWITCH=1."""
+    with (
+        running_app(DEFAULT_MODEL, tmp_path, env={"ALLOW_MODEL_SWITCH": "1"}) as (demo, _),
+        httpx.Client(base_url=demo.local_url.rstrip("/") + "/sdapi/v1", timeout=120) as client,
+    ):
+        titles = [m["title"] for m in client.get("/sd-models").json()]
+        assert titles[0] == "tiny-shapes" and "tiny-shapes-edit" in titles
+        assert client.post("/options", json={"sd_model_checkpoint": "tiny-shapes-edit"}).status_code == 200
+        assert client.get("/options").json()["sd_model_checkpoint"] == "tiny-shapes-edit"
+        body = {"prompt": PROMPT, **SMALL, "override_settings": {"sd_model_checkpoint": "tiny-shapes"}}
+        response = client.post("/txt2img", json=body)
+        assert response.status_code == 200 and len(response.json()["images"]) == 1
+        assert json.loads(response.json()["info"])["warnings"][0].startswith("sd_model_checkpoint: the model was")
+        assert client.get("/options").json()["sd_model_checkpoint"] == "tiny-shapes"
+        assert "available: " in refused(client.post("/options", json={"sd_model_checkpoint": "nope"}),
+                                        "sd_model_checkpoint")  # fmt: skip
