@@ -334,6 +334,14 @@ def test_inpaint_fields_map_to_our_inpaint():
     assert parsed.warnings == ["inpainting_fill=2 (latent noise/nothing): not supported here, 'original' used"]
     assert parsed.request.strength == 1.0  # an inpaint's own default when the client sends none
     assert parse.img2img({**body, "mask": None}, limits(), 10_000_000).request.strength == 0.75  # A1111's
+    from pipelines.inpaint import INPAINT_DEFAULTS
+
+    bare = parse.img2img({k: body[k] for k in ("prompt", "init_images", "mask")}, limits(), 10_000_000)
+    spec = bare.request.inpaint  # fields left out: the app's inpaint defaults (their one owner)
+    assert (spec.masked_content, spec.inpaint_area, spec.padding, spec.invert, spec.mask_blur) == (
+        INPAINT_DEFAULTS.masked_content, INPAINT_DEFAULTS.inpaint_area, INPAINT_DEFAULTS.padding,
+        INPAINT_DEFAULTS.invert, INPAINT_DEFAULTS.mask_blur,
+    )  # fmt: skip
 
 
 def test_engine_refusals_and_failures_answer_in_a1111s_error_shape(caplog):

@@ -22,7 +22,7 @@ from PIL import Image
 
 from pipelines import GenerationRequest
 from pipelines.backend import ModelInfo
-from pipelines.inpaint import DEFAULT_STRENGTH, MAX_MASK_BLUR, MAX_PADDING, Inpaint, binary_mask
+from pipelines.inpaint import DEFAULT_STRENGTH, INPAINT_DEFAULTS, MAX_MASK_BLUR, MAX_PADDING, Inpaint, binary_mask
 from pipelines.samplers import BY_NAME, from_a1111
 from ui import inputs
 from ui.inputs import InputError, Limits
@@ -240,8 +240,6 @@ def common(payload: dict[str, Any], limits: Limits, model: ModelInfo, images_in:
 def txt2img(payload: dict[str, Any], limits: Limits) -> Parsed:
     model = limits.model
     parsed = common(payload, limits, model)
-    if payload.get("enable_hr") not in (None, False):
-        flag("enable_hr", payload.get("enable_hr"))
     parsed.request = dataclasses.replace(
         parsed.request,
         width=size(payload, "width", model, model.default_width, parsed.warnings),
@@ -278,20 +276,21 @@ def mask_options(payload: dict[str, Any], image: Image.Image, limits: Limits, ma
             f"mask: {mask.width}x{mask.height} but init_images[0] is {image.width}x{image.height}; "
             "the mask must have its image's size",
         )
-    fill = inputs.whole_number("inpainting_fill", _given(payload, "inpainting_fill", 1), 0, 3)
+    d = INPAINT_DEFAULTS  # what a field left out means: the app's inpaint defaults (one owner)
+    codes = {content: code for code, content in INPAINTING_FILL.items()}
+    fill = inputs.whole_number("inpainting_fill", _given(payload, "inpainting_fill", codes[d.masked_content]), 0, 3)
     if fill not in INPAINTING_FILL:
         warnings.append(f"inpainting_fill={fill} (latent noise/nothing): not supported here, 'original' used")
+    only_masked = flag("inpaint_full_res", _given(payload, "inpaint_full_res", d.only_masked))
     return Inpaint(
         mask=binary_mask(mask),
-        mask_blur=inputs.whole_number("mask_blur", _given(payload, "mask_blur", 4), 0, MAX_MASK_BLUR),
+        mask_blur=inputs.whole_number("mask_blur", _given(payload, "mask_blur", d.mask_blur), 0, MAX_MASK_BLUR),
         masked_content=INPAINTING_FILL.get(fill, "original"),
-        inpaint_area="only masked"
-        if flag("inpaint_full_res", _given(payload, "inpaint_full_res", 0))
-        else "whole picture",
+        inpaint_area="only masked" if only_masked else "whole picture",
         padding=inputs.whole_number(
-            "inpaint_full_res_padding", _given(payload, "inpaint_full_res_padding", 32), 0, MAX_PADDING
+            "inpaint_full_res_padding", _given(payload, "inpaint_full_res_padding", d.padding), 0, MAX_PADDING
         ),
-        invert=flag("inpainting_mask_invert", _given(payload, "inpainting_mask_invert", 0)),
+        invert=flag("inpainting_mask_invert", _given(payload, "inpainting_mask_invert", d.invert)),
     )
 
 
@@ -310,7 +309,6 @@ def img2img(payload: dict[str, Any], limits: Limits, max_bytes: int) -> Parsed:
     default_strength = DEFAULT_STRENGTH if inpaint is not None else A1111_IMG2IMG_STRENGTH
     parsed.request = dataclasses.replace(
         parsed.request,
-        num_images=parsed.request.num_images,
         init_images=pictures,
         width=size(payload, "width", model, None, parsed.warnings),
         height=size(payload, "height", model, None, parsed.warnings),
