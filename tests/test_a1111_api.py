@@ -230,6 +230,16 @@ def test_progress_preview_and_interrupt_reach_only_the_callers_own_job(base, htt
     assert http.get("/progress").json()["state"]["job_count"] == 0
 
 
+def test_a_client_that_goes_away_cancels_its_job(base, http):
+    body = {"prompt": PROMPT, "seed": 1, "batch_size": 16, "width": 64, "height": 64, "steps": 40}
+    with httpx.Client(base_url=base, auth=ALICE, timeout=3) as impatient, pytest.raises(httpx.ReadTimeout):
+        impatient.post("/txt2img", json=body)  # gives up after 3 s and closes the connection
+    deadline = time.monotonic() + 30
+    while http.get("/progress").json()["state"]["job_count"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert http.get("/progress").json()["state"]["job_count"] == 0  # stopped long before its 640 steps
+
+
 def wait_for(http: httpx.Client, condition, timeout: float = 90.0) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
