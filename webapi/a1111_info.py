@@ -139,7 +139,6 @@ def options(model: ModelInfo, model_hash: str | None) -> dict[str, Any]:
         "show_progress_every_n_steps": 1,
         "img2img_fix_steps": False,
         "sd_lora": "None",
-        "forge_preset": None,
         "sampler_name": model.scheduler,
     }
 
