@@ -1,11 +1,322 @@
-"""(being written) See webapi/__init__.py."""
+"""AUTOMATIC1111's web API (`/sdapi/v1/*`) on this server: Open WebUI, SillyTavern, `webuiapi`, plugins.
+
+Every route first checks its caller (`webapi.access`: 401 with `WWW-Authenticate: Basic`, as A1111's
+`--api-auth`), then answers in A1111's shapes. txt2img and img2img run through the engine
+(`webapi.running`), so QUEUE_SIZE, QUEUE_PER_USER, the model's limits, TIME_BUDGET and Stop apply as
+in the UI; images are returned, never saved on the server (A1111's API default `save_images: false`).
+
+Errors, as A1111's clients show them:
+- a refused value: 422 `{"detail": [{"loc": ["body", field], "msg": ..., "type": "value_error"}]}`;
+- a refused job: 429 (QUEUE_PER_USER) or 503 (queue full), 403 (model switch not allowed), and 500
+  for a pipeline failure, as `{"error", "detail", "body", "errors"}`;
+- anything unexpected: 500 with a short message; the traceback goes to the log only.
+Documented for users in docs/a1111-api.md.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from engine import AppSettings, Caller, Engine
+from engine.jobs import CancelledBeforeStart, Refused, SwitchRefused, TooManyJobs
+from pipelines import GenerationResult
+from pipelines.errors import PipelineError
+from ui.inputs import Limits
+
+from . import a1111_info as answers
+from . import a1111_request as parse
+from . import images, running
+from .a1111_request import FieldError
+from .access import Access, Unauthorized
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Request, Caller], Awaitable[Any]]
+# Our field names (in the engine's messages) -> A1111's.
+FIELD_NAMES = {
+    "num_images": "batch_size", "guidance_scale": "cfg_scale", "strength": "denoising_strength",
+    "image_guidance_scale": "image_cfg_scale", "sampler": "sampler_name", "width x height": "width",
+    "loras": "prompt", "inpaint": "mask", "padding": "inpaint_full_res_padding", "masked_content": "inpainting_fill",
+    "inpaint_area": "inpaint_full_res", "invert_mask": "inpainting_mask_invert",
+}  # fmt: skip
+_PREFIX = re.compile(r"^([A-Za-z_][\w ]*?)(?:\[(\d+)\])?(?:\[[^\]]*\])?: ")
 
 
-def router(engine: Any, settings: Any, access: Any) -> APIRouter:
-    return APIRouter()
+def loc_of(message: str) -> tuple[tuple[str | int, ...], str]:
+    """(A1111's field, message) for a ValueError that names our field first ("steps: ...")."""
+    match = _PREFIX.match(message)
+    if not match:
+        return (), message
+    ours, index = match.group(1), match.group(2)
+    name = FIELD_NAMES.get(ours, ours)
+    if name != ours and " " not in ours and ours != "loras":
+        message = f"{name}: {message[match.end() :]}"
+    return ((name, int(index)) if index is not None else (name,)), message
+
+
+def invalid(loc: tuple[str | int, ...], message: str) -> JSONResponse:
+    return JSONResponse({"detail": [{"loc": ["body", *loc], "msg": message, "type": "value_error"}]}, 422)
+
+
+def api_error(status: int, exc: BaseException, message: str) -> JSONResponse:
+    """A1111's API error body (modules/api/api.py `api_error_handler`), without a traceback."""
+    return JSONResponse({"error": type(exc).__name__, "detail": message, "body": "", "errors": message}, status)
+
+
+def unauthorized() -> JSONResponse:
+    return JSONResponse({"detail": "Incorrect username or password"}, 401, headers={"WWW-Authenticate": "Basic"})
+
+
+def answer_error(exc: Exception, name: str) -> Response:
+    """The response for an exception a route raised."""
+    if isinstance(exc, running.ClientGone):
+        return Response(status_code=499)
+    if isinstance(exc, FieldError):
+        return invalid(exc.loc, str(exc))
+    if isinstance(exc, ValueError):  # our messages name the field (ui.inputs, pipelines.request.validate)
+        return invalid(*loc_of(str(exc)))
+    if isinstance(exc, TooManyJobs):
+        return api_error(429, exc, str(exc))
+    if isinstance(exc, SwitchRefused):
+        return api_error(403, exc, str(exc))
+    if isinstance(exc, Refused):
+        return api_error(503, exc, str(exc))
+    if isinstance(exc, PipelineError):
+        log.warning("A1111 %s: %s", name, exc)
+        return api_error(500, exc, str(exc))
+    log.error("A1111 %s failed", name, exc_info=exc)  # the traceback, for the log only
+    return api_error(500, exc, f"internal error in {name}; the server's log has the details")
+
+
+def endpoint(access: Access, handler: Handler, name: str) -> Callable[[Request], Awaitable[Response]]:
+    """A route: the caller checked first (401), then the handler, its errors in A1111's shapes."""
+
+    async def route(request: Request) -> Response:
+        try:
+            caller = access.caller(request)
+        except Unauthorized:
+            return unauthorized()
+        try:
+            value = await handler(request, caller)
+        except Exception as exc:  # each kind answered in its own shape (answer_error)
+            return answer_error(exc, name)
+        return value if isinstance(value, Response) else JSONResponse(value)
+
+    route.__name__ = f"a1111_{name.replace('-', '_')}"
+    return route
+
+
+async def read_body(request: Request, cap: int) -> dict[str, Any]:
+    """The JSON object of a request body, read up to `cap` bytes; an empty body is {}."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            raise FieldError((), f"the request body is over {cap} bytes (MAX_FILE_SIZE per image)")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise FieldError((), "the request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise FieldError((), "the request body must be a JSON object")
+    return data
+
+
+class A1111:
+    """The routes' shared state: the engine, the settings, and what /progress and /options report."""
+
+    def __init__(self, engine: Engine, settings: AppSettings, access: Access):
+        self.engine = engine
+        self.settings = settings
+        self.access = access
+        self.max_bytes = images.size_bytes(settings.max_file_size)
+        self.started: dict[str, float] = {}  # job id -> when it was submitted (/progress's ETA)
+        self.hashes: dict[str, str] = {}  # model name -> hash, from results' metadata
+
+    def limits(self) -> Limits:
+        s = self.settings
+        return Limits(self.engine.model_info(), s.max_prompt_chars, s.max_edit_files, s.max_upload_pixels)
+
+    @property
+    def body_cap(self) -> int:
+        return (self.settings.max_edit_files + 1) * (self.max_bytes * 4 // 3 + 64) + 1_000_000
+
+    def model_hash(self) -> str | None:
+        return self.hashes.get(self.engine.model_info().model_name)
+
+    # ---------------------------------------------------------------- generating
+    async def txt2img(self, request: Request, caller: Caller) -> dict[str, Any]:
+        payload = await read_body(request, self.body_cap)
+        switched = await self.checkpoint(payload)  # first: the request is read against the model that runs it
+        parsed = parse.txt2img(payload, self.limits())
+        parsed.warnings[:0] = switched
+        return await self.generate(parsed, payload, caller, request)
+
+    async def img2img(self, request: Request, caller: Caller) -> dict[str, Any]:
+        payload = await read_body(request, self.body_cap)
+        switched = await self.checkpoint(payload)
+        parsed = await asyncio.to_thread(parse.img2img, payload, self.limits(), self.max_bytes)
+        parsed.warnings[:0] = switched
+        return await self.generate(parsed, payload, caller, request)
+
+    async def checkpoint(self, payload: dict[str, Any]) -> list[str]:
+        """override_settings.sd_model_checkpoint: loaded (where allowed) before the request is read."""
+        warnings: list[str] = []
+        name = parse.checkpoint(payload)
+        if name:
+            await self.switch(name, ("override_settings", "sd_model_checkpoint"), warnings)
+        return warnings
+
+    async def generate(self, parsed: parse.Parsed, payload: dict[str, Any], caller: Caller, http: Request):
+        job = self.engine.submit(parsed.request, caller)
+        self.started[job.id] = time.time()
+        try:
+            result = await running.wait(self.engine, job, http)
+        except CancelledBeforeStart:
+            parsed.warnings.append("interrupted before it started: no image was made")
+            result = GenerationResult([], [], [], {}, None, "", "", "", cancelled=True)
+        finally:
+            self.started.pop(job.id, None)
+        for meta in result.metadata:
+            if meta.get("model_hash"):
+                self.hashes[meta.get("model", "")] = meta["model_hash"]
+        if parsed.warnings or result.warnings:
+            log.info("A1111 request warnings: %s", "; ".join([*parsed.warnings, *result.warnings]))
+        return await asyncio.to_thread(self.response, parsed, payload, result)
+
+    def response(self, parsed: parse.Parsed, payload: dict[str, Any], result: GenerationResult) -> dict[str, Any]:
+        echo = dict(payload)
+        if not payload.get("include_init_images"):
+            echo.update({k: None for k in ("init_images", "mask") if k in echo})
+        send = payload.get("send_images", True) is not False
+        return {
+            "images": answers.images_b64(result) if send else [],
+            "parameters": echo,
+            "info": answers.dumps(answers.info(parsed, result, self.model_hash())),
+        }
+
+    async def switch(self, name: str, loc: tuple[str, ...], warnings: list[str]) -> None:
+        """Load the checkpoint `name` unless it is the loaded one; refused where switching is off."""
+        want = answers.checkpoint_name(name)
+        current = self.engine.model_info().model_name
+        if want in (current, answers.checkpoint_name(current)):
+            return
+        if not self.engine.can_switch:
+            raise SwitchRefused(
+                f"sd_model_checkpoint: {name[:80]!r} is not the loaded model ({current}); {self.engine.switch_off_reason}"
+            )
+        known = [m["name"] for m in self.engine.models()["models"]]
+        if want not in known:
+            raise FieldError(loc, f"sd_model_checkpoint: {name[:80]!r} is not a model of this server; available: "
+                                  + ", ".join(known))  # fmt: skip
+        log.info("A1111 API: switching the model to %s", want)
+        await asyncio.to_thread(self.engine.load_model, want)
+        warnings.append(f"sd_model_checkpoint: the model was switched to {want} for every user, and stays loaded")
+
+    # ---------------------------------------------------------------- state
+    async def get_options(self, request: Request, caller: Caller) -> dict[str, Any]:
+        return answers.options(self.engine.model_info(), self.model_hash())
+
+    async def set_options(self, request: Request, caller: Caller) -> None:
+        payload = await read_body(request, 1_000_000)
+        name = payload.get("sd_model_checkpoint")
+        if name is not None:
+            if not isinstance(name, str):
+                raise FieldError(("sd_model_checkpoint",), "sd_model_checkpoint: must be text (a model's title)")
+            warnings: list[str] = []
+            await self.switch(name, ("sd_model_checkpoint",), warnings)
+        ignored = sorted(k for k in payload if k != "sd_model_checkpoint")
+        if ignored:
+            log.info("A1111 options ignored (not settings of this server): %s", ", ".join(ignored)[:500])
+        return None
+
+    async def progress(self, request: Request, caller: Caller) -> dict[str, Any]:
+        skip = request.query_params.get("skip_current_image", "false").lower() in ("true", "1")
+        mine = [job for job in self.engine.jobs() if job.caller.key == caller.key]
+        return answers.progress(mine, self.started, skip)  # inline: polled often, cheap (a small preview PNG)
+
+    async def interrupt(self, request: Request, caller: Caller) -> dict[str, Any]:
+        stopped = self.engine.stop_caller(caller.key)
+        log.info("A1111 interrupt by %s: %s", caller.key, stopped)
+        return {}
+
+    async def skip(self, request: Request, caller: Caller) -> dict[str, Any]:
+        return {}  # A1111's skip moves on to the next image of a batch; a request here runs as one job
+
+    async def png_info(self, request: Request, caller: Caller) -> dict[str, Any]:
+        payload = await read_body(request, self.max_bytes * 4 // 3 + 1_000_000)
+        data = images.from_base64(payload.get("image"), "image", self.max_bytes)
+        images.open_bytes(data, "image", self.settings.max_upload_pixels, self.max_bytes, None)  # a readable image
+        return await asyncio.to_thread(answers.png_info, data)
+
+    async def refresh(self, request: Request, caller: Caller) -> None:
+        return None  # the model list is read on every call; LoRAs are loaded from LORA_DIR at start
+
+    async def sd_models(self, request: Request, caller: Caller) -> list[dict[str, Any]]:
+        return answers.sd_models(self.engine, self.model_hash())
+
+    async def cmd_flags(self, request: Request, caller: Caller) -> dict[str, Any]:
+        local = self.settings.server_name in ("127.0.0.1", "localhost", "::1")
+        return {"api": True, "api_auth": not self.access.open, "listen": not local, "nowebui": False,
+                "port": self.settings.server_port, "lowvram": False, "medvram": False, "xformers": False}  # fmt: skip
+
+    async def memory(self, request: Request, caller: Caller) -> dict[str, Any]:
+        return answers.memory(self.engine)
+
+    def listing(self, make: Callable[[], Any]) -> Handler:
+        async def handler(request: Request, caller: Caller) -> Any:
+            return make()
+
+        return handler
+
+
+def routes(api: A1111) -> list[tuple[str, str, Handler]]:
+    """(method, path, handler) of every route served."""
+    model = api.engine.model_info
+    constant = {
+        "sd-vae": [], "embeddings": {"loaded": {}, "skipped": {}}, "prompt-styles": [], "face-restorers": [],
+        "hypernetworks": [], "realesrgan-models": [], "scripts": {"txt2img": [], "img2img": []}, "script-info": [],
+        "extensions": [], "sd-modules": [],
+    }  # fmt: skip
+    return [
+        ("POST", "txt2img", api.txt2img),
+        ("POST", "img2img", api.img2img),
+        ("GET", "options", api.get_options),
+        ("POST", "options", api.set_options),
+        ("GET", "progress", api.progress),
+        ("POST", "interrupt", api.interrupt),
+        ("POST", "skip", api.skip),
+        ("POST", "png-info", api.png_info),
+        ("GET", "sd-models", api.sd_models),
+        ("GET", "samplers", api.listing(lambda: answers.samplers(model()))),
+        ("GET", "schedulers", api.listing(lambda: answers.schedulers(model()))),
+        ("GET", "loras", api.listing(lambda: answers.loras(model()))),
+        ("GET", "upscalers", api.listing(answers.upscalers)),
+        ("GET", "latent-upscale-modes", api.listing(answers.latent_upscale_modes)),
+        ("GET", "cmd-flags", api.cmd_flags),
+        ("GET", "memory", api.memory),
+        *(("POST", path, api.refresh) for path in ("refresh-checkpoints", "refresh-loras", "refresh-vae")),
+        *(("GET", path, api.listing(lambda value=value: value)) for path, value in constant.items()),
+    ]
+
+
+def router(engine: Engine, settings: AppSettings, access: Access) -> APIRouter:
+    """The `/sdapi/v1` routes, served by `engine` under `settings`' limits, for callers `access` lets in."""
+    api = A1111(engine, settings, access)
+    out = APIRouter(prefix="/sdapi/v1", tags=["A1111 API"])
+    for method, path, handler in routes(api):
+        out.add_api_route(f"/{path}", endpoint(access, handler, path), methods=[method], name=f"a1111 {method} {path}")
+    return out

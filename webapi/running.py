@@ -13,6 +13,7 @@ import asyncio
 import base64
 import io
 import logging
+import threading
 from typing import Any
 
 from PIL import Image
@@ -41,7 +42,7 @@ async def run_job(
 
 
 async def wait(engine: Engine, job: Job, http_request: Any = None) -> GenerationResult:
-    result = asyncio.ensure_future(asyncio.to_thread(job.result))
+    result = _result_future(job)
     watchers = {result}
     if http_request is not None:
         watchers.add(asyncio.ensure_future(_disconnected(http_request)))
@@ -55,8 +56,31 @@ async def wait(engine: Engine, job: Job, http_request: Any = None) -> Generation
     finally:
         for watcher in watchers - {result}:
             watcher.cancel()
-        if not result.done():  # the job ends after its current step; let its thread finish on its own
-            result.add_done_callback(lambda f: f.exception())
+        if not result.done():  # the job ends after its current step; nobody reads its result
+            result.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+
+def _result_future(job: Job) -> asyncio.Future:
+    """The job's result as a future, waited for on a thread of its own: not one of the event loop's
+    default executor threads (a few on a small machine), which QUEUE_SIZE waiting calls would all
+    hold, starving every other `to_thread` (image decoding and encoding) behind them."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(outcome: Any, failed: bool) -> None:
+        if not future.done():
+            (future.set_exception if failed else future.set_result)(outcome)
+
+    def follow() -> None:
+        try:
+            outcome, failed = job.result(), False
+        except BaseException as exc:  # handed to the awaiting coroutine, which raises it
+            outcome, failed = exc, True
+        if not loop.is_closed():  # a closed loop has no caller left to tell
+            loop.call_soon_threadsafe(settle, outcome, failed)
+
+    threading.Thread(target=follow, name=f"wait-{job.id}", daemon=True).start()
+    return future
 
 
 async def _disconnected(http_request: Any) -> None:

@@ -1,0 +1,403 @@
+"""The A1111 API (`/sdapi/v1`) against the app as `python app.py` builds it (the embedded tiny-shapes
+model, its instruction editor beside it), through the real `webuiapi` client and raw replays of what
+Open WebUI and SillyTavern send; with sign-in (AUTH, two users) and model switching off."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import random
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from pipelines.options import DEFAULT_MODEL
+from tests.app_server import embedded_model_available, running_app
+
+PROMPT = "a red circle on a blue background"
+ALICE, BOB = ("alice", "alice-pw"), ("bob", "bob-pw")
+BOX = (16, 16, 40, 40)  # the mask's white box (x1, y1, x2, y2), inclusive
+SMALL = {"width": 64, "height": 64, "steps": 6}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """The app's `/sdapi/v1` URL; micro-batches of 2 images, so a long job finishes images as it goes."""
+    if not embedded_model_available():
+        pytest.skip("needs the embedded model (models/tiny-shapes)")
+    env = {"AUTH": f"{ALICE[0]}:{ALICE[1]},{BOB[0]}:{BOB[1]}", "ALLOW_MODEL_SWITCH": "0", "MICRO_BATCH": "2"}
+    with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("outputs"), env=env) as (demo, _):
+        yield demo.local_url.rstrip("/") + "/sdapi/v1"
+
+
+@pytest.fixture(scope="module")
+def api(base):
+    import webuiapi
+
+    port = int(base.split(":")[2].split("/")[0])
+    client = webuiapi.WebUIApi(host="127.0.0.1", port=port, sampler="Euler a", steps=6)
+    client.set_auth(*ALICE)
+    return client
+
+
+@pytest.fixture(scope="module")
+def http(base):
+    with httpx.Client(base_url=base, auth=ALICE, timeout=120) as client:
+        yield client
+
+
+def scene() -> Image.Image:
+    from models.train.world import draw, random_scene
+
+    return draw(random_scene(random.Random(1)))
+
+
+def box_mask(size=(64, 64)) -> Image.Image:
+    mask = Image.new("L", size, 0)
+    ImageDraw.Draw(mask).rectangle(BOX, fill=255)
+    return mask
+
+
+def b64(image: Image.Image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def decode(text: str) -> Image.Image:
+    return Image.open(io.BytesIO(base64.b64decode(text)))
+
+
+def pixels(image: Image.Image) -> np.ndarray:
+    return np.asarray(image.convert("RGB")).astype(int)
+
+
+def refused(response: httpx.Response, field: str) -> str:
+    """One 422 in FastAPI's shape naming `field`; its message (never a traceback)."""
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"][:2] == ["body", field] and error["type"] == "value_error"
+    assert "Traceback" not in response.text and 'File "' not in response.text
+    return error["msg"]
+
+
+# ---------------------------------------------------------------- the webuiapi client
+def test_webuiapi_txt2img_reproduces_a_seed_and_numbers_a_batch(api):
+    first = api.txt2img(prompt=PROMPT, seed=11, batch_size=2, cfg_scale=4, **SMALL)
+    again = api.txt2img(prompt=PROMPT, seed=11, batch_size=2, cfg_scale=4, **SMALL)
+    assert len(first.images) == 2 and all(im.size == (64, 64) and im.format == "PNG" for im in first.images)
+    assert [np.array_equal(pixels(a), pixels(b)) for a, b in zip(first.images, again.images, strict=True)] == [True] * 2
+    assert not np.array_equal(pixels(first.images[0]), pixels(first.images[1]))
+    info = first.info
+    assert info["all_seeds"] == [11, 12] and info["seed"] == 11 and info["batch_size"] == 2
+    assert info["sampler_name"] == "Euler a" and info["sd_model_name"] == "tiny-shapes"
+    assert info["warnings"] == []  # webuiapi sends ~40 fields at A1111's defaults: none is worth a warning
+    assert (
+        info["infotexts"][1].startswith(PROMPT + "\nSteps: 6, Sampler: Euler a") and "Seed: 12" in info["infotexts"][1]
+    )
+    assert first.parameters["prompt"] == PROMPT and first.parameters["seed"] == 11
+    assert "Seed: 11" in first.images[0].info["parameters"]  # the PNG carries the infotext
+
+
+def test_webuiapi_inpaint_keeps_every_pixel_outside_the_mask(api):
+    original = scene()
+    result = api.img2img(
+        images=[original], mask_image=box_mask(), prompt=PROMPT, denoising_strength=1.0, seed=3, cfg_scale=4, **SMALL
+    )  # webuiapi's defaults: inpainting_fill 0 (fill), inpaint_full_res True (only masked), padding 0
+    (image,) = result.images
+    got, before = pixels(image), pixels(original)
+    outside = np.ones((64, 64), dtype=bool)
+    x1, y1, x2, y2 = BOX
+    outside[y1 : y2 + 1, x1 : x2 + 1] = False
+    assert got.shape == before.shape
+    assert np.array_equal(got[outside], before[outside])
+    assert not np.array_equal(got[~outside], before[~outside])  # the box was repainted
+    assert "Mask blur: 4" in result.info["infotexts"][0] and "Inpaint area: Only masked" in result.info["infotexts"][0]
+    assert result.info["warnings"] == []
+
+
+def test_webuiapi_img2img_without_a_mask_edits_with_the_instruction_editor(api):
+    result = api.img2img(images=[scene()], prompt="make the shape red", image_cfg_scale=2.5, seed=4, **SMALL)
+    assert len(result.images) == 1 and result.images[0].size == (64, 64)
+    assert result.info["sd_model_name"] == "tiny-shapes-edit" and result.info["warnings"] == []
+
+
+def test_webuiapi_lists_options_and_controls(api):
+    assert [m["title"] for m in api.get_sd_models()] == ["tiny-shapes"]
+    names = [s["name"] for s in api.get_samplers()]
+    assert "Euler a" in names and "DPM++ 2M" in names
+    options = api.get_options()
+    assert options["sd_model_checkpoint"] == "tiny-shapes" and options["samples_format"] == "png"
+    assert api.set_options({"sd_model_checkpoint": "tiny-shapes", "jpeg_quality": 90}) is None  # a no-op
+    assert api.get_progress()["state"]["job_count"] == 0
+    assert api.interrupt() == {} and api.skip() == {}
+    info = api.png_info(api.txt2img(prompt=PROMPT, seed=21, **SMALL).image)
+    assert info.info.startswith(PROMPT) and info.json["parameters"]["Seed"] == "21"
+
+
+# ---------------------------------------------------------------- clients' sequences, replayed
+def test_open_webui_sequence(http):
+    """GET options, GET sd-models, POST options with the chosen model, POST txt2img (Basic auth)."""
+    assert http.get("/options").json()["sd_model_checkpoint"] == "tiny-shapes"
+    title = http.get("/sd-models").json()[0]["title"]
+    assert http.post("/options", json={"sd_model_checkpoint": title}).status_code == 200
+    response = http.post("/txt2img", json={"prompt": PROMPT, "batch_size": 1, "width": 64, "height": 64, "steps": 6})
+    assert response.status_code == 200
+    body = response.json()
+    assert isinstance(body["info"], str) and json.loads(body["info"])["all_seeds"]
+    assert decode(body["images"][0]).size == (64, 64)
+
+
+def test_sillytavern_sequence(http):
+    for path in ("options", "sd-models", "samplers", "schedulers", "upscalers", "latent-upscale-modes", "sd-vae"):
+        assert http.get(f"/{path}").status_code == 200, path
+    assert {u["name"] for u in http.get("/upscalers").json()} >= {"None", "Lanczos", "Nearest"}
+    assert http.get("/schedulers").json()[0]["label"] == "Automatic"
+    assert http.get("/progress", params={"skip_current_image": "true"}).json()["progress"] == 0
+    assert http.post("/interrupt", json={}).json() == {}
+    payload = {
+        "prompt": "a red circle\non a blue background",  # one prompt, its newline kept
+        "negative_prompt": "blurry", "sampler_name": "DPM++ 2M", "scheduler": "Automatic", "steps": 6,
+        "cfg_scale": 4, "width": 64, "height": 64, "restore_faces": False, "enable_hr": False,
+        "hr_upscaler": "Latent", "hr_scale": 2, "denoising_strength": 0.7, "hr_second_pass_steps": 0,
+        "seed": -1, "override_settings": {"CLIP_stop_at_last_layers": 1},
+        "override_settings_restore_afterwards": True, "save_images": True,
+    }  # fmt: skip
+    response = http.post("/txt2img", json=payload)
+    assert response.status_code == 200, response.text
+    info = json.loads(response.json()["info"])
+    assert info["all_prompts"] == ["a red circle\non a blue background"] and len(response.json()["images"]) == 1
+    assert info["warnings"] == ["save_images=True: the API never saves images on the server (A1111's API default)"]
+
+
+def test_unsupported_fields_warn_and_loras_come_from_the_prompt(http):
+    body = {"prompt": PROMPT + " <lora:outline:0.5>", "seed": 2, "enable_hr": True, "subseed_strength": 0.3,
+            "alwayson_scripts": {"ControlNet": {"args": []}}, "unknown_field": 1, **SMALL}  # fmt: skip
+    info = json.loads(http.post("/txt2img", json=body).json()["info"])
+    assert "<lora:outline:0.5>" in info["infotexts"][0] and info["extra_generation_params"] == {
+        "Lora": {"outline": 0.5}
+    }
+    assert [w.split("=")[0] for w in info["warnings"]] == ["enable_hr", "subseed_strength", "alwayson_scripts"]
+
+
+# ---------------------------------------------------------------- sign-in
+def test_every_route_needs_the_right_credentials(base, http):
+    routes = [("GET", "/options"), ("GET", "/sd-models"), ("GET", "/progress"), ("POST", "/txt2img"),
+              ("POST", "/img2img"), ("POST", "/interrupt"), ("GET", "/samplers"), ("POST", "/png-info")]  # fmt: skip
+    for auth in (None, ("alice", "wrong"), ("mallory", "alice-pw")):
+        with httpx.Client(base_url=base, auth=auth, timeout=30) as client:
+            for method, path in routes:
+                response = client.request(method, path, json={"prompt": PROMPT, **SMALL})
+                assert response.status_code == 401, (auth, path)
+                assert response.headers["www-authenticate"] == "Basic"
+                assert response.json() == {"detail": "Incorrect username or password"}
+    with httpx.Client(base_url=base, auth=BOB, timeout=30) as client:
+        assert client.get("/progress").status_code == 200
+
+
+# ---------------------------------------------------------------- progress and interrupt
+def test_progress_preview_and_interrupt_reach_only_the_callers_own_job(base, http):
+    done: dict = {}
+
+    def long_job():
+        body = {"prompt": PROMPT, "seed": 1, "batch_size": 16, "width": 64, "height": 64, "steps": 40}
+        done["response"] = http.post("/txt2img", json=body, timeout=300)
+
+    worker = threading.Thread(target=long_job)
+    worker.start()
+    seen = wait_for(
+        http, lambda p: p["state"]["job_no"] >= 2 and p["state"]["sampling_step"] > 0 and p["current_image"]
+    )
+    assert decode(seen["current_image"]).format == "PNG" and 0 < seen["progress"] < 1
+    with httpx.Client(base_url=base, auth=BOB, timeout=30) as bob:
+        assert bob.get("/progress").json()["state"]["job_count"] == 0  # alice's job is not bob's to see
+        assert bob.post("/interrupt", json={}).status_code == 200
+    step = seen["state"]["sampling_step"]
+    later = wait_for(http, lambda p: p["state"]["sampling_step"] > step + 5)
+    assert not later["state"]["interrupted"]  # bob's interrupt did not reach it
+    assert http.post("/interrupt", json={}).status_code == 200
+    worker.join(timeout=120)
+    response = done["response"]
+    assert response.status_code == 200, response.text
+    images = response.json()["images"]
+    info = json.loads(response.json()["info"])
+    assert 2 <= len(images) < 16 and info["all_seeds"] == list(range(1, 1 + len(images)))
+    assert http.get("/progress").json()["state"]["job_count"] == 0
+
+
+def test_a_client_that_goes_away_cancels_its_job(base, http):
+    body = {"prompt": PROMPT, "seed": 1, "batch_size": 16, "width": 64, "height": 64, "steps": 40}
+    with httpx.Client(base_url=base, auth=ALICE, timeout=3) as impatient, pytest.raises(httpx.ReadTimeout):
+        impatient.post("/txt2img", json=body)  # gives up after 3 s and closes the connection
+    deadline = time.monotonic() + 30
+    while http.get("/progress").json()["state"]["job_count"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert http.get("/progress").json()["state"]["job_count"] == 0  # stopped long before its 640 steps
+
+
+def wait_for(http: httpx.Client, condition, timeout: float = 90.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        progress = http.get("/progress").json()
+        if progress["state"]["job_count"] and condition(progress):
+            return progress
+        time.sleep(0.1)
+    raise AssertionError(f"progress never reached the condition: {progress}")
+
+
+# ---------------------------------------------------------------- refusals
+def test_bad_values_get_one_422_naming_the_field(http):
+    def txt2img(**fields):
+        return http.post("/txt2img", json={"prompt": PROMPT, **SMALL, **fields})
+
+    assert refused(txt2img(steps="many"), "steps") == "steps: must be a whole number, got 'many'"
+    assert "out of range 1..150" in refused(txt2img(steps=1000), "steps")
+    assert "out of range" in refused(txt2img(width=100_000), "width")
+    assert "MAX_BATCH=16" in refused(txt2img(batch_size=4, n_iter=8), "batch_size")
+    assert "out of range 1..16" in refused(txt2img(batch_size=10_000), "batch_size")
+    assert "available: " in refused(txt2img(sampler_name="Nope"), "sampler_name")
+    assert "Euler a" in refused(txt2img(sampler_name="Nope"), "sampler_name")
+    assert "unknown LoRA 'nope'" in refused(txt2img(prompt=PROMPT + " <lora:nope:1>"), "prompt")
+    assert "must be a number" in refused(txt2img(cfg_scale=[1]), "cfg_scale")
+    response = http.post("/txt2img", content=b"{not json")
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body"]
+
+
+def test_bad_images_are_refused_before_decoding(http):
+    def img2img(**fields):
+        return http.post("/img2img", json={"prompt": PROMPT, "init_images": [b64(scene())], **SMALL, **fields})
+
+    assert refused(img2img(init_images=["@@@"]), "init_images").startswith("init_images[0]: ")
+    assert refused(img2img(init_images=["bm90IGFuIGltYWdl"]), "init_images").startswith("init_images[0]: ")
+    assert "base64" in refused(img2img(init_images=[42]), "init_images")
+    bomb = io.BytesIO()
+    Image.new("1", (20_000, 20_000)).save(bomb, format="PNG")  # a few KB that would decode to 400 Mpixels
+    assert len(bomb.getvalue()) < 200_000
+    message = refused(img2img(init_images=[base64.b64encode(bomb.getvalue()).decode()]), "init_images")
+    assert "400000000 pixels" in message and "MAX_UPLOAD_PIXELS" in message
+    assert "MAX_UPLOAD_PIXELS" in refused(img2img(mask=base64.b64encode(bomb.getvalue()).decode()), "mask")
+    wide = io.BytesIO()
+    Image.new("1", (8_000, 4_000)).save(wide, format="PNG")  # 32 Mpixels: past MAX_UPLOAD_PIXELS, under PIL's own limit
+    message = refused(img2img(init_images=[base64.b64encode(wide.getvalue()).decode()]), "init_images")
+    assert "8000x4000" in message and "MAX_UPLOAD_PIXELS" in message
+    message = refused(img2img(mask=b64(box_mask((48, 64)))), "mask")
+    assert "48x64" in message and "64x64" in message
+    assert refused(http.post("/png-info", json={"image": "%%%"}), "image").startswith("image: ")
+
+
+def test_a_model_switch_is_refused_where_switching_is_off(http):
+    response = http.post("/options", json={"sd_model_checkpoint": "sdxl-base"})
+    assert response.status_code == 403
+    assert "ALLOW_MODEL_SWITCH" in response.json()["detail"] and set(response.json()) >= {"error", "detail", "errors"}
+    body = {"prompt": PROMPT, **SMALL, "override_settings": {"sd_model_checkpoint": "sdxl-base"}}
+    assert http.post("/txt2img", json=body).status_code == 403
+
+
+# ---------------------------------------------------------------- without a server: parsing and error shapes
+def limits(**model):
+    from pipelines.backend import ModelInfo
+    from ui.inputs import Limits
+
+    fields = dict(model_name="m", default_width=64, default_height=64, size_multiple=8, max_side=256, max_pixels=16384,
+                  max_batch=16, default_steps=20, default_guidance=4.0, scheduler="DPM++ 2M",
+                  samplers=("DPM++ 2M", "DPM++ 2M Karras", "Euler a"), loras=("outline",), inpaint=True)  # fmt: skip
+    return Limits(ModelInfo(**{**fields, **model}), 2000, 16, 4096 * 4096)
+
+
+def test_samplers_schedules_sizes_and_overrides_are_read_as_a1111_means_them():
+    from webapi import a1111_request as parse
+
+    def read(**fields):
+        return parse.txt2img({"prompt": PROMPT, **fields}, limits())
+
+    assert read(sampler_name="DPM++ 2M", scheduler="Karras").request.sampler == "DPM++ 2M Karras"
+    assert read(sampler_name="DPM++ 2M Karras").request.sampler == "DPM++ 2M Karras"  # A1111 < 1.9's name
+    assert read(sampler_name="k_euler_a").request.sampler == "Euler a"  # an A1111 alias
+    assert read(sampler_name="DPM++ 2M", scheduler="automatic").request.sampler is None  # the model's own
+    euler = read(sampler_name="Euler a", scheduler="Karras")  # no Karras variant offered: the sampler's own
+    assert euler.request.sampler == "Euler a" and euler.warnings[0].startswith("scheduler='Karras'")
+    odd = read(width=100, height=64)
+    assert odd.request.width == 96 and odd.warnings == ["width=100: rounded down to 96 (this model's size step is 8)"]
+    plain = read(override_settings={"CLIP_stop_at_last_layers": 1, "sd_vae": "Automatic"}, seed=-1)
+    assert plain.warnings == [] and plain.request.seed is None and plain.request.num_images == 1
+    assert read(override_settings={"CLIP_stop_at_last_layers": 2}).warnings[0].startswith("override_settings.CLIP")
+    assert parse.checkpoint({"override_settings": {"sd_model_checkpoint": "other [0123abcd]"}}) == "other [0123abcd]"
+    both = read(batch_size=3, n_iter=2, prompt="one\ntwo <lora:outline>")
+    assert both.request.num_images == 6 and both.request.prompt == "one\ntwo" and both.request.loras == {"outline": 1.0}
+
+
+def test_inpaint_fields_map_to_our_inpaint():
+    from webapi import a1111_request as parse
+
+    body = {"prompt": PROMPT, "init_images": [b64(scene())], "mask": b64(box_mask()), "inpainting_fill": 2,
+            "inpaint_full_res": 1, "inpaint_full_res_padding": 8, "inpainting_mask_invert": 1, "mask_blur": 0}  # fmt: skip
+    parsed = parse.img2img(body, limits(), 10_000_000)
+    spec = parsed.request.inpaint
+    assert (spec.masked_content, spec.inpaint_area, spec.padding, spec.invert, spec.mask_blur) == (
+        "original", "only masked", 8, True, 0,
+    )  # fmt: skip
+    assert parsed.warnings == ["inpainting_fill=2 (latent noise/nothing): not supported here, 'original' used"]
+    assert parsed.request.strength == 1.0  # an inpaint's own default when the client sends none
+    assert parse.img2img({**body, "mask": None}, limits(), 10_000_000).request.strength == 0.75  # A1111's
+    from pipelines.inpaint import INPAINT_DEFAULTS
+
+    bare = parse.img2img({k: body[k] for k in ("prompt", "init_images", "mask")}, limits(), 10_000_000)
+    spec = bare.request.inpaint  # fields left out: the app's inpaint defaults (their one owner)
+    assert (spec.masked_content, spec.inpaint_area, spec.padding, spec.invert, spec.mask_blur) == (
+        INPAINT_DEFAULTS.masked_content, INPAINT_DEFAULTS.inpaint_area, INPAINT_DEFAULTS.padding,
+        INPAINT_DEFAULTS.invert, INPAINT_DEFAULTS.mask_blur,
+    )  # fmt: skip
+
+
+def test_engine_refusals_and_failures_answer_in_a1111s_error_shape(caplog):
+    from engine.jobs import QueueFull, TooManyJobs
+    from pipelines.errors import OutOfMemoryError
+    from webapi.a1111 import answer_error
+    from webapi.running import ClientGone
+
+    def body(exc):
+        response = answer_error(exc, "txt2img")
+        return response.status_code, json.loads(response.body or b"null")
+
+    status, error = body(TooManyJobs("you already have 4 generation(s)"))
+    assert status == 429 and error["error"] == "TooManyJobs" and error["detail"] == error["errors"]
+    assert body(QueueFull("the queue is full"))[0] == 503
+    assert body(OutOfMemoryError("out of memory even at one image"))[0] == 500
+    status, error = body(KeyError("secret internals"))
+    assert status == 500 and "secret" not in json.dumps(error) and "the server's log" in error["detail"]
+    assert "KeyError: 'secret internals'" in caplog.text  # the traceback is in the log
+    assert body(ClientGone())[0] == 499
+    status, error = body(ValueError("num_images: 1 prompt(s) x 40 image(s) = 40 images, more than MAX_BATCH=16"))
+    assert error["detail"][0]["loc"] == ["body", "batch_size"] and error["detail"][0]["msg"].startswith("batch_size: ")
+
+
+def test_webapi_does_not_import_gradio():
+    import subprocess
+    import sys
+
+    code = "import sys, webapi, webapi.a1111; assert 'gradio' not in sys.modules, 'gradio imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
+
+
+def test_open_webui_switches_the_model_where_switching_is_allowed(tmp_path):
+    """POST options and override_settings load another model (for everyone) with ALLOW_MODEL_SWITCH=1."""
+    with (
+        running_app(DEFAULT_MODEL, tmp_path, env={"ALLOW_MODEL_SWITCH": "1"}) as (demo, _),
+        httpx.Client(base_url=demo.local_url.rstrip("/") + "/sdapi/v1", timeout=120) as client,
+    ):
+        titles = [m["title"] for m in client.get("/sd-models").json()]
+        assert titles[0] == "tiny-shapes" and "tiny-shapes-edit" in titles
+        assert client.post("/options", json={"sd_model_checkpoint": "tiny-shapes-edit"}).status_code == 200
+        assert client.get("/options").json()["sd_model_checkpoint"] == "tiny-shapes-edit"
+        body = {"prompt": PROMPT, **SMALL, "override_settings": {"sd_model_checkpoint": "tiny-shapes"}}
+        response = client.post("/txt2img", json=body)
+        assert response.status_code == 200 and len(response.json()["images"]) == 1
+        assert json.loads(response.json()["info"])["warnings"][0].startswith("sd_model_checkpoint: the model was")
+        assert client.get("/options").json()["sd_model_checkpoint"] == "tiny-shapes"
+        assert "available: " in refused(client.post("/options", json={"sd_model_checkpoint": "nope"}),
+                                        "sd_model_checkpoint")  # fmt: skip
