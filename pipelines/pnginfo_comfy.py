@@ -84,6 +84,18 @@ class Graph:
         follow = [role] if role in source else sorted(k for k in source if "conditioning" in k.lower())
         return [t for key in follow for t in self.prompt(source[key], role, depth + 1)]
 
+    def guidance(self, ref: Any, depth: int = 0) -> float | int | None:
+        """A FluxGuidance node's `guidance` on a conditioning's way (Flux's distilled guidance)."""
+        source = self.inputs(self.node(ref))
+        if not source or depth >= MAX_DEPTH:
+            return None
+        if "guidance" in source:
+            return self.number(source["guidance"], ("guidance",))
+        return next(
+            (g for k in sorted(source) if "conditioning" in k.lower() for g in [self.guidance(source[k], depth + 1)] if g),
+            None,
+        )
+
     def model(self, ref: Any, loras: dict[str, float], depth: int = 0) -> str | None:
         """The checkpoint feeding a `model` input, collecting the LoRA loaders on the way."""
         node = self.node(ref)
@@ -152,6 +164,9 @@ def parse_comfyui(data: dict[str, Any]) -> dict[str, Any]:
         "loras": loras,
     }
     _sampler_fields(graph, merged, out)
+    flux = graph.guidance(merged.get("positive", merged.get("conditioning")))
+    if flux is not None and out["guidance_scale"] in (None, 1, 1.0):  # Flux: CFG off, distilled guidance on
+        out["guidance_scale"] = flux
     size = graph.size(merged.get("latent_image"))
     if size:
         out["width"], out["height"] = size

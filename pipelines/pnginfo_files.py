@@ -3,7 +3,7 @@
 PNG chunks are walked here rather than through Pillow's decoder: the image data is never decoded
 (a huge or truncated picture costs nothing), text chunks after the image data are read, and a file
 cut short keeps the chunks before the cut. JPEG and WEBP carry generation parameters in EXIF
-(UserComment, A1111's and Fooocus' place) or XMP (`parameters`, `dc:description`), read with Pillow.
+(UserComment, A1111's and Fooocus' place; ComfyUI's "prompt:" / "workflow:" in Make and Model) or XMP (`parameters`, `dc:description`), read with Pillow.
 
 Every reader here returns what it could read and a list of notes; nothing raises past `read_text`
 but OSError for a file that cannot be opened at all.
@@ -139,6 +139,10 @@ def exif_text(exif_bytes: bytes) -> dict[str, str]:
             text = user_comment(value) if tag == USER_COMMENT else _as_text(value)
             if text.strip():
                 out[name] = text
+    for value in exif.values():  # ComfyUI's WEBP: Make "workflow:{...}", Model "prompt:{...}"
+        head, sep, rest = _as_text(value).partition(":") if isinstance(value, str | bytes) else ("", "", "")
+        if sep and head.lower() in ("prompt", "workflow") and rest.lstrip().startswith("{"):
+            out.setdefault(head.lower(), rest)
     return out
 
 
