@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import re
 import struct
+import warnings
 import zlib
 from pathlib import Path
 
@@ -125,9 +126,11 @@ def exif_text(exif_bytes: bytes) -> dict[str, str]:
     from PIL import Image
 
     exif = Image.Exif()
-    exif.load(exif_bytes)
+    with warnings.catch_warnings():  # "Corrupt EXIF data": what can be read is read
+        warnings.simplefilter("ignore")
+        exif.load(exif_bytes)
+        sub = exif.get_ifd(EXIF_IFD)
     out = {}
-    sub = exif.get_ifd(EXIF_IFD)
     for tag, name, ifd in (
         (USER_COMMENT, "UserComment", sub),
         (MAKER_NOTE, "MakerNote", sub),
