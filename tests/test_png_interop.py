@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from PIL import Image, PngImagePlugin
+from PIL import Image
 from safetensors.torch import save_file
 
 from pipelines import pnginfo_files
@@ -165,7 +165,7 @@ def test_no_file_raises_anything_but_value_error(tmp_path, monkeypatch):
     ValueError; the tab's table and the form take whatever it returned."""
     monkeypatch.setattr(pnginfo_files, "MAX_CHUNK", 4096)  # a "huge" chunk without writing 16 MB
     info = ModelInfo("m", 512, 512, 8, 1024, 1024 * 1024, 4, 20, 7.0, "Euler", samplers=("Euler", "Euler a"))
-    files = broken_files() + [("huge", png_with(text("parameters", "x" * 5000)))]
+    files = [*broken_files(), ("huge", png_with(text("parameters", "x" * 5000)))]
     for i, (label, data) in enumerate(files):
         path = tmp_path / f"{i}.png"
         path.write_bytes(data)
@@ -249,7 +249,7 @@ def test_a_sampler_this_model_lacks_keeps_the_models_and_says_why():
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_each_fixture_fills_the_form_with_a_sampler_we_offer(name):
-    values, notes = form_values(read_png_info(FIXTURES / name)["parameters"], ALL)
+    values, _notes = form_values(read_png_info(FIXTURES / name)["parameters"], ALL)
     assert values["sampler"] in ALL.samplers
     assert "\n" not in values["prompt"] and isinstance(inputs.prompts(values["prompt"], 10_000), str)
     assert inputs.seed(values["seed"], values["random_seed"]) == EXPECTED[name][1].get("seed")
