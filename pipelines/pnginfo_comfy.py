@@ -16,6 +16,7 @@ from typing import Any
 from .samplers import from_any
 
 MAX_DEPTH = 64
+MAX_TEXT = 1 << 16  # characters of one prompt at most (a concatenation graph can double a text per node)
 SAMPLER_TYPES = ("KSampler", "KSamplerAdvanced", "SamplerCustom", "SamplerCustomAdvanced")
 TEXT_KEYS = ("text", "text_g", "text_l", "t5xxl", "clip_l", "prompt", "string", "value", "String", "Text")
 NUMBER_KEYS = ("value", "seed", "noise_seed", "int", "float", "number", "Number", "Value", "INT", "FLOAT")
@@ -27,6 +28,10 @@ class Graph:
 
     def __init__(self, graph: dict[str, Any]):
         self.nodes = {str(k): v for k, v in graph.items() if isinstance(v, dict)}
+        # each node read once per role: a graph whose nodes share inputs (a diamond chain) would
+        # otherwise be walked once per path, 2^depth times
+        self._strings: dict[str, str | None] = {}
+        self._prompts: dict[tuple[str, str], list[str]] = {}
 
     def node(self, ref: Any) -> dict[str, Any] | None:
         """The node a link points to (None for a value or a dangling link)."""
@@ -59,40 +64,52 @@ class Graph:
     def string(self, value: Any, depth: int = 0) -> str | None:
         """Text, following links through string nodes and concatenations (joined by their delimiter)."""
         if isinstance(value, str):
-            return value
+            return value[:MAX_TEXT]
         node = self.node(value)
         if node is None or depth >= MAX_DEPTH:
             return None
-        source = self.inputs(node)
+        key = str(value[0])
+        if key not in self._strings:
+            self._strings[key] = None  # a cycle back to this node reads nothing
+            self._strings[key] = self._string_of(self.inputs(node), depth)
+        return self._strings[key]
+
+    def _string_of(self, source: dict[str, Any], depth: int) -> str | None:
         for key in TEXT_KEYS:
             if key in source:
                 return self.string(source[key], depth + 1)
         parts = [source[k] for k in sorted(source) if k.lower().startswith(("string", "text", "str"))]
         texts = [t for t in (self.string(p, depth + 1) for p in parts) if t]
         delimiter = source.get("delimiter", source.get("separator", " "))
-        return str(delimiter if isinstance(delimiter, str) else " ").join(texts) if texts else None
+        return str(delimiter if isinstance(delimiter, str) else " ").join(texts)[:MAX_TEXT] if texts else None
 
     def prompt(self, ref: Any, role: str, depth: int = 0) -> list[str]:
         """The texts encoded into a conditioning, through combine/concat/ControlNet/guidance nodes."""
         node = self.node(ref)
         if node is None or depth >= MAX_DEPTH:
             return []
-        source = self.inputs(node)
-        texts = [self.string(source[k], depth + 1) for k in TEXT_KEYS[:6] if k in source]
-        if any(texts):
-            return list(dict.fromkeys(t for t in texts if t))  # SDXL's text_g and text_l are often the same
-        follow = [role] if role in source else sorted(k for k in source if "conditioning" in k.lower())
-        return [t for key in follow for t in self.prompt(source[key], role, depth + 1)]
+        key = (str(ref[0]), role)
+        if key not in self._prompts:
+            self._prompts[key] = []  # a cycle back to this node reads nothing
+            source = self.inputs(node)
+            texts = [self.string(source[k], depth + 1) for k in TEXT_KEYS[:6] if k in source]
+            if not any(texts):
+                follow = [role] if role in source else sorted(k for k in source if "conditioning" in k.lower())
+                texts = [t for name in follow for t in self.prompt(source[name], role, depth + 1)]
+            self._prompts[key] = list(dict.fromkeys(t for t in texts if t))  # SDXL's text_g, text_l: often alike
+        return self._prompts[key]
 
-    def guidance(self, ref: Any, depth: int = 0) -> float | int | None:
+    def guidance(self, ref: Any, depth: int = 0, seen: set[str] | None = None) -> float | int | None:
         """A FluxGuidance node's `guidance` on a conditioning's way (Flux's distilled guidance)."""
+        seen = set() if seen is None else seen
         source = self.inputs(self.node(ref))
-        if not source or depth >= MAX_DEPTH:
+        if not source or depth >= MAX_DEPTH or str(ref[0]) in seen:
             return None
+        seen.add(str(ref[0]))
         if "guidance" in source:
             return self.number(source["guidance"], ("guidance",))
         return next(
-            (g for k in sorted(source) if "conditioning" in k.lower() for g in [self.guidance(source[k], depth + 1)] if g),
+            (g for k in sorted(source) if "conditioning" in k.lower() for g in [self.guidance(source[k], depth + 1, seen)] if g),
             None,
         )
 

@@ -157,13 +157,16 @@ def xmp_text(xmp: bytes | str) -> dict[str, str]:
     """Fields of an XMP packet by local name (`sd:parameters`, `exif:UserComment`, `dc:description`),
     as elements (an rdf:Alt's first rdf:li) or attributes. Read with patterns, not an XML parser: a
     packet is a few fields, and no entity in it is ever expanded."""
-    text = _as_text(xmp) if isinstance(xmp, bytes) else xmp
+    text = (_as_text(xmp) if isinstance(xmp, bytes) else str(xmp))[:MAX_CHUNK]
     out = {}
     for name in _XMP_TAGS:
-        element = re.search(rf"<(\w+:)?{re.escape(name)}\b[^>]*>(.*?)</(\w+:)?{re.escape(name)}>", text, re.S)
+        opening = re.search(rf"<(\w+:)?{re.escape(name)}\b[^>]*>", text)
+        # the first opening tag and the first closing one after it (never a search from every opening:
+        # a packet of many unclosed tags would cost a scan each)
+        closing = re.compile(rf"</(\w+:)?{re.escape(name)}>").search(text, opening.end()) if opening else None
         attribute = re.search(rf'\s(\w+:)?{re.escape(name)}="([^"]*)"', text)
-        if element:
-            inner = element.group(2)
+        if opening and closing:
+            inner = text[opening.end() : closing.start()]
             item = re.search(r"<rdf:li\b[^>]*>(.*?)</rdf:li>", inner, re.S)
             value = item.group(1) if item else re.sub(r"<[^>]+>", "", inner)
         elif attribute:

@@ -342,3 +342,40 @@ def test_a_plain_dpm_sampler_is_not_read_as_karras_by_a1111():
     ours = parse_a1111(text)
     assert (ours["sampler"], ours["schedule"]) == ("DPM++ 2M", "SGM Uniform")
     assert from_any(ours["sampler"], ours["schedule"]).note is None
+
+
+def diamond_graph(depth: int) -> dict:
+    """A graph whose every node links twice to the next: 2^depth paths through `depth` nodes."""
+    graph = {"1": {"class_type": "KSampler", "inputs": {"sampler_name": "euler", "positive": ["10", 0]}}}
+    for k in range(10, 10 + depth):
+        graph[str(k)] = {"inputs": {"conditioning_1": [str(k + 1), 0], "conditioning_2": [str(k + 1), 0]}}
+    graph[str(10 + depth)] = {"inputs": {"text": ["100", 0]}}
+    for k in range(100, 100 + depth):
+        graph[str(k)] = {"inputs": {"string_a": [str(k + 1), 0], "string_b": [str(k + 1), 0], "delimiter": ","}}
+    graph[str(100 + depth)] = {"inputs": {"value": "ab"}}
+    return graph
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        {"prompt": json.dumps(diamond_graph(30))},  # 2^30 paths, a 2^31-character prompt if expanded
+        {"parameters": "p\n" + "word " * 200_000},  # A1111's pattern alone is quadratic on such a line
+        {"parameters": "p\n" + "Key: v, " * 100_000},
+        {"XML:com.adobe.xmp": "<x:parameters>" * 100_000},
+    ],
+    ids=["diamond graph", "1 MB prompt line", "100k fields", "unclosed XMP tags"],
+)
+def test_hostile_metadata_is_read_in_bounded_time(tmp_path, chunks):
+    import time
+
+    path = tmp_path / "h.png"
+    path.write_bytes(png_with(*(chunk(b"iTXt", k.encode() + b"\x00\x00\x00\x00\x00" + v.encode()) for k, v in chunks.items())))
+    start = time.perf_counter()
+    try:
+        info = read_png_info(path)
+    except ValueError:
+        info = None
+    assert time.perf_counter() - start < 5
+    if "prompt" in chunks:
+        assert len(info["parameters"]["prompt"]) == 1 << 16  # capped
