@@ -235,6 +235,9 @@ SCHEDULES = {
 }  # fmt: skip
 # Schedules that are the sampler's own (not Karras): reading one keeps the plain sampler without a note.
 PLAIN_SCHEDULES = {"Automatic", "Uniform", "Normal", "SGM Uniform", "Simple", "DDIM"}
+# A1111's "Automatic" is each sampler's own default (modules/sd_samplers_kdiffusion.py); the others' is Uniform.
+A1111_AUTOMATIC = {"DPM++ 2M": "Karras", "DPM++ SDE": "Karras", "DPM2": "Karras", "DPM2 a": "Karras",
+                   "DPM++ 2M SDE": "Exponential"}  # fmt: skip
 # Sampler names other tools write (lower case, "_" and "-" as spaces, "k " / "sample " prefixes, " gpu"
 # suffix and A1111's schedule suffixes removed first) -> ours. InvokeAI's " k" suffix means Karras.
 ALIASES = {
@@ -284,17 +287,21 @@ def _alias(name: str) -> tuple[str | None, str | None]:
 
 def from_any(sampler: str | None, schedule: str | None = None) -> Resolved:
     """Our sampler for a (sampler, schedule) pair as A1111, Forge, ComfyUI, Fooocus, SwarmUI, InvokeAI
-    or NovelAI write it: "DPM++ 2M" + "Karras", "DPM++ 2M Karras", "dpmpp_2m" + "karras", "k_euler_ancestral"."""
+    or NovelAI write it: "DPM++ 2M" + "Karras", "DPM++ 2M Karras", "dpmpp_2m" + "karras", "k_euler_ancestral".
+    A1111's "Automatic" is the sampler's own default there (Karras for DPM++ 2M); no schedule at all
+    (A1111 before 1.9, and tools without one) is the plain sampler."""
     text = str(sampler or "").strip()
     base, in_name = _alias(text) if text else (None, None)
     label = schedule_label(schedule) or in_name
     if base is None:
         return Resolved(text, label, text in BY_NAME, None)
-    if label == "Karras" and f"{base} Karras" in BY_NAME:
+    effective = A1111_AUTOMATIC.get(base, label) if label == "Automatic" else label
+    if effective == "Karras" and f"{base} Karras" in BY_NAME:
         return Resolved(f"{base} Karras", label, True, None)
-    if base.endswith(" Karras") or label is None or label in PLAIN_SCHEDULES:
+    if base.endswith(" Karras") or effective is None or effective in PLAIN_SCHEDULES:
         return Resolved(base, label, True, None)
-    return Resolved(base, label, True, f"schedule {label} is not offered here; {base} runs its own schedule")
+    shown = label if effective == label else f"{label} ({effective} for {base} in A1111)"
+    return Resolved(base, label, True, f"schedule {shown} is not offered here; {base} runs its own schedule")
 
 
 def from_a1111(sampler: str, schedule_type: str | None = None) -> str:

@@ -219,7 +219,8 @@ NO_KARRAS = ModelInfo("m", 512, 512, 8, 1024, 1024 * 1024, 4, 20, 7.0, "Euler",
     ("sampler", "schedule", "expected"),
     [
         ("DPM++ 2M", "Karras", "DPM++ 2M Karras"), ("DPM++ 2M Karras", None, "DPM++ 2M Karras"),
-        ("DPM++ 2M", "Automatic", "DPM++ 2M"), ("DPM++ 2M SDE", "Exponential", "DPM++ 2M SDE"),
+        ("DPM++ 2M", "Automatic", "DPM++ 2M Karras"), ("DPM++ 2M", None, "DPM++ 2M"), ("Euler", "Automatic", "Euler"),
+        ("DPM++ 2M SDE", "Automatic", "DPM++ 2M SDE"), ("DPM++ 2M SDE", "Exponential", "DPM++ 2M SDE"),
         ("Euler a", "Align Your Steps", "Euler a"), ("Euler", "SGM Uniform", "Euler"), ("Euler", "Beta", "Euler"),
         ("euler_ancestral", "karras", "Euler a"), ("euler", "normal", "Euler"), ("dpmpp_2m", "karras", "DPM++ 2M Karras"),
         ("dpmpp_2m_sde_gpu", "karras", "DPM++ 2M SDE Karras"), ("dpmpp_sde_gpu", "exponential", "DPM++ SDE"),
@@ -245,6 +246,9 @@ def test_a_sampler_this_model_lacks_keeps_the_models_and_says_why():
     assert values["sampler"] == "Euler" and "this model cannot use it" in notes[0]
     values, notes = form_values({"sampler": "Euler", "schedule": "Exponential"}, NO_KARRAS)
     assert values["sampler"] == "Euler" and "schedule Exponential is not offered" in notes[0]
+    _, notes = form_values({"sampler": "DPM++ 2M SDE", "schedule": "Automatic"}, ALL)
+    assert notes == ["schedule Automatic (Exponential for DPM++ 2M SDE in A1111) is not offered here; "
+                     "DPM++ 2M SDE runs its own schedule"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -329,6 +333,7 @@ def test_a1111_reads_every_field_of_our_png_as_we_ran_it(tmp_path):
     assert (res["Size-1"], res["Size-2"]) == ("64", "48")
     assert get_sampler_and_scheduler(res["Sampler"], res["Schedule type"]) == ("DPM++ 2M", "Automatic")
     assert effective_schedule("DPM++ 2M", "Automatic") == "Karras"
+    assert from_any("DPM++ 2M", "Automatic").sampler == "DPM++ 2M Karras"  # A1111's re-saved PNG reads back alike
     assert res["Model"] == "tiny: shapes, v1" and res["Model hash"] == short_hash(checkpoint)
     assert res["Model hash"] == hashlib.sha256(b"weights").hexdigest()[:10]
     assert res["Lora hashes"] == ", ".join(f"{n}: {lora_hash(p)}" for n, p in loras.items())
