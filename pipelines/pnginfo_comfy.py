@@ -121,7 +121,8 @@ class Graph:
         source = self.inputs(node)
         if "lora_name" in source and isinstance(source["lora_name"], str):
             strength = self.number(source.get("strength_model", 1.0), ("strength_model",))
-            loras.setdefault(Path(source["lora_name"]).stem, float(strength if strength is not None else 1.0))
+            name = Path(source["lora_name"].replace("\\", "/")).stem  # "styles\\ink.safetensors" (Windows) -> "ink"
+            loras.setdefault(name, float(strength if strength is not None else 1.0))
         for key in MODEL_KEYS:
             name = self.string(source.get(key), depth + 1) if key in source else None
             if name:

@@ -190,6 +190,8 @@ def _other_format(path: str | Path) -> tuple[dict[str, str], list[str]]:
     for key, value in info.items():
         if isinstance(value, str) and key not in ("xmp", "exif"):
             text.setdefault(key, value)
+    if isinstance(info.get("comment"), bytes):  # a JPEG COM segment
+        text.setdefault("comment", _decode(info["comment"]))
     readers = (("exif", exif_text), ("xmp", xmp_text), ("XML:com.adobe.xmp", xmp_text))
     for key, reader in readers:
         if info.get(key):
@@ -197,8 +199,8 @@ def _other_format(path: str | Path) -> tuple[dict[str, str], list[str]]:
                 _put(text, reader(info[key]))
             except (ValueError, UnicodeError, struct.error, SyntaxError, OSError, KeyError, TypeError) as exc:
                 notes.append(f"the {fmt} file's {key} could not be read ({exc})")
-    if "UserComment" in text:
-        text.setdefault("parameters", text["UserComment"])
-    elif "description" in text:
-        text.setdefault("parameters", text["description"])
+    for key in ("UserComment", "parameters", "description", "comment"):
+        if key in text and (key != "comment" or "Steps: " in text[key]):
+            text.setdefault("parameters", text[key])
+            break
     return text, notes

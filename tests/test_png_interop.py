@@ -384,3 +384,15 @@ def test_hostile_metadata_is_read_in_bounded_time(tmp_path, chunks):
     assert time.perf_counter() - start < 5
     if "prompt" in chunks:
         assert len(info["parameters"]["prompt"]) == 1 << 16  # capped
+
+
+def test_a_jpeg_comment_and_windows_paths_in_a_graph(tmp_path):
+    Image.new("RGB", (1, 1)).save(tmp_path / "c.jpg", comment=b"a cat\nSteps: 3, Sampler: Euler, Seed: 9")
+    assert read_png_info(tmp_path / "c.jpg")["parameters"]["seed"] == 9
+    graph = {"1": {"class_type": "KSampler", "inputs": {"sampler_name": "euler", "model": ["2", 0]}},
+             "2": {"inputs": {"lora_name": "styles\\ink.safetensors", "strength_model": 0.5, "model": ["3", 0]}},
+             "3": {"inputs": {"ckpt_name": "SDXL\\juggernaut.safetensors"}}}  # fmt: skip
+    path = tmp_path / "w.png"
+    path.write_bytes(png_with(text("prompt", json.dumps(graph))))
+    params = read_png_info(path)["parameters"]
+    assert (params["model"], params["loras"]) == ("juggernaut", {"ink": 0.5})
