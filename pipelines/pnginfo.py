@@ -27,7 +27,7 @@ from . import pnginfo_tools as tools
 from .inpaint import MASKED_CONTENT
 from .pnginfo_comfy import parse_comfyui, workflow_to_graph
 from .pnginfo_files import read_text
-from .samplers import from_any
+from .samplers import sampler_fields
 
 __all__ = ["parse_a1111", "parse_a1111_parameters", "parse_comfyui", "read_metadata", "read_png_info"]
 
@@ -112,10 +112,7 @@ def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
         if extra.get(key):
             out[field] = extra[key]
     if "sampler" in out:  # A1111 >= 1.9 writes "Sampler: DPM++ 2M, Schedule type: Karras"
-        resolved = from_any(out["sampler"], extra.get("Schedule type"))
-        out["sampler"] = resolved.sampler
-        if resolved.schedule:
-            out["schedule"] = resolved.schedule
+        out.update(sampler_fields(out["sampler"], extra.get("Schedule type")))
     if _NUMBER.match(extra.get("Denoising strength", "")):
         out["strength"] = float(extra["Denoising strength"])
     _inpaint_fields(out, extra)

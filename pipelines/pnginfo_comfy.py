@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .samplers import from_any
+from .samplers import sampler_fields
 
 MAX_DEPTH = 64
 MAX_TEXT = 1 << 16  # characters of one prompt at most (a concatenation graph can double a text per node)
@@ -211,8 +211,7 @@ def _sampler_fields(graph: Graph, merged: dict[str, Any], out: dict[str, Any]) -
     name = graph.string(merged.get("sampler_name"))
     schedule = graph.string(merged.get("scheduler"))
     if name:
-        resolved = from_any(name, schedule)
-        out["sampler"], out["schedule"] = resolved.sampler, resolved.schedule
+        out.update(sampler_fields(name, schedule))
 
 
 def _join(texts: list[str]) -> str:

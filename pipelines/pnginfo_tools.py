@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .samplers import from_any
+from .samplers import sampler_fields
 
 
 def _int(value: Any) -> int | None:
@@ -62,8 +62,7 @@ def fields(
         "model": _stem(model), "loras": loras or {},
     }  # fmt: skip
     if isinstance(sampler, str) and sampler.strip():
-        resolved = from_any(sampler, schedule if isinstance(schedule, str) else None)
-        out["sampler"], out["schedule"] = resolved.sampler, resolved.schedule
+        out.update(sampler_fields(sampler, schedule if isinstance(schedule, str) else None))
     return {k: v for k, v in out.items() if v is not None}
 
 

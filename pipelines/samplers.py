@@ -304,6 +304,18 @@ def from_any(sampler: str | None, schedule: str | None = None) -> Resolved:
     return Resolved(base, label, True, f"schedule {shown} is not offered here; {base} runs its own schedule")
 
 
+def sampler_fields(sampler: str, schedule: str | None = None) -> dict[str, str]:
+    """A reader's fields for a tool's sampler: "sampler" (ours where one matches), "schedule" (A1111's
+    label) when given, and "sampler_as_written" when our name is not the tool's ("euler_ancestral")."""
+    resolved = from_any(sampler, schedule)
+    out = {"sampler": resolved.sampler}
+    if resolved.schedule:
+        out["schedule"] = resolved.schedule
+    if resolved.sampler.removesuffix(" Karras") != sampler.strip().removesuffix(" Karras"):
+        out["sampler_as_written"] = sampler.strip()
+    return out
+
+
 def from_a1111(sampler: str, schedule_type: str | None = None) -> str:
     """Our sampler name for A1111's fields ("DPM++ 2M" + "Karras", or the older "DPM++ 2M Karras")."""
     return from_any(sampler, schedule_type).sampler

@@ -173,7 +173,7 @@ def test_png_info_reads_another_tools_file_and_keeps_a_multi_line_prompt_in_one_
     cell = page.locator("#pnginfo-details td", has_text="red fox")
     expect(cell).to_have_count(1)
     expect(cell).to_contain_text("winter morning")  # the second line, in the same cell
-    expect(page.locator("#pnginfo-details tr")).to_have_count(12)  # header + 11 values: no broken row
+    expect(page.locator("#pnginfo-details tr")).to_have_count(13)  # header + 12 values: no broken row
     expect(page.locator("#pnginfo-details")).to_contain_text("joined into one prompt")
     page.locator("#pnginfo-send").click()
     expect(page.locator("#prompt textarea")).to_have_value(
