@@ -1,5 +1,12 @@
-"""Model and LoRA hashes as A1111 and Civitai write them (AutoV2): the first 10 hex digits of the
-file's SHA-256, so a PNG's `Model hash` / `Lora hashes` name the same files on those sites.
+"""Model and LoRA hashes as A1111 and Civitai write them, so a PNG's `Model hash` / `Lora hashes`
+name the same files on those sites:
+
+- `Model hash`: AutoV2, the first 10 hex digits of the whole file's SHA-256.
+- `Lora hashes`: A1111's LoRA extension (extensions-builtin/Lora/network.py, `read_hash`) uses the
+  `sshs_model_hash` of the file's own metadata when it has one, else the "addnet" hash of a
+  safetensors file (SHA-256 of the data AFTER the header: 8 bytes of header length, then the JSON
+  header are skipped; modules/hashes.py `addnet_hash_safetensors`), else the whole file's SHA-256;
+  the first 12 hex digits.
 
 Apart from the pipeline because hashing is plain file work: a multi-GB checkpoint is read once per
 file version (cached by path, size and modification time), started in the background at load.
@@ -9,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +29,37 @@ def _hash(path: str, size: int, mtime: float) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             sha.update(chunk)
     return sha.hexdigest()[:10]
+
+
+@functools.lru_cache(maxsize=64)
+def _addnet_hash(path: str, size: int, mtime: float) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        header_length = int.from_bytes(f.read(8), "little")
+        header = f.read(header_length) if header_length < (100 << 20) else b""
+        try:
+            own = json.loads(header).get("__metadata__", {}).get("sshs_model_hash")
+        except (ValueError, AttributeError):
+            own = None
+        if isinstance(own, str) and own:
+            return own
+        f.seek(8 + header_length)
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def lora_hash(path: str | Path) -> str:
+    """A LoRA's hash as A1111 writes it in `Lora hashes` (and Civitai matches): 12 hex digits of the
+    addnet hash for a safetensors file, of the whole file's SHA-256 for any other."""
+    st = Path(path).stat()
+    if str(path).endswith(".safetensors"):
+        return _addnet_hash(str(path), st.st_size, st.st_mtime)[:12]
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()[:12]
 
 
 def short_hash(path: str | Path) -> str:
@@ -52,5 +91,5 @@ def result_hashes(source: str | Path, lora_files: Mapping[str, Any], loras: Mapp
     """`model_hash`, and `lora_hashes` of the LoRAs used that have a file, for a result's metadata."""
     out: dict[str, Any] = {"model_hash": model_hash(source)}
     if loras:
-        out["lora_hashes"] = {n: short_hash(lora_files[n]) for n in loras if n in lora_files}
+        out["lora_hashes"] = {n: lora_hash(lora_files[n]) for n in loras if n in lora_files}
     return out

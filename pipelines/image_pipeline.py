@@ -610,6 +610,7 @@ class ImagePipeline:
             "negative_prompt": request.negative_prompt or "",
             "steps": request.steps,
             "sampler": request.sampler or self.scheduler_name,
+            "schedule": samplers.schedule_type(request.sampler or self.scheduler_name, self.pipe.scheduler.config),
             "guidance_scale": request.guidance_scale,
             "seed": item["seed"],
             "width": width,

@@ -4,7 +4,11 @@ A1111's format (read by A1111, SD.Next, ComfyUI loaders, Civitai):
 
     a red circle on a blue background <lora:outline:0.8>
     Negative prompt: blurry
-    Steps: 20, Sampler: DPMSolverMultistepScheduler, CFG scale: 4.0, Seed: 7, Size: 64x64, Model: tiny-shapes
+    Steps: 20, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 4.0, Seed: 7, Size: 64x64, Model hash: 0123456789,
+    Model: tiny-shapes, Lora hashes: "outline: 0123456789ab"
+
+`Schedule type` is always written (samplers.schedule_type: Karras, or the A1111 schedule that
+spaces timesteps as the model's scheduler does): A1111 reads a missing one as "Automatic".
 
 The `diffusion_anywhere` chunk holds the full metadata dict (device, dtype, attention, timings).
 """
@@ -33,11 +37,13 @@ def _quote(value: Any) -> str:
 
 def a1111_parameters(meta: dict[str, Any]) -> str:
     """A1111's infotext, in its field order; hashes (`Model hash`, `Lora hashes`) when known."""
-    from .samplers import BY_NAME
+    from .samplers import BY_NAME, schedule_type
 
     prompt = meta["prompt"] + "".join(f" <lora:{n}:{s:g}>" for n, s in meta.get("loras", {}).items())
     sampler = meta.get("sampler", "")
-    sampler, schedule = BY_NAME[sampler].a1111 if sampler in BY_NAME else (sampler, None)
+    # Always an explicit schedule: A1111 reads none as "Automatic" (Karras for DPM++ 2M)
+    schedule = "Karras" if sampler.endswith(" Karras") else meta.get("schedule") or schedule_type(sampler)
+    sampler = BY_NAME[sampler].a1111[0] if sampler in BY_NAME else sampler
     fields = [
         ("Steps", meta["steps"]),
         ("Sampler", sampler),

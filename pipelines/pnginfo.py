@@ -1,13 +1,17 @@
-"""Reading generation parameters back out of PNGs made by us, by A1111/Forge/SD.Next, or by ComfyUI.
+"""Reading generation parameters back out of images made by us or by other tools.
 
 Writing them is pipelines.metadata's; this module imports nothing from it, so the two form no cycle.
+Where each tool keeps its parameters (docs/png-metadata.md has the table):
 
-A1111's infotext (its `parameters` text chunk) is prompt lines, an optional `Negative prompt:` part,
-and a last line of `Key: value` pairs in which a value may be a quoted JSON string holding commas
-(`Lora hashes: "a: 1f2e, b: 9c8d"`); this is parsed with A1111's own pattern. ComfyUI stores its API
-graph as JSON in the `prompt` chunk: the sampler node and the nodes it links to give the values.
+- A1111 / Forge / reForge / SD.Next (and Stability Matrix, Fooocus' "a1111" scheme): the
+  `parameters` text chunk, or the EXIF UserComment of a JPEG/WEBP. Prompt lines, an optional
+  `Negative prompt:` part, and a last line of `Key: value` pairs in which a value may be a quoted
+  JSON string holding commas; parsed with A1111's own pattern.
+- ComfyUI: its API graph in `prompt` (or the UI graph in `workflow`), pipelines.pnginfo_comfy.
+- SwarmUI, Fooocus, InvokeAI, NovelAI, Stability Matrix JSON: pipelines.pnginfo_tools.
 
-Hashes (`Model hash`, `Lora hashes`) are computed in pipelines.hashing.
+`read_png_info` never lets a malformed file raise anything but ValueError ("nothing readable"); a
+part it cannot parse becomes a note beside what it could read. Hashes are pipelines.hashing's.
 """
 
 from __future__ import annotations
@@ -19,13 +23,19 @@ from typing import Any
 
 from PIL import Image
 
+from . import pnginfo_tools as tools
 from .inpaint import MASKED_CONTENT
-from .samplers import from_a1111
+from .pnginfo_comfy import parse_comfyui, workflow_to_graph
+from .pnginfo_files import read_text
+from .samplers import sampler_fields
+
+__all__ = ["parse_a1111", "parse_a1111_parameters", "parse_comfyui", "read_metadata", "read_png_info"]
 
 JSON_KEY = "diffusion_anywhere"  # our PNG chunk with the full metadata dict (written by pipelines.metadata)
 
 # A1111 modules/infotext_utils.py: `re_param_code`
 _PARAM = re.compile(r'\s*(\w[\w \-/]+):\s*("(?:\\.|[^\\"])+"|[^,]*)(?:,|$)')
+_KEY_RUN = re.compile(r"\s*[\w \-/]*")  # what `_PARAM`'s key can span from a position, found in linear time
 _LORA = re.compile(r"<lora:([^:>]+):([-0-9.eE]+)(?::[^>]*)?>")
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
@@ -33,10 +43,27 @@ _NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
 FIELDS = ("prompt", "negative_prompt", "steps", "sampler", "guidance_scale", "seed", "width", "height", "model")
 
 
+def find_params(line: str) -> list[tuple[str, str]]:
+    """`_PARAM.findall(line)`, the same matches in linear time. `re.findall` retries the key at every
+    position of a long run of word characters with no colon after it (quadratic: a 40 KB prompt
+    line took 18 s); every start inside such a run fails alike, so the run is skipped at once."""
+    found, pos = [], 0
+    while pos < len(line):
+        end = _KEY_RUN.match(line, pos).end()
+        if end < len(line) and line[end] == ":":
+            match = _PARAM.match(line, pos)
+            if match and match.end() > pos:
+                found.append(match.groups())
+                pos = match.end()
+                continue
+        pos = max(end, pos + 1) if end >= len(line) or line[end] != ":" else pos + 1
+    return found
+
+
 def parse_a1111(text: str) -> dict[str, Any]:
     """Fields of an A1111 infotext, with every `Key: value` of its last line under "extra"."""
     lines = text.strip().split("\n")
-    settings = lines.pop() if lines and len(_PARAM.findall(lines[-1])) >= 3 else ""
+    settings = lines.pop() if lines and len(find_params(lines[-1])) >= 3 else ""
     prompt_lines, negative_lines, in_negative = [], [], False
     for line in lines:
         if line.startswith("Negative prompt:"):
@@ -44,11 +71,8 @@ def parse_a1111(text: str) -> dict[str, Any]:
             line = line.removeprefix("Negative prompt:").strip()
         (negative_lines if in_negative else prompt_lines).append(line)
     extra: dict[str, str] = {}
-    for key, value in _PARAM.findall(settings):
-        value = value.strip()
-        if value.startswith('"') and value.endswith('"'):
-            value = json.loads(value)
-        extra[key.strip()] = value
+    for key, value in find_params(settings):
+        extra[key.strip()] = _unquote(value.strip())
     prompt = "\n".join(prompt_lines)
     out: dict[str, Any] = {
         "prompt": "\n".join(line.rstrip() for line in _LORA.sub("", prompt).split("\n")).strip(),
@@ -58,6 +82,17 @@ def parse_a1111(text: str) -> dict[str, Any]:
     }
     _typed(out, extra)
     return out
+
+
+def _unquote(value: str) -> str:
+    """A1111's `unquote`: a "quoted" value is a JSON string; one that does not decode stays as written."""
+    if len(value) < 2 or value[0] != '"' or value[-1] != '"':
+        return value
+    try:
+        decoded = json.loads(value)
+    except (ValueError, RecursionError):
+        return value
+    return decoded if isinstance(decoded, str) else value
 
 
 def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
@@ -76,9 +111,9 @@ def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
     for field, key in (("sampler", "Sampler"), ("model", "Model"), ("model_hash", "Model hash")):
         if extra.get(key):
             out[field] = extra[key]
-    if "sampler" in out:  # A1111 >= 1.9 writes Karras as "Schedule type: Karras"
-        out["sampler"] = from_a1111(out["sampler"], extra.get("Schedule type"))
-    if "Denoising strength" in extra:
+    if "sampler" in out:  # A1111 >= 1.9 writes "Sampler: DPM++ 2M, Schedule type: Karras"
+        out.update(sampler_fields(out["sampler"], extra.get("Schedule type")))
+    if _NUMBER.match(extra.get("Denoising strength", "")):
         out["strength"] = float(extra["Denoising strength"])
     _inpaint_fields(out, extra)
 
@@ -98,57 +133,103 @@ def _inpaint_fields(out: dict[str, Any], extra: dict[str, str]) -> None:
     out["invert_mask"] = extra.get("Mask mode", "").lower() == "inpaint not masked"
 
 
-def parse_comfyui(graph: dict[str, Any]) -> dict[str, Any]:
-    """Fields of a ComfyUI API graph: the first KSampler-like node and the nodes it links to."""
-    nodes = {k: v for k, v in graph.items() if isinstance(v, dict)}
-    sampler = next((n for n in nodes.values() if "sampler_name" in n.get("inputs", {})), None)
-    if sampler is None:
-        raise ValueError("no sampler node in this ComfyUI graph")
-    inputs = sampler["inputs"]
+MAX_JSON = 8 << 20  # characters of JSON parsed at most
 
-    def linked(name: str) -> dict[str, Any]:
-        ref = inputs.get(name)
-        return nodes.get(str(ref[0]), {}).get("inputs", {}) if isinstance(ref, list) else {}
 
-    out: dict[str, Any] = {
-        "prompt": str(linked("positive").get("text", "")),
-        "negative_prompt": str(linked("negative").get("text", "")),
-        "steps": int(inputs.get("steps", 0)) or None,
-        "guidance_scale": float(inputs["cfg"]) if "cfg" in inputs else None,
-        "seed": int(inputs.get("seed", inputs.get("noise_seed", 0))),
-        "sampler": " ".join(str(inputs.get(k, "")) for k in ("sampler_name", "scheduler")).strip(),
-        "loras": {},
-    }
-    latent = linked("latent_image")
-    if "width" in latent:
-        out["width"], out["height"] = int(latent["width"]), int(latent["height"])
-    for node in nodes.values():
-        node_inputs = node.get("inputs", {})
-        if "ckpt_name" in node_inputs:
-            out["model"] = Path(str(node_inputs["ckpt_name"])).stem
-        if "lora_name" in node_inputs:
-            out["loras"][Path(str(node_inputs["lora_name"])).stem] = float(node_inputs.get("strength_model", 1.0))
-    return {k: v for k, v in out.items() if v is not None}
+def _json(text: str | None) -> Any:
+    """Parsed JSON of a chunk, or None when it is not JSON (or too large or too deeply nested)."""
+    if not text or len(text) > MAX_JSON or text.lstrip()[:1] not in ("{", "["):
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _parameters(text: dict[str, str]) -> tuple[str, Any] | None:
+    """(source, parser) for a `parameters` chunk: SwarmUI or Fooocus JSON, else A1111's infotext
+    (written by A1111/Forge/SD.Next, by Stability Matrix beside its `parameters-json`, by us)."""
+    raw = text["parameters"]
+    data = _json(raw)
+    if isinstance(data, dict) and isinstance(data.get("sui_image_params"), dict):
+        return "swarmui", lambda: tools.parse_swarmui(data)
+    if isinstance(data, dict) and (
+        data.get("metadata_scheme") == "fooocus" or text.get("fooocus_scheme") == "fooocus"
+        or text.get("MakerNote") == "fooocus" or "full_prompt" in data
+    ):  # fmt: skip
+        return "fooocus", lambda: tools.parse_fooocus(data)
+    if data is not None:  # JSON of no tool we know: not a prompt
+        return None
+    source = "a1111"
+    if JSON_KEY in text:
+        source = "diffusion-anywhere"
+    elif "parameters-json" in text or "smproj" in text:
+        source = "stability-matrix"
+    elif text.get("fooocus_scheme") == "a1111" or text.get("MakerNote") == "a1111":
+        source = "fooocus"
+    return source, lambda: parse_a1111(raw)
+
+
+def _candidates(text: dict[str, str]) -> list[tuple[str, str, Any]]:
+    """(source, chunk, parser) for each chunk that may hold generation parameters, best first."""
+    found = []
+    if "parameters" in text:
+        parsed = _parameters(text)
+        if parsed:
+            found.append((parsed[0], "parameters", parsed[1]))
+    for key, source, parse in (
+        ("parameters-json", "stability-matrix", tools.parse_stability_matrix),
+        ("smproj", "stability-matrix", tools.parse_smproj),
+        ("invokeai_metadata", "invokeai", tools.parse_invokeai),
+        ("sd-metadata", "invokeai", tools.parse_invokeai_legacy),
+        ("Comment", "novelai", lambda d: tools.parse_novelai(d, text)),
+        ("prompt", "comfyui", parse_comfyui),
+        ("workflow", "comfyui", lambda d: parse_comfyui(workflow_to_graph(d))),
+    ):
+        data = _json(text.get(key))
+        if isinstance(data, dict):
+            found.append((source, key, lambda p=parse, d=data: p(d)))
+    if "Dream" in text:
+        found.append(("invokeai", "Dream", lambda: tools.parse_invokeai_dream(text["Dream"])))
+    if text.get("Software", "").startswith("NovelAI") and "Description" in text:
+        found.append(("novelai", "Description", lambda: tools.fields(text["Description"])))
+    return found
 
 
 def read_png_info(path: str | Path) -> dict[str, Any]:
-    """{"source": "diffusion-anywhere" | "a1111" | "comfyui", "parameters": fields, "raw": text}.
+    """{"source", "parameters": fields, "raw": the chunk's text, "notes": what could not be read} of
+    an image (PNG, JPEG, WEBP). source: "diffusion-anywhere", "a1111", "comfyui", "swarmui",
+    "fooocus", "invokeai", "novelai", "stability-matrix", or "unknown" (a chunk we could not parse,
+    shown raw).
 
-    Raises ValueError when the file holds no generation parameters we can read.
+    Raises ValueError only when the file holds no generation parameters at all (or is no image).
     """
-    with Image.open(path) as image:
-        text = {k: v for k, v in getattr(image, "text", {}).items() if isinstance(v, str)}
-    if "parameters" in text:
-        fields = parse_a1111(text["parameters"])
-        source = "diffusion-anywhere" if JSON_KEY in text else "a1111"
-        return {"source": source, "parameters": fields, "raw": text["parameters"]}
-    if "prompt" in text:
+    try:
+        text, notes = read_text(path)
+    except Exception as exc:
+        raise ValueError(f"this file cannot be read as an image ({type(exc).__name__}: {exc})") from None
+    for source, key, parse in _candidates(text):
         try:
-            graph = json.loads(text["prompt"])
-        except json.JSONDecodeError:
-            raise ValueError("the PNG's `prompt` chunk is not ComfyUI JSON") from None
-        return {"source": "comfyui", "parameters": parse_comfyui(graph), "raw": text["prompt"]}
-    raise ValueError("no generation parameters in this PNG (A1111 `parameters` or ComfyUI `prompt` chunk)")
+            fields = parse()
+        except Exception as exc:
+            notes.append(f"{source} `{key}` chunk could not be read ({type(exc).__name__}: {exc})")
+            continue
+        return {"source": source, "parameters": fields, "raw": text[key], "notes": notes}
+    raw_key = next((k for k in PARAMETER_KEYS if k in text), None)
+    if raw_key is not None:  # a chunk we know holds parameters, in a form we could not read: shown raw
+        notes.append(f"the `{raw_key}` chunk is in a form this reader does not know; its text is shown as it is")
+        return {"source": "unknown", "parameters": {}, "raw": text[raw_key], "notes": notes}
+    detail = f" ({'; '.join(notes)})" if notes else ""
+    raise ValueError(
+        "no generation parameters in this image (no A1111 `parameters`, ComfyUI `prompt`, InvokeAI, "
+        f"NovelAI, SwarmUI, Fooocus, Stability Matrix chunk, nor EXIF UserComment or XMP){detail}"
+    )
+
+
+PARAMETER_KEYS = (
+    "parameters", "prompt", "workflow", "invokeai_metadata", "sd-metadata", "Dream", "Comment",
+    "parameters-json", "smproj", "UserComment",
+)  # fmt: skip
 
 
 def parse_a1111_parameters(text: str) -> dict[str, Any]:

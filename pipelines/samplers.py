@@ -222,8 +222,117 @@ def _sample_gaussian(prediction_type: str, alphas: Any, scheduler: Any, steps: i
     return float(x.mean()), float(x.std())
 
 
+# Schedule types ("Schedule type" in A1111/Forge/SD.Next, `scheduler` in ComfyUI, Fooocus and SwarmUI):
+# every spelling -> A1111's label. Only Karras is offered here (as the sampler's Karras variant); the
+# others run on the sampler's own schedule, and Send to Generate says so.
+SCHEDULES = {
+    "automatic": "Automatic", "uniform": "Uniform", "karras": "Karras", "exponential": "Exponential",
+    "polyexponential": "Polyexponential", "sgm uniform": "SGM Uniform", "kl optimal": "KL Optimal",
+    "align your steps": "Align Your Steps", "align your steps gits": "Align Your Steps GITS",
+    "align your steps 11": "Align Your Steps 11", "align your steps 32": "Align Your Steps 32",
+    "simple": "Simple", "normal": "Normal", "ddim": "DDIM", "ddim uniform": "DDIM", "beta": "Beta",
+    "turbo": "Turbo", "linear quadratic": "Linear Quadratic",
+}  # fmt: skip
+# Schedules that are the sampler's own (not Karras): reading one keeps the plain sampler without a note.
+PLAIN_SCHEDULES = {"Automatic", "Uniform", "Normal", "SGM Uniform", "Simple", "DDIM"}
+# A1111's "Automatic" is each sampler's own default (modules/sd_samplers_kdiffusion.py); the others' is Uniform.
+A1111_AUTOMATIC = {"DPM++ 2M": "Karras", "DPM++ SDE": "Karras", "DPM2": "Karras", "DPM2 a": "Karras",
+                   "DPM++ 2M SDE": "Exponential"}  # fmt: skip
+# Sampler names other tools write (lower case, "_" and "-" as spaces, "k " / "sample " prefixes, " gpu"
+# suffix and A1111's schedule suffixes removed first) -> ours. InvokeAI's " k" suffix means Karras.
+ALIASES = {
+    "euler": "Euler", "euler a": "Euler a", "euler ancestral": "Euler a", "heun": "Heun", "lms": "LMS",
+    "dpm 2": "DPM2", "dpm2": "DPM2", "kdpm 2": "DPM2", "dpm 2 ancestral": "DPM2 a", "dpm2 a": "DPM2 a",
+    "kdpm 2 a": "DPM2 a", "dpm2 ancestral": "DPM2 a", "dpmpp 2m": "DPM++ 2M", "dpm++ 2m": "DPM++ 2M",
+    "dpmpp 2m sde": "DPM++ 2M SDE", "dpm++ 2m sde": "DPM++ 2M SDE", "dpmpp sde": "DPM++ SDE",
+    "dpm++ sde": "DPM++ SDE", "ddim": "DDIM", "ddim v3": "DDIM", "plms": "PLMS", "pndm": "PLMS",
+    "uni pc": "UniPC", "uni pc bh2": "UniPC", "unipc": "UniPC", "lcm": "LCM", "deis": "DEIS",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A sampler and schedule read from another tool, as we name them."""
+
+    sampler: str  # ours ("DPM++ 2M Karras") where one matches, else the text as written
+    schedule: str | None  # A1111's label ("Karras", "Exponential"), None when not given
+    known: bool  # the sampler is one of ours
+    note: str | None  # why the schedule could not be kept
+
+
+def schedule_label(text: str | None) -> str | None:
+    """A1111's label for a schedule type however a tool spells it ("sgm_uniform" -> "SGM Uniform")."""
+    if not text or not str(text).strip():
+        return None
+    key = str(text).strip().lower().replace("_", " ").replace("-", " ")
+    return SCHEDULES.get(key, str(text).strip())
+
+
+def _alias(name: str) -> tuple[str | None, str | None]:
+    """(our base sampler, schedule held in the name) for any tool's spelling; (None, None) if unknown."""
+    key = " ".join(name.strip().lower().replace("_", " ").replace("-", " ").split())
+    for prefix in ("k ", "sample "):
+        key = key.removeprefix(prefix)
+    key = key.removesuffix(" gpu")
+    schedule = None
+    if key.endswith(" k"):  # InvokeAI: "dpmpp_2m_k"
+        key, schedule = key[:-2].removesuffix(" gpu"), "Karras"
+    for label in sorted(SCHEDULES, key=len, reverse=True):  # "DPM++ 2M Karras", "Euler a Exponential"
+        if key.endswith(" " + label) and key[: -len(label) - 1] in ALIASES:
+            key, schedule = key[: -len(label) - 1], SCHEDULES[label]
+            break
+    found = ALIASES.get(key) or next((s.name for s in SAMPLERS if s.name.lower() == key), None)
+    return found, schedule
+
+
+def from_any(sampler: str | None, schedule: str | None = None) -> Resolved:
+    """Our sampler for a (sampler, schedule) pair as A1111, Forge, ComfyUI, Fooocus, SwarmUI, InvokeAI
+    or NovelAI write it: "DPM++ 2M" + "Karras", "DPM++ 2M Karras", "dpmpp_2m" + "karras", "k_euler_ancestral".
+    A1111's "Automatic" is the sampler's own default there (Karras for DPM++ 2M); no schedule at all
+    (A1111 before 1.9, and tools without one) is the plain sampler."""
+    text = str(sampler or "").strip()
+    base, in_name = _alias(text) if text else (None, None)
+    label = schedule_label(schedule) or in_name
+    if base is None:
+        return Resolved(text, label, text in BY_NAME, None)
+    effective = A1111_AUTOMATIC.get(base, label) if label == "Automatic" else label
+    if effective == "Karras" and f"{base} Karras" in BY_NAME:
+        return Resolved(f"{base} Karras", label, True, None)
+    if base.endswith(" Karras") or effective is None or effective in PLAIN_SCHEDULES:
+        return Resolved(base, label, True, None)
+    shown = label if effective == label else f"{label} ({effective} for {base} in A1111)"
+    return Resolved(base, label, True, f"schedule {shown} is not offered here; {base} runs its own schedule")
+
+
+def sampler_fields(sampler: str, schedule: str | None = None) -> dict[str, str]:
+    """A reader's fields for a tool's sampler: "sampler" (ours where one matches), "schedule" (A1111's
+    label) when given, and "sampler_as_written" when our name is not the tool's ("euler_ancestral")."""
+    resolved = from_any(sampler, schedule)
+    out = {"sampler": resolved.sampler}
+    if resolved.schedule:
+        out["schedule"] = resolved.schedule
+    if resolved.sampler.removesuffix(" Karras") != sampler.strip().removesuffix(" Karras"):
+        out["sampler_as_written"] = sampler.strip()
+    return out
+
+
 def from_a1111(sampler: str, schedule_type: str | None = None) -> str:
     """Our sampler name for A1111's fields ("DPM++ 2M" + "Karras", or the older "DPM++ 2M Karras")."""
-    if schedule_type and schedule_type.lower() == "karras" and f"{sampler} Karras" in BY_NAME:
-        return f"{sampler} Karras"
-    return sampler
+    return from_any(sampler, schedule_type).sampler
+
+
+SPACING_SCHEDULES = {"linspace": "Uniform", "trailing": "SGM Uniform", "leading": "DDIM"}
+
+
+def schedule_type(sampler: str, config: Any = None) -> str:
+    """A1111's "Schedule type" for one of our samplers on a scheduler config: Karras for the Karras
+    variants, "Simple" for flow matching, else the label of A1111's schedule that spaces timesteps as
+    the config does ("linspace": Uniform, "trailing": SGM Uniform, "leading": DDIM). Written always:
+    A1111 reads a missing one as "Automatic", which for DPM++ 2M means Karras."""
+    found = BY_NAME.get(sampler)
+    if found is not None and found.options.get("use_karras_sigmas"):
+        return "Karras"
+    if "FlowMatch" in (found.scheduler if found else sampler):
+        return "Simple"
+    spacing = dict(config or {}).get("timestep_spacing", "linspace")
+    return SPACING_SCHEDULES.get(str(spacing), "Uniform")

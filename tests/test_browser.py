@@ -159,6 +159,30 @@ def test_png_info_fills_the_form(browser, served, tmp_path):
     page.close()
 
 
+def test_png_info_reads_another_tools_file_and_keeps_a_multi_line_prompt_in_one_cell(browser, served):
+    """A SwarmUI PNG (JSON in `parameters`, a two-line prompt, ComfyUI sampler names): the table keeps
+    one row per value (the line break is a <br> inside the cell), Send to Generate sends one prompt."""
+    from playwright.sync_api import expect
+
+    url, _ = served
+    png = Path(__file__).parent / "fixtures" / "pnginfo" / "swarmui.png"
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(url, wait_until="load")
+    page.get_by_role("tab", name="PNG info").click()
+    page.locator("#pnginfo-file input[type=file]").set_input_files(str(png))
+    expect(page.locator("#pnginfo-details")).to_contain_text("1765392857", timeout=30_000)
+    cell = page.locator("#pnginfo-details td", has_text="red fox")
+    expect(cell).to_have_count(1)
+    expect(cell).to_contain_text("winter morning")  # the second line, in the same cell
+    expect(page.locator("#pnginfo-details tr")).to_have_count(13)  # header + 12 values: no broken row
+    expect(page.locator("#pnginfo-details")).to_contain_text("joined into one prompt")
+    page.locator("#pnginfo-send").click()
+    expect(page.locator("#prompt textarea")).to_have_value(
+        "a photo of a red fox in the snow, winter morning", timeout=10_000
+    )
+    page.close()
+
+
 def test_sign_in_in_the_browser(browser, tmp_path, tiny_model_dir):
     from playwright.sync_api import expect
 

@@ -24,8 +24,9 @@ from pipelines import (
     read_metadata,
     save_images,
 )
-from pipelines.hashing import short_hash
+from pipelines.hashing import lora_hash, short_hash
 from pipelines.request import RequestLimits, validate
+from pipelines.samplers import schedule_type
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "a red circle on a blue background"
@@ -367,6 +368,7 @@ def test_png_metadata_round_trip(pipeline, tmp_path):
         "negative_prompt": "blurry",
         "steps": 3,
         "sampler": "DPM++ 2M",
+        "schedule": schedule_type("DPM++ 2M", pipeline.pipe.scheduler.config),  # always written: never "Automatic"
         "guidance_scale": 4.0,
         "seed": 8,
         "width": 32,
@@ -375,7 +377,7 @@ def test_png_metadata_round_trip(pipeline, tmp_path):
         "loras": {"style_a": 0.8},
         "model_hash": short_hash(pipeline.source + "/unet/diffusion_pytorch_model.safetensors"),
     }
-    assert meta["json"]["lora_hashes"] == {"style_a": short_hash(pipeline.loras.available()["style_a"])}
+    assert meta["json"]["lora_hashes"] == {"style_a": lora_hash(pipeline.loras.available()["style_a"])}
     assert meta["json"]["device"] == "cpu" and meta["json"]["dtype"] == "float32"
     assert meta["json"]["attention"] == "sdpa" and meta["json"]["timings"]["total"] > 0
     with Image.open(paths[1]) as png:

@@ -86,7 +86,7 @@ def test_comfyui_graph():
     p = parse_comfyui(COMFY)
     assert p["prompt"] == "beautiful scenery, purple galaxy bottle" and p["negative_prompt"] == "text, watermark"
     assert (p["seed"], p["steps"], p["guidance_scale"]) == (156680208700286, 20, 8.0)
-    assert (p["width"], p["height"]) == (512, 768) and p["sampler"] == "euler normal"
+    assert (p["width"], p["height"]) == (512, 768) and (p["sampler"], p["schedule"]) == ("Euler", "Normal")
     assert p["model"] == "v1-5-pruned-emaonly" and p["loras"] == {"ink": 0.7}
 
 

@@ -7,6 +7,8 @@ can delete or read a file by naming a path.
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +22,29 @@ from ui.studio import Studio
 PAGE = 24
 
 
+MAX_CELL = 2000  # characters of one value shown
+
+
+def table_cell(value: Any) -> str:
+    """A value as one Markdown table cell, shown as it is: HTML and Markdown characters escaped (a
+    prompt's `<lora:x:1>` and `(word:1.2)` stay visible), a pipe escaped, and each line break a
+    `<br>`, so a multi-line prompt stays in its row instead of breaking the table."""
+    text = value if isinstance(value, str) else ", ".join(f"{k}: {v}" for k, v in value.items()) if isinstance(
+        value, dict
+    ) else str(value)
+    if len(text) > MAX_CELL:
+        text = text[:MAX_CELL] + "…"
+    text = html.escape(text, quote=False)
+    text = re.sub(r"([\\`*_\[\]|~#])", r"\\\1", text)
+    return "<br>".join(line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+
+
 def params_markdown(info: dict[str, Any], notes: list[str] | None = None) -> str:
+    """The parameters read from an image as a two-column table, then the reader's and the form's notes."""
     p = info["parameters"]
-    rows = [f"| {k} | {str(v)[:300]} |" for k, v in p.items() if k != "extra" and v not in ("", {}, None)]
+    rows = [f"| {k} | {table_cell(v)} |" for k, v in p.items() if k != "extra" and v not in ("", {}, None)]
     text = f"**{info['source']}**\n\n| parameter | value |\n|---|---|\n" + "\n".join(rows)
-    return text + "".join(f"\n\n⚠️ {n}" for n in notes or [])
+    return text + "".join(f"\n\n⚠️ {table_cell(n)}" for n in [*info.get("notes", []), *(notes or [])])
 
 
 def build(studio: Studio, g: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs) -> gr.Button:

@@ -1,4 +1,7 @@
-"""The PNG info tab: drop a PNG from this app, A1111/Forge or ComfyUI, read its parameters, reuse them."""
+"""The PNG info tab: drop an image (PNG, JPEG, WEBP) from this app, A1111/Forge/SD.Next, ComfyUI,
+SwarmUI, Fooocus, InvokeAI, NovelAI or Stability Matrix, read its parameters, reuse them.
+
+Whatever the file, the tab shows what could be read and notes on the rest, never a bare "Error"."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.pnginfo import read_png_info
-from ui.history import params_markdown
+from ui.history import params_markdown, table_cell
 from ui.send import (
     edit_targets,
     edit_updates,
@@ -22,7 +25,10 @@ from ui.studio import Studio
 
 
 def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs) -> None:
-    upload = gr.File(label="Drop a PNG", file_types=[".png"], type="filepath", height=120, elem_id="pnginfo-file")
+    upload = gr.File(
+        label="Drop an image (PNG, JPEG, WEBP)", file_types=[".png", ".jpg", ".jpeg", ".webp"], type="filepath",
+        height=120, elem_id="pnginfo-file",
+    )  # fmt: skip
     details = gr.Markdown(elem_id="pnginfo-details")
     raw = gr.Textbox(label="Raw text", lines=4, max_lines=12, buttons=["copy"])
     with gr.Row():
@@ -37,9 +43,12 @@ def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], i: dict[str, Any
         try:
             info = read_png_info(path)
         except (ValueError, OSError) as exc:
-            return f"⚠️ {exc}", "", None
-        _, notes = form_values(info["parameters"], model_for(info["parameters"], studio.info))
-        return params_markdown(info, notes), info["raw"], info["parameters"]
+            return f"⚠️ {table_cell(str(exc))}", "", None
+        try:
+            _, notes = form_values(info["parameters"], model_for(info["parameters"], studio.info))
+        except Exception as exc:  # a value no form takes: the table still shows what was read
+            notes = [f"these values cannot fill the form ({type(exc).__name__}: {exc})"]
+        return params_markdown(info, notes), info["raw"], info["parameters"] or None
 
     def need(p: dict | None) -> dict:
         if not p:

@@ -2,6 +2,15 @@
 
 Values are fitted to the loaded model's limits (size step, largest side, steps, guidance) and
 LoRAs the server does not have are left out; what had to change is returned as notes.
+
+- Sampler: any tool's name and schedule (A1111 "DPM++ 2M" + "Karras", ComfyUI "euler_ancestral" +
+  "karras", "dpmpp_2m_sde_gpu", InvokeAI "dpmpp_2m_k", NovelAI "k_euler_ancestral") is mapped by
+  pipelines.samplers.from_any to one this model offers; where none fits, the model's own is kept and
+  the note says why.
+- Prompt: the Generate form runs one prompt per line, so a multi-line prompt read from a PNG is
+  sent as ONE line, its lines joined by a space (what CLIP's tokenizer makes of a newline anyway).
+- Seed: any seed 0..2^64-1 is sent exactly (the seed field is text); one outside that range
+  (A1111's -1: random) ticks "Random seed".
 """
 
 from __future__ import annotations
@@ -19,7 +28,8 @@ from pipelines.inpaint import (
     MAX_MASK_BLUR,
     MAX_PADDING,
 )
-from pipelines.request import DEFAULTS
+from pipelines.request import DEFAULTS, SEED_SPACE
+from pipelines.samplers import from_any
 from ui.fields import SENT_TO_EDIT, SENT_TO_GENERATE, SENT_TO_INPAINT
 from ui.inputs import bounds
 
@@ -33,12 +43,11 @@ def _fit_size(value: Any, info: ModelInfo, default: int) -> int:
 
 def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any], list[str]]:
     """The Generate form's values for `params`, and notes on what was adjusted."""
-    notes = []
+    notes: list[str] = []
     values: dict[str, Any] = {
-        "prompt": params.get("prompt", ""),
-        "negative_prompt": params.get("negative_prompt", ""),
-        "seed": str(params.get("seed", 0)),  # text: a 64-bit seed keeps every digit (generate_tab.seed_box)
-        "random_seed": "seed" not in params,
+        "prompt": one_prompt(params.get("prompt"), notes),
+        "negative_prompt": params.get("negative_prompt") if isinstance(params.get("negative_prompt"), str) else "",
+        **_seed(params.get("seed"), notes),
         "steps": _fit("steps", int(params.get("steps") or info.default_steps)),
         "guidance_scale": _fit("guidance_scale", float(params.get("guidance_scale", info.default_guidance))),
         "width": _fit_size(params.get("width"), info, info.default_width),
@@ -51,10 +60,7 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
     _edit_values(params, info, values, notes)
     if (values["width"], values["height"]) != (params.get("width"), params.get("height")) and "width" in params:
         notes.append(f"size {params['width']}x{params['height']} fitted to {values['width']}x{values['height']}")
-    wanted = params.get("sampler")
-    values["sampler"] = wanted if wanted in info.samplers else info.scheduler
-    if wanted and wanted not in info.samplers:
-        notes.append(f"sampler {wanted} is not available here; using {info.scheduler}")
+    values["sampler"] = sampler_for(params, info, notes)
     loras = params.get("loras") or {}
     values["loras"] = {n: s for n, s in loras.items() if n in info.loras}
     missing = sorted(set(loras) - set(values["loras"]))
@@ -63,6 +69,46 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
     if params.get("model") and params["model"] != info.model_name:
         notes.append(f"made with model {params['model']}; this server runs {info.model_name}")
     return values, notes
+
+
+def one_prompt(prompt: Any, notes: list[str]) -> str:
+    """A prompt as ONE line for the Generate form (which runs each line as its own prompt): the lines
+    joined by a space, as CLIP's tokenizer reads a newline."""
+    lines = [line.strip() for line in str(prompt or "").splitlines() if line.strip()]
+    if len(lines) > 1:
+        notes.append(f"the prompt's {len(lines)} lines were joined into one prompt (one image, as made)")
+    return " ".join(lines)
+
+
+def _seed(seed: Any, notes: list[str]) -> dict[str, Any]:
+    """The seed field (text: a 64-bit seed keeps every digit, generate_tab.seed_box) and the random toggle."""
+    valid = isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < SEED_SPACE
+    if seed is not None and not valid:
+        notes.append(f"seed {seed} is not one of 0..2^64-1 (-1 is A1111's random); a random seed is used")
+    return {"seed": str(seed) if valid else "0", "random_seed": not valid}
+
+
+def sampler_for(params: dict[str, Any], info: ModelInfo, notes: list[str]) -> str:
+    """The sampler this model offers for a PNG's sampler and schedule, else the model's own (noted)."""
+    wanted = params.get("sampler")
+    if not isinstance(wanted, str) or not wanted.strip():
+        return info.scheduler
+    resolved = from_any(wanted, params.get("schedule"))
+    shown = " + ".join(dict.fromkeys(str(x) for x in (wanted, params.get("schedule")) if x))
+    if resolved.sampler in info.samplers:
+        if resolved.note:
+            notes.append(resolved.note)
+        return resolved.sampler
+    plain = resolved.sampler.removesuffix(" Karras")
+    if plain != resolved.sampler and plain in info.samplers:
+        notes.append(
+            f"sampler {resolved.sampler} is not available here (Karras sigmas are not offered for this model's "
+            f"noise schedule); using {plain}"
+        )
+        return plain
+    why = "this model cannot use it" if resolved.known else "no sampler of this app matches it"
+    notes.append(f"sampler {shown} is not available here ({why}); using the model's own, {info.scheduler}")
+    return info.scheduler
 
 
 def model_for(params: dict[str, Any], info: ModelInfo) -> ModelInfo:
