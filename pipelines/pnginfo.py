@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from PIL import Image
 
@@ -196,7 +196,7 @@ def _candidates(text: dict[str, str]) -> list[tuple[str, str, Any]]:
     return found
 
 
-def read_png_info(path: str | Path) -> dict[str, Any]:
+def read_png_info(path: str | Path | BinaryIO) -> dict[str, Any]:
     """{"source", "parameters": fields, "raw": the chunk's text, "notes": what could not be read} of
     an image (PNG, JPEG, WEBP). source: "diffusion-anywhere", "a1111", "comfyui", "swarmui",
     "fooocus", "invokeai", "novelai", "stability-matrix", or "unknown" (a chunk we could not parse,

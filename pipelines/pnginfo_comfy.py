@@ -109,7 +109,13 @@ class Graph:
         if "guidance" in source:
             return self.number(source["guidance"], ("guidance",))
         return next(
-            (g for k in sorted(source) if "conditioning" in k.lower() for g in [self.guidance(source[k], depth + 1, seen)] if g),
+            (
+                g
+                for k in sorted(source)
+                if "conditioning" in k.lower()
+                for g in [self.guidance(source[k], depth + 1, seen)]
+                if g
+            ),
             None,
         )
 

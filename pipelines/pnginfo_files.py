@@ -17,6 +17,7 @@ import struct
 import warnings
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_CHUNK = 16 << 20  # a text chunk larger than this is skipped (no tool writes one; a hostile file might)
@@ -25,11 +26,14 @@ USER_COMMENT, IMAGE_DESCRIPTION, SOFTWARE, MAKER_NOTE, EXIF_IFD = 0x9286, 0x010E
 _XMP_TAGS = ("parameters", "UserComment", "description", "prompt", "workflow", "sd-metadata")
 
 
-def read_text(path: str | Path) -> tuple[dict[str, str], list[str]]:
+def read_text(path: str | Path | BinaryIO) -> tuple[dict[str, str], list[str]]:
     """({key: text}, notes) of an image file: PNG chunks by their keyword; JPEG/WEBP/other formats'
     EXIF UserComment as "UserComment" (also "parameters" when no other holds it), XMP fields by name."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_READ)
+    if hasattr(path, "read"):  # an open binary file (an upload held in memory)
+        data = path.read(MAX_READ)
+    else:
+        with open(path, "rb") as f:
+            data = f.read(MAX_READ)
     if data.startswith(PNG_SIGNATURE):
         return png_chunks(data)
     return _other_format(path)

@@ -318,7 +318,13 @@ def test_samplers_schedules_sizes_and_overrides_are_read_as_a1111_means_them():
     assert read(sampler_name="DPM++ 2M", scheduler="Karras").request.sampler == "DPM++ 2M Karras"
     assert read(sampler_name="DPM++ 2M Karras").request.sampler == "DPM++ 2M Karras"  # A1111 < 1.9's name
     assert read(sampler_name="k_euler_a").request.sampler == "Euler a"  # an A1111 alias
-    assert read(sampler_name="DPM++ 2M", scheduler="automatic").request.sampler is None  # the model's own
+    assert read(sampler_name="DPM++ 2M", scheduler="automatic").request.sampler == "DPM++ 2M Karras"  # A1111's default
+    without = parse.txt2img({"prompt": PROMPT, "sampler_name": "DPM++ 2M", "scheduler": "Automatic"},
+                            limits(samplers=("DPM++ 2M", "Euler a")))  # fmt: skip
+    assert without.request.sampler is None and without.warnings == []  # Automatic: the best the model has
+    karras = parse.txt2img({"prompt": PROMPT, "sampler_name": "DPM++ 2M", "scheduler": "Karras"},
+                           limits(samplers=("DPM++ 2M", "Euler a")))  # fmt: skip
+    assert karras.request.sampler is None and "with the Karras schedule is not available" in karras.warnings[0]
     euler = read(sampler_name="Euler a", scheduler="Karras")  # no Karras variant offered: the sampler's own
     assert euler.request.sampler == "Euler a" and euler.warnings[0].startswith("scheduler='Karras'")
     odd = read(width=100, height=64)

@@ -19,7 +19,8 @@ from engine.jobs import Job
 from pipelines import GenerationResult
 from pipelines.backend import ModelInfo
 from pipelines.metadata import a1111_parameters
-from pipelines.pnginfo import read_png_info
+from pipelines.pnginfo import parse_a1111, read_png_info
+from pipelines.pnginfo_files import read_text
 from pipelines.samplers import BY_NAME
 
 from .a1111_request import SAMPLER_ALIASES, Parsed, a1111_sampler_names
@@ -246,26 +247,29 @@ def _prompt_lines(text: str, has_settings: bool) -> str:
 
 
 def png_info(data: bytes) -> dict[str, Any]:
-    """A1111's /png-info: the infotext, the other text chunks, and the infotext's fields."""
-    with Image.open(io.BytesIO(data)) as image:  # header and text chunks; the pixels are not decoded
-        items = {k: v for k, v in getattr(image, "text", {}).items() if isinstance(v, str)}
+    """A1111's /png-info: `info` is the `parameters` infotext (A1111's, ours, Forge's...), `items` the
+    other text chunks, `parameters` the infotext's fields as A1111 names them; a file from another
+    tool (ComfyUI, InvokeAI, ...) has no infotext: its fields as pipelines.pnginfo reads them."""
+    try:
+        text, _ = read_text(io.BytesIO(data))  # chunks and EXIF/XMP; the pixels are not decoded
+    except Exception as exc:  # any damage: A1111 answers an unreadable file with empty fields too
+        log.info("png-info: unreadable image (%s: %s)", type(exc).__name__, exc)
+        return {"info": "", "items": {}, "parameters": {}}
+    items = {k: v for k, v in text.items() if isinstance(v, str)}
+    infotext = items.pop("parameters", None)
+    if infotext is not None and not infotext.lstrip().startswith("{"):  # SwarmUI / Fooocus put JSON there
+        fields = parse_a1111(infotext)
+        parameters = {"Prompt": _prompt_lines(infotext, bool(fields["extra"]))}
+        parameters["Negative prompt"] = fields.get("negative_prompt", "")
+        parameters.update(fields["extra"])
+        if "width" in fields:
+            parameters["Size-1"], parameters["Size-2"] = str(fields["width"]), str(fields["height"])
+        return {"info": infotext, "items": items, "parameters": parameters}
     try:
         found = read_png_info(io.BytesIO(data))
     except ValueError:
         return {"info": "", "items": items, "parameters": {}}
-    fields = found["parameters"]
-    parameters: dict[str, Any] = {}
-    if found["source"] == "comfyui":
-        parameters = {k: v for k, v in fields.items() if k != "loras"}
-    else:
-        parameters = {"Prompt": _prompt_lines(found["raw"], bool(fields.get("extra")))}
-        parameters["Negative prompt"] = fields.get("negative_prompt", "")
-        parameters.update(fields.get("extra", {}))
-        if "width" in fields:
-            parameters["Size-1"], parameters["Size-2"] = str(fields["width"]), str(fields["height"])
-    items.pop("parameters", None)
-    info_text = found["raw"] if found["source"] != "comfyui" else ""
-    return {"info": info_text, "items": items, "parameters": parameters}
+    return {"info": "", "items": items, "parameters": {k: v for k, v in found["parameters"].items() if k != "loras"}}
 
 
 def dumps(value: Any) -> str:

@@ -136,10 +136,14 @@ def sampler(payload: dict[str, Any], model: ModelInfo, warnings: list[str]) -> s
     if schedule is not None and not isinstance(schedule, str):
         raise FieldError(("scheduler",), f"scheduler: must be text, got {type(schedule).__name__}")
     name = SAMPLER_ALIASES.get(name.strip().lower(), name.strip())
-    ours = from_a1111(name, schedule)
+    ours = from_a1111(name, schedule)  # "Automatic" is the sampler's default schedule, as in A1111 (DPM++ 2M: Karras)
     karras = (schedule or "").strip().lower() == "karras"
-    if karras and not name.endswith(" Karras") and (ours == name or ours not in model.samplers):
-        warnings.append(f"scheduler={schedule!r}: not available with {name} for this model; the sampler's own used")
+    if (karras and ours == name and not name.endswith(" Karras")) or (ours != name and ours not in model.samplers):
+        if schedule and schedule.strip().lower() != "automatic":  # Automatic: the best this model has, no news
+            warnings.append(
+                f"scheduler={schedule!r}: {name} with the {schedule} schedule is not available for this model; "
+                f"{name} with its own schedule used"
+            )
         ours = name
     elif schedule and schedule.strip().lower() not in ("automatic", "karras"):
         warnings.append(f"scheduler={schedule!r}: not supported here, the sampler's own schedule used")
