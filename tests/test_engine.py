@@ -16,6 +16,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine import (
@@ -238,7 +239,10 @@ def test_seeds_take_the_generators_whole_range(app_engine):
     result = app_engine.run(GenerationRequest(prompt=PROMPT, num_images=2, steps=2, seed=top))
     assert result.seeds == [top, 0] and [m["seed"] for m in result.metadata] == [top, 0]  # seed + k mod 2^64
     again = app_engine.run(GenerationRequest(prompt=PROMPT, num_images=1, steps=2, seed=0))
-    assert again.images[0].tobytes() == result.images[1].tobytes()
+    # the same picture: a batch of 2 and a batch of 1 may round a few pixels apart (CPU GEMM kernels
+    # block by batch size; seen on an AMD EPYC, bit-exact elsewhere), never more than 2/255
+    diff = np.abs(np.asarray(again.images[0], np.int16) - np.asarray(result.images[1], np.int16))
+    assert diff.max() <= 2 and diff.mean() < 0.05, (diff.max(), diff.mean())
     assert item_seed(top, 3) == 2 and pin_seed(GenerationRequest(prompt="x")).seed < 2**32
 
 
