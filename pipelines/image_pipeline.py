@@ -509,8 +509,11 @@ class ImagePipeline:
     def _step_cache_for(self, request: GenerationRequest, warnings: list[str]) -> StepCache | None:
         """The request's step cache ("none": off), else the model's default (STEP_CACHE, the recipe's);
         check_task refused a named one where the model has none."""
-        if request.step_cache is None:
-            return self.default_step_cache
+        default = self.default_step_cache
+        if request.step_cache is None:  # the model's default, at the request's threshold where it gives one
+            if default is None or default.threshold is None or request.step_cache_threshold is None:
+                return default
+            return StepCache(default.method, request.step_cache_threshold)
         cache = StepCache.of(request.step_cache, request.step_cache_threshold)
         if cache is not None and cache.threshold is None and request.step_cache_threshold is not None:
             warnings.append(f"{cache.method} has no threshold; step_cache_threshold was ignored")

@@ -23,12 +23,12 @@ from typing import Any
 
 from PIL import Image
 
-from . import step_cache
 from .inpaint import Inpaint
 
 IMAGE_MODES = ("RGB", "RGBA", "L")
 SEED_SPACE = 2**64  # torch.Generator.manual_seed takes 0..2^64-1
 RANDOM_SEED_SPACE = 2**32  # random seeds: short, and valid in tools that keep 32-bit seeds
+STEP_CACHES = ("none", "FirstBlockCache", "TaylorSeer", "MagCache")  # what each does: pipelines.step_cache
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,8 @@ def validate(request: GenerationRequest, limits: RequestLimits, count: int | Non
         raise ValueError(f"loras: must be a dict of adapter name -> scale, got {type(request.loras).__name__}")
     for name, scale in request.loras.items():
         BOUNDS["lora_scale"].check(f"loras[{name!r}]", scale)
-    step_cache.check(request.step_cache, request.step_cache_threshold)
+    if request.step_cache is not None and request.step_cache not in STEP_CACHES:
+        raise ValueError(f"step_cache: {str(request.step_cache)[:40]!r} is not one of {', '.join(STEP_CACHES)}")
     if request.step_cache_threshold is not None:
         BOUNDS["step_cache_threshold"].check("step_cache_threshold", request.step_cache_threshold)
 

@@ -18,7 +18,7 @@ switched on for one request and off again after it (also on error or Stop), with
 
 UNet families (SD 1.5, SDXL) and the DiTs without `CacheMixin` in diffusers 0.42 (SD3, PixArt,
 Sana, HiDream) have none: a request asking for a cache there is refused with the families that can.
-This module imports diffusers only when a cache is used, so `pipelines.request` can read its names.
+This module imports diffusers only when a cache is used (the UI and the settings read its names).
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import UnsupportedTaskError
+from .request import STEP_CACHES as METHODS
+
 log = logging.getLogger(__name__)
 
-NONE = "none"
-METHODS = (NONE, "FirstBlockCache", "TaylorSeer", "MagCache")
+NONE = METHODS[0]  # the names are pipelines.request's (the owner of every request value)
 DEFAULT_THRESHOLDS = {"FirstBlockCache": 0.05, "MagCache": 0.06}  # diffusers' own defaults; TaylorSeer has none
 FAMILIES = (
     "Flux (also Kontext and Fill), Qwen-Image (also Qwen-Image-Edit), Chroma, Wan, HunyuanImage, CogView4 "
@@ -47,12 +49,6 @@ _MAG_PREFIX = "MagCache Calibration Results:"
 def canonical(name: str) -> str | None:
     """The method's own spelling for any capitalisation ("firstblockcache" -> "FirstBlockCache"), else None."""
     return {m.lower(): m for m in METHODS}.get(name.strip().lower())
-
-
-def check(method: Any, threshold: Any) -> None:
-    """ValueError naming the field for a method that is not one of METHODS (its threshold: request.BOUNDS)."""
-    if method is not None and (not isinstance(method, str) or method not in METHODS):
-        raise ValueError(f"step_cache: {str(method)[:40]!r} is not one of {', '.join(METHODS)}")
 
 
 @dataclass(frozen=True)
@@ -145,6 +141,20 @@ def _catch_ratios() -> Iterator[_RatioCatcher]:
         logger.setLevel(level)
 
 
+def _enable(denoiser: Any, config: Any, cache: StepCache) -> None:
+    """`enable_cache`, its failures said as a refusal: diffusers' FirstBlockCache needs a first block and
+    at least one after it (an IndexError on a one-block transformer, which only test models have)."""
+    try:
+        denoiser.enable_cache(config)
+    except (IndexError, ValueError, TypeError) as exc:
+        if denoiser.is_cache_enabled:
+            denoiser.disable_cache()
+        raise UnsupportedTaskError(
+            f"{cache.method} cannot be applied to {type(denoiser).__name__}: {type(exc).__name__}: {exc}"
+            + (" (it needs at least two transformer blocks)" if isinstance(exc, IndexError) else "")
+        ) from exc
+
+
 @contextlib.contextmanager
 def applied(
     denoiser: Any, cache: StepCache | None, steps: int, calibrations: dict, sampler: str = ""
@@ -160,7 +170,7 @@ def applied(
     key = (steps, sampler)
     ratios = calibrations.get(key) if cache.method == "MagCache" else None
     run = Applied(cache, calibrating=cache.method == "MagCache" and ratios is None)
-    denoiser.enable_cache(_config(cache, steps, ratios))
+    _enable(denoiser, _config(cache, steps, ratios), cache)
     try:
         with _catch_ratios() if run.calibrating else contextlib.nullcontext() as catcher:
             yield run
