@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import logging
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,29 +117,46 @@ def _config(cache: StepCache, steps: int, ratios: list[float] | None) -> Any:
 
 class _RatioCatcher(logging.Handler):
     """Reads the ratios diffusers' MagCache calibration reports at the end of a run (its one output:
-    it logs them, then resets its state). The first report is the conditional pass's."""
+    it logs them, then resets its state). The first report of this run's length is the conditional
+    pass's; the length also keeps a replica calibrating at another step count (a device pool's
+    threads share the logger) from being taken for this one."""
 
-    def __init__(self) -> None:
+    def __init__(self, steps: int) -> None:
         super().__init__(logging.INFO)
+        self.steps = steps
         self.ratios: list[float] | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         if self.ratios is None and message.startswith(_MAG_PREFIX):
-            self.ratios = [float(x) for x in ast.literal_eval(message[len(_MAG_PREFIX) :].strip())]
+            ratios = [float(x) for x in ast.literal_eval(message[len(_MAG_PREFIX) :].strip())]
+            self.ratios = ratios if len(ratios) == self.steps else None
+
+
+_catching = {"count": 0, "level": logging.NOTSET}  # calibrations running now, and the logger's own level
+_catching_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def _catch_ratios() -> Iterator[_RatioCatcher]:
+def _catch_ratios(steps: int) -> Iterator[_RatioCatcher]:
+    """diffusers' MagCache logger at INFO while any calibration runs (its report is an INFO record),
+    back to its own level after the last one."""
     logger = logging.getLogger(_MAG_LOGGER)
-    catcher, level = _RatioCatcher(), logger.level
-    logger.addHandler(catcher)
-    logger.setLevel(logging.INFO)
+    catcher = _RatioCatcher(steps)
+    with _catching_lock:
+        if _catching["count"] == 0:
+            _catching["level"] = logger.level
+            logger.setLevel(logging.INFO)
+        _catching["count"] += 1
+        logger.addHandler(catcher)
     try:
         yield catcher
     finally:
-        logger.removeHandler(catcher)
-        logger.setLevel(level)
+        with _catching_lock:
+            logger.removeHandler(catcher)
+            _catching["count"] -= 1
+            if _catching["count"] == 0:
+                logger.setLevel(_catching["level"])
 
 
 def _enable(denoiser: Any, config: Any, cache: StepCache) -> None:
@@ -172,7 +190,7 @@ def applied(
     run = Applied(cache, calibrating=cache.method == "MagCache" and ratios is None)
     _enable(denoiser, _config(cache, steps, ratios), cache)
     try:
-        with _catch_ratios() if run.calibrating else contextlib.nullcontext() as catcher:
+        with _catch_ratios(steps) if run.calibrating else contextlib.nullcontext() as catcher:
             yield run
         if catcher is not None and catcher.ratios:
             run.ratios = calibrations[key] = catcher.ratios
