@@ -190,3 +190,16 @@ def test_which_transformers_diffusers_gives_a_cache():
           "HiDreamImageTransformer2DModel", "UNet2DConditionModel"]  # fmt: skip
     assert all(issubclass(getattr(diffusers, n), CacheMixin) for n in yes)
     assert not any(issubclass(getattr(diffusers, n), CacheMixin) for n in no)
+
+
+def test_cache_bench_runs_and_writes_its_figures(family_root, tmp_path):
+    """`python -m benchmarks.cache_bench` end to end, short (the figures in the docs come from a full run)."""
+    from benchmarks.cache_bench import VARIANTS, main
+
+    out = tmp_path / "cache.json"
+    path = families.build("flux", family_root / "flux")
+    report = main(["--model", str(path), "--device", "cpu", "--steps", "6", "--size", "64", "--repeats", "1",
+                   "--json", str(out)])  # fmt: skip
+    assert set(report["variants"]) == set(VARIANTS) and report["uncached_bit_identical_after"] is True
+    assert report["variants"]["TaylorSeer"]["attention_calls"] < report["variants"]["none"]["attention_calls"]
+    assert "calibration" in report["magcache_first_run"] and out.is_file()
