@@ -96,6 +96,9 @@ class ModelInfo:
     notes: str = ""  # a recipe's notes for the user
     lora_supported: bool = True
     attention: dict[str, str] = field(default_factory=dict)  # per component, what runs
+    step_cache: bool = False  # offers step caches (pipelines.step_cache); the UI disables the choice where not
+    default_step_cache: str = "none"  # what a request naming none gets (STEP_CACHE or the recipe's)
+    default_step_cache_threshold: float | None = None
     editor: ModelInfo | None = None  # the model serving edits, when it is another one (pipelines.editing)
 
     @property

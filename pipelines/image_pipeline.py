@@ -28,7 +28,7 @@ import torch
 
 from devices import DeviceManager
 
-from . import hashing, inpaint, model_setup, samplers
+from . import hashing, inpaint, model_setup, samplers, step_cache
 from .backend import Capabilities, ModelInfo, ReplicaStatus
 from .callbacks import CallMonitor, CancelFn, Chained, Interrupted, LegacyCallback, PreviewFn, Previews, ProgressFn
 from .calls import call_kwargs, size_for
@@ -41,9 +41,10 @@ from .options import PipelineOptions
 from .preview import PreviewDecoder
 from .recipes import Recipe
 from .request import GenerationRequest, GenerationResult, RequestLimits, item_seed, pin_seed, validate
+from .step_cache import StepCache
 from .tokens import count_tokens, fit_prompt, truncation_warnings
 from .tokens import windows as token_windows
-from .traits import inspect_pipeline
+from .traits import denoiser, inspect_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class _Plan:
     guidance_end: float
     warnings: list[str]
     prepared: dict[int, inpaint.Prepared] = dataclasses.field(default_factory=dict)  # by id(input image)
+    cache: StepCache | None = None  # the step cache it runs with (pipelines.step_cache)
 
     def finish(self, item: dict[str, Any], image: Any) -> Any:
         """An output as the user gets it: an inpaint pasted back into its original (pipelines.inpaint)."""
@@ -118,6 +120,8 @@ class ImagePipeline:
         self._micro_batch_limit: dict[tuple[int, int], int] = {}  # learned from out-of-memory errors
         self.traits = inspect_pipeline(pipe)
         self.recipe: Recipe | None = None
+        self.default_step_cache = model_setup.default_step_cache(self, options.step_cache, options.step_cache_threshold)
+        self._mag_ratios: dict[tuple[int, str], list[float]] = {}  # MagCache calibrations (pipelines.step_cache)
         self.base_loras: dict[str, float] = {}  # a recipe's LoRAs that stay on (not fused)
         self._token_windows = token_windows(pipe, private=True)  # counted beside a running generation
         self.vocabulary = read_vocabulary(source)
@@ -256,6 +260,12 @@ class ImagePipeline:
     def check_task(self, request: GenerationRequest) -> None:
         """Refuse what this model cannot do, with a message that says what it can do."""
         t = self.traits
+        if request.step_cache not in (None, step_cache.NONE) and not t.step_cache:
+            raise UnsupportedTaskError(
+                f"{self.model_name} ({t.class_name}) has no step cache: diffusers gives its "
+                f"{type(denoiser(self.pipe)).__name__} none, so {request.step_cache} cannot be used. "
+                f"Families with step caching: {step_cache.FAMILIES}"
+            )
         if request.inpaint is not None or t.inpaint_native:
             return self._check_inpaint(request)
         if request.init_images is None and not t.text_to_image:
@@ -397,8 +407,11 @@ class ImagePipeline:
     ) -> GenerationResult:
         """Steps 2-7 of a validated request, under the lock: plan it, denoise it, assemble the result."""
         plan = self._plan(request, item_range)
-        finished = self._denoise(plan, progress, should_cancel, preview)
-        return self._assemble(plan, finished)
+        steps = self._steps_for(request, plan.accepted)
+        sampler = request.sampler or self.scheduler_name
+        with step_cache.applied(denoiser(plan.pipe), plan.cache, steps, self._mag_ratios, sampler) as cache:
+            finished = self._denoise(plan, progress, should_cancel, preview)
+        return self._assemble(plan, finished, cache)
 
     def _plan(self, request: GenerationRequest, item_range: tuple[int, int] | None) -> _Plan:
         """Steps 2-4: the pipeline and its LoRAs, one seed per image, and what this pipeline takes,
@@ -418,6 +431,7 @@ class ImagePipeline:
         guidance_end = self._guidance_end(request, pipe, warnings)
         prompts = {p: fit_prompt(pipe, p) for p in request.prompts}  # metadata keeps the user's full text
         plan = _Plan(pipe, request, items, first, accepted, prompts, size, guidance_end, warnings)
+        plan.cache = self._step_cache_for(request, warnings)
         if request.inpaint is not None:
             self._plan_inpaint(plan)
         return plan
@@ -492,8 +506,22 @@ class ImagePipeline:
         kwargs["mask_image"] = [p.mask for p in prepared]
         return kwargs
 
-    def _assemble(self, plan: _Plan, out: _Finished) -> GenerationResult:
-        """Step 7: what finished, with its metadata and timings, and warnings for what did not go as asked."""
+    def _step_cache_for(self, request: GenerationRequest, warnings: list[str]) -> StepCache | None:
+        """The request's step cache ("none": off), else the model's default (STEP_CACHE, the recipe's);
+        check_task refused a named one where the model has none."""
+        default = self.default_step_cache
+        if request.step_cache is None:  # the model's default, at the request's threshold where it gives one
+            if default is None or default.threshold is None or request.step_cache_threshold is None:
+                return default
+            return StepCache(default.method, request.step_cache_threshold)
+        cache = StepCache.of(request.step_cache, request.step_cache_threshold)
+        if cache is not None and cache.threshold is None and request.step_cache_threshold is not None:
+            warnings.append(f"{cache.method} has no threshold; step_cache_threshold was ignored")
+        return cache
+
+    def _assemble(self, plan: _Plan, out: _Finished, cache: step_cache.Applied | None = None) -> GenerationResult:
+        """Step 7: what finished, with its metadata and timings, and warnings for what did not go as asked;
+        the step cache it ran with in the result and in each image's metadata."""
         warnings, items = plan.warnings, plan.items
         width, height = plan.size
         if out.oom_splits:
@@ -504,7 +532,12 @@ class ImagePipeline:
         if out.images and out.images[0].size != (width, height) and not plan.prepared:
             w, h = out.images[0].size
             warnings.append(f"{self.traits.class_name} produced {w}x{h} instead of the requested {width}x{height}")
-        return self._result(out.images, out.metas, out.inputs, out.timings, warnings, out.cancelled)
+        result = self._result(out.images, out.metas, out.inputs, out.timings, warnings, out.cancelled)
+        if cache is not None:
+            result.step_cache = cache.label
+            for meta in result.metadata:
+                meta.update(cache.metadata())
+        return result
 
     def _call(
         self,

@@ -10,6 +10,9 @@ A1111's format (read by A1111, SD.Next, ComfyUI loaders, Civitai):
 `Schedule type` is always written (samplers.schedule_type: Karras, or the A1111 schedule that
 spaces timesteps as the model's scheduler does): A1111 reads a missing one as "Automatic".
 
+A step cache (pipelines.step_cache) adds `Step cache: FirstBlockCache 0.05`: A1111 keeps fields it
+does not know in its "extra" text, and the image is only reproduced with the same cache.
+
 The `diffusion_anywhere` chunk holds the full metadata dict (device, dtype, attention, timings).
 """
 
@@ -57,6 +60,7 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         ("Model", meta.get("model", "")),
         ("Denoising strength", meta.get("strength")),
         *inpaint_fields(meta),
+        ("Step cache", step_cache_text(meta)),  # ours (A1111 has none): keeps the image reproducible
     ]
     hashes = meta.get("lora_hashes") or {}
     if hashes:
@@ -66,6 +70,15 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         lines.append(f"Negative prompt: {meta['negative_prompt']}")
     lines.append(", ".join(f"{k}: {_quote(v)}" for k, v in fields if v is not None and v != ""))
     return "\n".join(lines)
+
+
+def step_cache_text(meta: dict[str, Any]) -> str | None:
+    """ "FirstBlockCache 0.05", "TaylorSeer": the step cache an image was made with, None for none."""
+    method = meta.get("step_cache")
+    if not method:
+        return None
+    threshold = meta.get("step_cache_threshold")
+    return method if threshold is None else f"{method} {threshold:g}"
 
 
 def inpaint_fields(meta: dict[str, Any]) -> list[tuple[str, Any]]:

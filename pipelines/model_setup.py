@@ -25,6 +25,7 @@ from .backend import ModelInfo
 from .options import PipelineOptions
 from .recipes import Recipe, open_model
 from .request import GenerationRequest
+from .step_cache import StepCache
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,8 @@ def apply_recipe(self: Any, recipe: Recipe) -> None:
             )
     if "sampler" in d:
         self.pipe.scheduler = samplers.build(self.pipe.scheduler, d["sampler"])
+    if "step_cache" in d and self.options.step_cache is None:  # STEP_CACHE, when set, wins (as TORCH_DTYPE)
+        self.default_step_cache = default_step_cache(self, d["step_cache"], d.get("step_cache_threshold"))
     for lora in recipe.loras:
         name = self.loras.load(recipe.resolve(lora.path), allow_outside=True)
         if lora.fuse:  # merged into the weights: no per-step LoRA cost, cannot be switched off
@@ -118,6 +121,17 @@ def apply_recipe(self: Any, recipe: Recipe) -> None:
         else:
             self.base_loras[name] = lora.scale
     log.info("recipe %s applied (task %s, defaults %s, LoRAs %d)", recipe.name, recipe.task, d, len(recipe.loras))
+
+
+def default_step_cache(self: Any, method: str | None, threshold: float | None) -> StepCache | None:
+    """The step cache of requests that name none (STEP_CACHE or a recipe's): none where the model has
+    no cache, with a warning, so that a server-wide STEP_CACHE does not refuse every request there."""
+    cache = StepCache.of(method, threshold)
+    if cache is not None and not self.traits.step_cache:
+        name, cls = self.model_name, self.traits.class_name
+        log.warning("%s (%s) has no step cache; %s is not used by default", name, cls, cache.label)
+        return None
+    return cache
 
 
 def _trait_changes(traits: Any, recipe: Recipe) -> dict[str, Any]:
@@ -173,4 +187,7 @@ def describe(self: Any) -> ModelInfo:
         default_guidance_end=self.default_guidance_end if stops_guidance else 1.0,  # what a request gets
         notes=str(vocab.get("notes", "")),
         attention=dict(self.attention_applied),
+        step_cache=traits.step_cache,
+        default_step_cache=self.default_step_cache.method if self.default_step_cache else "none",
+        default_step_cache_threshold=self.default_step_cache.threshold if self.default_step_cache else None,
     )

@@ -11,10 +11,14 @@ down as this object; below that nothing reads the environment (arguments overrid
 - MICRO_BATCH: most images denoised together (default 8); halves itself on out-of-memory
 - PREVIEW_EVERY: steps between live previews in the UI (default 5)
 - MEMORY_MODE: off | auto | balanced | max (default auto; see DeviceManager.set_memory_efficient_mode)
+- STEP_CACHE: none | FirstBlockCache | TaylorSeer | MagCache, the step cache of requests that name
+  none (default: none, or the recipe's; pipelines.step_cache); off where the model has no cache
+- STEP_CACHE_THRESHOLD: its threshold, a number in (0, 1] (default: the method's own)
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -38,6 +42,26 @@ def _env_int(env: Mapping[str, str], name: str, default: int | None) -> int | No
     return number
 
 
+def _env_step_cache(env: Mapping[str, str]) -> tuple[str | None, float | None]:
+    """STEP_CACHE (any capitalisation) and STEP_CACHE_THRESHOLD; (None, None) where unset."""
+    from .step_cache import METHODS, canonical
+
+    raw = env.get("STEP_CACHE", "").strip()
+    method = canonical(raw) if raw else None
+    if raw and method is None:
+        raise ValueError(f"STEP_CACHE={raw!r} is not valid: expected one of {', '.join(METHODS)}")
+    raw = env.get("STEP_CACHE_THRESHOLD", "").strip()
+    if not raw:
+        return method, None
+    try:
+        threshold = float(raw)
+    except ValueError:
+        threshold = math.nan
+    if not 0 < threshold <= 1:  # NaN too
+        raise ValueError(f"STEP_CACHE_THRESHOLD={raw!r} is not valid: expected a number in (0, 1]")
+    return method, threshold
+
+
 @dataclass(frozen=True)
 class PipelineOptions:
     model_id: str = str(DEFAULT_MODEL)
@@ -48,12 +72,15 @@ class PipelineOptions:
     micro_batch: int = 8
     memory_mode: str = "auto"
     preview_every: int = 5  # steps between live previews (README "Live previews": chosen by measurement)
+    step_cache: str | None = None  # STEP_CACHE; None: the recipe's, else none (pipelines.step_cache)
+    step_cache_threshold: float | None = None  # STEP_CACHE_THRESHOLD; None: the method's default
     extra: dict = field(default_factory=dict)  # passed to diffusers' from_pretrained
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineOptions:
         """The variables above; ValueError naming a bad one."""
         env = os.environ if environ is None else environ
+        step_cache, threshold = _env_step_cache(env)
         return cls(
             model_id=env.get("MODEL_ID", "").strip() or str(DEFAULT_MODEL),
             lora_dir=Path(env.get("LORA_DIR", "").strip() or DEFAULT_LORA_DIR),
@@ -63,6 +90,8 @@ class PipelineOptions:
             micro_batch=_env_int(env, "MICRO_BATCH", 8),
             memory_mode=env.get("MEMORY_MODE", "").strip() or "auto",
             preview_every=_env_int(env, "PREVIEW_EVERY", 5),
+            step_cache=step_cache,
+            step_cache_threshold=threshold,
         )
 
     def updated(self, **overrides) -> PipelineOptions:

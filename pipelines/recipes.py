@@ -13,7 +13,8 @@ guidance 5, image guidance 4) and, for E1-Full, a LoRA. A recipe says all of tha
                                         "kwargs": {"output_hidden_states": true}}},
       "dtype": "bfloat16",
       "loras": [{"path": "...safetensors", "scale": 1.0, "fuse": false}],
-      "defaults": {"steps": 28, "guidance": 5.0, "image_guidance": 4.0},
+      "defaults": {"steps": 28, "guidance": 5.0, "image_guidance": 4.0},  # also "step_cache": "FirstBlockCache",
+                                                                         # "step_cache_threshold": 0.08
       "task": "edit",                                  # text-to-image | edit | both | inpaint
       "inpaint_pipeline": "FluxKontextInpaintPipeline",  # optional: built with from_pipe for masks
       "notes": "shown in the UI"
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import step_cache
 from .errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,8 @@ DEFAULT_KEYS = {
     "width": int,
     "height": int,
     "sampler": str,
+    "step_cache": str,  # none | FirstBlockCache | TaylorSeer | MagCache (pipelines.step_cache)
+    "step_cache_threshold": float,
 }
 TOP_KEYS = {
     "name", "description", "source", "pipeline_class", "custom_pipeline", "components", "dtype", "loras",
@@ -164,8 +168,10 @@ def _defaults(where: str, raw: Any) -> dict[str, Any]:
         if key not in DEFAULT_KEYS:
             raise _fail(where, f"defaults.{key}: unknown (known: {', '.join(DEFAULT_KEYS)})")
         _check_type(where, f"defaults.{key}", value, DEFAULT_KEYS[key])
-        if key == "guidance_end" and not 0 < value <= 1:
-            raise _fail(where, f"defaults.guidance_end: {value} is out of range (0, 1]")
+        if key in ("guidance_end", "step_cache_threshold") and not 0 < value <= 1:
+            raise _fail(where, f"defaults.{key}: {value} is out of range (0, 1]")
+        if key == "step_cache" and value not in step_cache.METHODS:
+            raise _fail(where, f"defaults.step_cache: {value!r} is not one of {', '.join(step_cache.METHODS)}")
     return dict(raw)
 
 

@@ -28,6 +28,7 @@ from .inpaint import Inpaint
 IMAGE_MODES = ("RGB", "RGBA", "L")
 SEED_SPACE = 2**64  # torch.Generator.manual_seed takes 0..2^64-1
 RANDOM_SEED_SPACE = 2**32  # random seeds: short, and valid in tools that keep 32-bit seeds
+STEP_CACHES = ("none", "FirstBlockCache", "TaylorSeer", "MagCache")  # what each does: pipelines.step_cache
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ class Bound:
 # steps 150 (A1111's slider end), guidance 50 (what some distilled models are run at),
 # strength and guidance end down to 0.01 (0 would skip every step / all guidance), image
 # guidance 10 (InstructPix2Pix-style editors are run at 1-5), LoRA scales +-4 (A1111 allows any,
-# Forge's sliders stop at +-2 and merges beyond 4 are noise).
+# Forge's sliders stop at +-2 and merges beyond 4 are noise), a step cache's threshold up to 1 (a
+# relative change: FirstBlockCache at 1 would skip nearly every step; 0 would skip none).
 BOUNDS: dict[str, Bound] = {
     "steps": Bound(1, 150, integer=True),
     "guidance_scale": Bound(0.0, 50.0),
@@ -66,6 +68,7 @@ BOUNDS: dict[str, Bound] = {
     "image_guidance_scale": Bound(0.0, 10.0),
     "lora_scale": Bound(-4.0, 4.0),
     "seed": Bound(0, SEED_SPACE - 1, integer=True),
+    "step_cache_threshold": Bound(0.0, 1.0, low_open=True),
 }
 
 
@@ -98,6 +101,10 @@ class GenerationRequest:
     loras: dict[str, float] = field(default_factory=dict)  # adapter name -> scale
     sampler: str | None = None  # A1111-style name ("DPM++ 2M Karras"); None: the model's own scheduler
     inpaint: Inpaint | None = None  # repaint only the mask of each input image (pipelines.inpaint)
+    step_cache: str | None = (
+        None  # none | FirstBlockCache | TaylorSeer | MagCache (pipelines.step_cache); None: the model's
+    )
+    step_cache_threshold: float | None = None  # None: the method's default (TaylorSeer has none)
 
     @property
     def prompts(self) -> list[str]:
@@ -158,6 +165,10 @@ def validate(request: GenerationRequest, limits: RequestLimits, count: int | Non
         raise ValueError(f"loras: must be a dict of adapter name -> scale, got {type(request.loras).__name__}")
     for name, scale in request.loras.items():
         BOUNDS["lora_scale"].check(f"loras[{name!r}]", scale)
+    if request.step_cache is not None and request.step_cache not in STEP_CACHES:
+        raise ValueError(f"step_cache: {str(request.step_cache)[:40]!r} is not one of {', '.join(STEP_CACHES)}")
+    if request.step_cache_threshold is not None:
+        BOUNDS["step_cache_threshold"].check("step_cache_threshold", request.step_cache_threshold)
 
 
 def _check_prompts(request: GenerationRequest) -> None:
@@ -217,10 +228,11 @@ class GenerationResult:
     cancelled: bool = False
     inputs: list[Image.Image | None] = field(default_factory=list)  # the input image of each output (editing)
     attention_components: dict[str, str] = field(default_factory=dict)  # per component, what ran
+    step_cache: str = ""  # the step cache it ran with ("FirstBlockCache 0.05"), "" for none (pipelines.step_cache)
 
     def info(self) -> dict[str, Any]:
         """JSON-friendly summary (what the API returns beside the images)."""
-        return {
+        out = {
             "seeds": self.seeds,
             "timings": {k: round(v, 4) for k, v in self.timings.items()},
             "peak_memory": self.peak_memory,
@@ -232,3 +244,6 @@ class GenerationResult:
             "cancelled": self.cancelled,
             "num_images": len(self.images),
         }
+        if self.step_cache:  # only where one ran: a request without a cache reports what it always did
+            out["step_cache"] = self.step_cache
+        return out

@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from . import step_cache
+
 log = logging.getLogger(__name__)
 
 GUIDANCE_LABELS = {
@@ -46,6 +48,7 @@ class PipelineTraits:
     lora: bool
     image_guidance: bool = False  # takes image_guidance_scale (InstructPix2Pix)
     inpaint: str = ""  # the pipeline class that inpaints: this one (takes mask_image), its from_pipe twin, or ""
+    step_cache: bool = False  # its denoiser takes diffusers' enable_cache (pipelines.step_cache)
 
     @property
     def inpaint_native(self) -> bool:
@@ -188,6 +191,7 @@ def inspect_pipeline(pipe: Any) -> PipelineTraits:
         lora=hasattr(pipe, "load_lora_weights"),
         image_guidance="image_guidance_scale" in params,
         inpaint=type(pipe).__name__ if takes_mask else inpaint_twin(pipe),
+        step_cache=step_cache.supported(denoiser(pipe)),
     )
 
 

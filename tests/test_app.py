@@ -255,7 +255,19 @@ def test_generate_takes_guidance_end_and_callers_of_the_ten_values_still_work(se
     with pytest.raises(Exception, match=r"guidance_end: 0 is out of range 0.01..1"):
         generate(client, guidance_end=0)
     api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/generate"]
-    assert [p["parameter_name"] for p in api["parameters"]][-1] == "guidance_end"
+    names = [p["parameter_name"] for p in api["parameters"]]
+    assert names[-3:] == ["guidance_end", "step_cache", "step_cache_threshold"]  # added later, each with a default
+
+
+def test_generate_passes_the_step_cache_through(client):
+    """The embedded model's UNet has no step cache: asking for one through /generate is refused by the
+    pipeline with the families that have one; "none" (and leaving it out) generates as before."""
+    with pytest.raises(Exception, match=r"has no step cache.*Flux.*Qwen-Image"):
+        generate(client, step_cache="FirstBlockCache", step_cache_threshold=0.1)
+    with pytest.raises(Exception, match=r"step_cache: 'fast' is not one of"):
+        generate(client, step_cache="fast")
+    _, info = generate(client, steps=2, step_cache="none")
+    assert info["seeds"] == [1] and "step_cache" not in info
 
 
 def test_a_64_bit_seed_reproduces_through_the_api(client):

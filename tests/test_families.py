@@ -301,6 +301,7 @@ def test_ui_offers_only_what_the_model_can_do(family_root, name):
     assert by_id["edit-btn"]["props"]["interactive"] is (info.edit or info.image_to_image)
     assert by_id["image-guidance"]["props"]["visible"] is (name == "instruct-pix2pix")
     assert by_id["guidance"]["props"]["info"] == info.guidance_label
+    assert by_id["step-cache"]["props"]["interactive"] is info.step_cache is (name == "qwen-image")  # step_cache.py
 
 
 @pytest.mark.parametrize("name", ["sd15", "sd3", "qwen-image"])

@@ -20,6 +20,8 @@ API_LABELS = {
     "guidance_scale": "guidance_scale", "width": "width", "height": "height", "seed": "seed (-1: random)",
     "loras": "loras (name -> scale)", "sampler": "sampler (\"\": the model's)",
     "guidance_end": "guidance_end (share of the steps with guidance; null: the model's)",
+    "step_cache": "step_cache (none | FirstBlockCache | TaylorSeer | MagCache; null: the model's)",
+    "step_cache_threshold": "step_cache_threshold (0..1; null: the method's default)",
 }  # fmt: skip
 
 
@@ -29,7 +31,8 @@ def api_defaults(studio: Studio) -> dict[str, Any]:
     return {
         "prompt": "", "negative_prompt": "", "num_images": 4, "steps": info.default_steps,
         "guidance_scale": info.default_guidance, "width": info.default_width, "height": info.default_height,
-        "seed": -1, "loras": {}, "sampler": "", "guidance_end": None,
+        "seed": -1, "loras": {}, "sampler": "", "guidance_end": None, "step_cache": None,
+        "step_cache_threshold": None,
     }  # fmt: skip
 
 
@@ -59,7 +62,8 @@ def generate_endpoint(studio: Studio):
     with_parameters(api_generate, API_FIELDS, api_defaults(studio))
     api_generate.__doc__ = (
         "Generate images. seed < 0 means random (any seed 0..2^64-1 reproduces); loras maps LoRA names to "
-        'scales; sampler "" is the model\'s; guidance_end null is the model\'s.'
+        "scales; sampler \"\" is the model's; guidance_end null is the model's; step_cache null is the model's "
+        "(none | FirstBlockCache | TaylorSeer | MagCache, on models that have one)."
     )
     return api_generate
 

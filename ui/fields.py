@@ -9,11 +9,15 @@ from __future__ import annotations
 # (None: the model's), so a caller sending the ten values still works.
 API_FIELDS = (
     "prompt", "negative_prompt", "num_images", "steps", "guidance_scale", "width", "height", "seed", "loras",
-    "sampler", "guidance_end",
+    "sampler", "guidance_end", "step_cache", "step_cache_threshold",
 )  # fmt: skip
 
 # The sampling fields both tabs show (Advanced), with the model's defaults and bounds.
 SAMPLING = ("sampler", "steps", "guidance_scale", "guidance_end")
+
+# The step cache (pipelines.step_cache): on the Generate tab's Advanced and in /generate; not filled
+# by Send to Generate (a PNG's "Step cache" stays a note: the receiving model may have none).
+STEP_CACHE = ("step_cache", "step_cache_threshold")
 
 # The Generate tab's fields (its LoRA choice is `loras` plus one scale slider per LoRA).
 GENERATE = ("prompt", "negative_prompt", "num_images", "seed", "random_seed", *SAMPLING, "width", "height", "loras")

@@ -7,6 +7,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
+from pipelines.step_cache import DEFAULT_THRESHOLDS, FAMILIES, METHODS
 from ui import fields
 from ui.inputs import bounds
 from ui.studio import Studio
@@ -53,6 +54,36 @@ def sampling_controls(info: ModelInfo, prefix: str = "") -> dict[str, Any]:
     }
 
 
+def step_cache_props(info: ModelInfo) -> dict[str, dict[str, Any]]:
+    """The step cache's choice and threshold for this model: disabled, with the reason, where it has none."""
+    method = info.default_step_cache
+    threshold = info.default_step_cache_threshold or DEFAULT_THRESHOLDS.get(
+        method, DEFAULT_THRESHOLDS["FirstBlockCache"]
+    )
+    why = (
+        "reuses work between steps: faster, slightly different images"
+        if info.step_cache
+        else f"not available: {info.pipeline_class} has no step cache in diffusers. Families with one: {FAMILIES}"
+    )
+    return {
+        "step_cache": {"value": method, "interactive": info.step_cache, "info": why},
+        "step_cache_threshold": {"value": threshold, "visible": method in DEFAULT_THRESHOLDS},
+    }
+
+
+def step_cache_controls(info: ModelInfo) -> dict[str, Any]:
+    """The step cache (pipelines.step_cache): a method, and a threshold for the methods that have one."""
+    p = step_cache_props(info)
+    return {
+        "step_cache": gr.Dropdown(list(METHODS), **p["step_cache"], label="Step cache", elem_id="step-cache"),
+        "step_cache_threshold": gr.Slider(
+            0.01, bounds("step_cache_threshold")[1], **p["step_cache_threshold"], step=0.01,
+            label="Step cache threshold", elem_id="step-cache-threshold",
+            info="higher skips more steps (faster, further from the uncached image)",
+        ),
+    }  # fmt: skip
+
+
 def seed_box(**props: Any) -> gr.Textbox:
     """The seed, as text: seeds go up to 2^64-1 (ComfyUI writes such seeds), which a browser's number
     field would round (JavaScript numbers keep 53 bits)."""
@@ -69,6 +100,7 @@ def unavailable_text(info: ModelInfo) -> str:
 def updates(info: ModelInfo, g: dict[str, Any]) -> dict[Any, Any]:
     """What changes in this tab when another model is loaded."""
     out = {g[name]: gr.update(**props) for name, props in sampling_props(info).items()}
+    out.update({g[name]: gr.update(**props) for name, props in step_cache_props(info).items()})
     out[g["run"]] = gr.update(interactive=info.text_to_image)
     out[g["unavailable"]] = gr.update(value=unavailable_text(info), visible=not info.text_to_image)
     text = vocabulary_markdown(info.vocabulary)
@@ -109,6 +141,7 @@ def build(studio: Studio) -> dict[str, Any]:
                 c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
             with gr.Accordion("Advanced", open=False):
                 c.update(sampling_controls(info))
+                c.update(step_cache_controls(info))
                 c["loras"] = gr.CheckboxGroup(
                     list(info.loras), label="LoRAs", visible=bool(info.loras), info="from the server's LoRA folder"
                 )
@@ -131,7 +164,7 @@ def build(studio: Studio) -> dict[str, Any]:
 
 def wire(studio: Studio, g: dict[str, Any]) -> None:
     """Generate button: `v` maps each input component to its value (no coupling to argument order)."""
-    names = [n for n in fields.GENERATE if n != "loras"]
+    names = [n for n in fields.GENERATE if n != "loras"] + list(fields.STEP_CACHE)
     lora_names = list(studio.info.loras)
 
     def ui_generate(v: dict, request: gr.Request, progress=gr.Progress()):
@@ -145,6 +178,10 @@ def wire(studio: Studio, g: dict[str, Any]) -> None:
                 gallery, result, paths = value
                 yield gallery, info_line(result), paths, result.info()
 
+    g["step_cache"].change(
+        lambda m: gr.update(visible=m in DEFAULT_THRESHOLDS, value=DEFAULT_THRESHOLDS.get(m, 0.05)),
+        g["step_cache"], g["step_cache_threshold"], api_visibility="private", queue=False,
+    )  # fmt: skip
     if studio.counts_tokens:
         g["prompt"].change(studio.token_count, g["prompt"], g["tokens"], api_visibility="private", queue=False)
     for name, slider in zip(lora_names, g["scales"], strict=True):

@@ -32,6 +32,7 @@ from pipelines.inpaint import (
     binary_mask,
 )
 from pipelines.request import BOUNDS, DEFAULTS
+from pipelines.step_cache import DEFAULT_THRESHOLDS, METHODS, canonical
 
 ALLOWED_CONTROL = {"\n", "\t", "\r"}
 
@@ -156,6 +157,25 @@ def sampler(value: Any, model: ModelInfo) -> str | None:
     return None if value == model.scheduler else value
 
 
+def step_cache(raw: dict[str, Any]) -> dict[str, Any]:
+    """`step_cache` (any capitalisation; "" or None: the model's default) and its threshold, dropped for
+    a method without one (the form's slider always sends a value). The model's support is the
+    pipeline's to check: it refuses with the families that have a cache."""
+    value = raw.get("step_cache")
+    method = None
+    if value not in (None, ""):
+        method = canonical(value) if isinstance(value, str) else None
+        if method is None:
+            raise InputError(f"step_cache: {str(value)[:80]!r} is not one of {', '.join(METHODS)}")
+    threshold = raw.get("step_cache_threshold")
+    if threshold is None or (method is not None and method not in DEFAULT_THRESHOLDS):
+        return {"step_cache": method, "step_cache_threshold": None}
+    number = finite_number("step_cache_threshold", threshold, *bounds("step_cache_threshold"))
+    if number <= 0:
+        raise InputError("step_cache_threshold: must be more than 0 (0 would skip nothing)")
+    return {"step_cache": method, "step_cache_threshold": number}
+
+
 def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) -> GenerationRequest:
     """A GenerationRequest from raw caller values; the pipeline then checks model-specific rules."""
     m = limits.model
@@ -183,6 +203,7 @@ def generation_request(raw: dict[str, Any], limits: Limits, init_images=None) ->
         guidance_end=None
         if _given(raw, "guidance_end", None) is None
         else finite_number("guidance_end", raw["guidance_end"], *bounds("guidance_end")),
+        **step_cache(raw),
     )
 
 

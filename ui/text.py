@@ -27,6 +27,8 @@ def info_line(result: GenerationResult) -> str:
     )
     if result.attention_components:
         text += " (" + ", ".join(f"{k}: {v}" for k, v in result.attention_components.items()) + ")"
+    if result.step_cache:
+        text += f" · step cache {result.step_cache}"
     if result.warnings:
         text += " · ⚠️ " + "; ".join(result.warnings)
     return text
