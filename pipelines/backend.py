@@ -96,6 +96,8 @@ class ModelInfo:
     notes: str = ""  # a recipe's notes for the user
     lora_supported: bool = True
     attention: dict[str, str] = field(default_factory=dict)  # per component, what runs
+    quantization: dict[str, str] = field(default_factory=dict)  # per component, what quantization ran
+    component_bytes: dict[str, int] = field(default_factory=dict)  # per component, weights' real bytes
     editor: ModelInfo | None = None  # the model serving edits, when it is another one (pipelines.editing)
 
     @property

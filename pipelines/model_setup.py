@@ -20,7 +20,7 @@ from typing import Any
 from devices import DeviceManager
 from devices.attention import describe as describe_attention
 
-from . import samplers
+from . import quantization, samplers
 from .backend import ModelInfo
 from .options import PipelineOptions
 from .recipes import Recipe, open_model
@@ -51,7 +51,7 @@ def load(cls: type, source: str | Path | None, device_manager: DeviceManager | N
     source = str(source or opts.model_id)
     dm = device_manager or DeviceManager()
     start = time.perf_counter()
-    pipe, recipe, weights = open_model(source, dm, opts.extra)
+    pipe, recipe, weights = open_model(source, dm, opts.extra, opts.quantization, opts.base_model)
     self = cls.from_loaded(pipe, dm, opts, weights, start, recipe)
     self.model_id = source  # what MODEL_ID said (a recipe name stays a name)
     return self
@@ -173,4 +173,6 @@ def describe(self: Any) -> ModelInfo:
         default_guidance_end=self.default_guidance_end if stops_guidance else 1.0,  # what a request gets
         notes=str(vocab.get("notes", "")),
         attention=dict(self.attention_applied),
+        quantization=quantization.applied(self.pipe),
+        component_bytes=quantization.component_bytes(self.pipe),
     )

@@ -11,6 +11,8 @@ down as this object; below that nothing reads the environment (arguments overrid
 - MICRO_BATCH: most images denoised together (default 8); halves itself on out-of-memory
 - PREVIEW_EVERY: steps between live previews in the UI (default 5)
 - MEMORY_MODE: off | auto | balanced | max (default auto; see DeviceManager.set_memory_efficient_mode)
+- QUANTIZATION: component=method[:file],... (default none; pipelines.quantization, docs/quantization.md)
+- BASE_MODEL: the diffusers folder or Hub id that a MODEL_ID=<file>.gguf transformer completes
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class PipelineOptions:
     micro_batch: int = 8
     memory_mode: str = "auto"
     preview_every: int = 5  # steps between live previews (README "Live previews": chosen by measurement)
+    quantization: str = ""  # QUANTIZATION: "" loads the model as it is (pipelines.quantization)
+    base_model: str = ""  # BASE_MODEL: the rest of the pipeline for a MODEL_ID=<file>.gguf
     extra: dict = field(default_factory=dict)  # passed to diffusers' from_pretrained
 
     @classmethod
@@ -63,6 +67,8 @@ class PipelineOptions:
             micro_batch=_env_int(env, "MICRO_BATCH", 8),
             memory_mode=env.get("MEMORY_MODE", "").strip() or "auto",
             preview_every=_env_int(env, "PREVIEW_EVERY", 5),
+            quantization=env.get("QUANTIZATION", "").strip(),
+            base_model=env.get("BASE_MODEL", "").strip(),
         )
 
     def updated(self, **overrides) -> PipelineOptions:

@@ -331,7 +331,9 @@ def _build(source: str, managers: list[DeviceManager], opts: PipelineOptions) ->
         pipeline = ImagePipeline.from_pretrained(source, managers[0], opts)
         pipeline.model_id = source
         return [pipeline]
-    loaded, recipe, weights = open_model(source, managers[0], opts.extra)  # on the CPU, read once
+    loaded, recipe, weights = open_model(
+        source, managers[0], opts.extra, opts.quantization, opts.base_model
+    )  # on the CPU, read once
     replicas = [
         ImagePipeline.from_loaded(copy.deepcopy(loaded), dm, opts, weights, start, recipe) for dm in managers[1:]
     ]
