@@ -127,10 +127,26 @@ def measure(name: str, root: Path) -> dict[str, Any]:
     return result
 
 
+def measure_setting(name: str, root: Path, setting: str) -> dict[str, Any]:
+    """PSNR, report and per-component bytes of one QUANTIZATION setting (torchao, fp8...) vs plain."""
+    folder = build_family(name, root)
+    plain = load(str(folder))
+    quantized = load(str(folder), quantization=setting)
+    info = quantized.model_info()
+    return {
+        "setting": setting,
+        "psnr_db": psnr(render(plain), render(quantized)),
+        "reported": info.quantization,
+        "component_bytes": info.component_bytes,
+        "plain_component_bytes": plain.model_info().component_bytes,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.quant_bench", description=__doc__)
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--json", default=None, help="write the figures here")
+    parser.add_argument("--quantization", default=None, help="measure this QUANTIZATION setting instead of GGUF")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     logging.disable(logging.WARNING)  # the figures, not the loaders' notices
@@ -140,7 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.families.split(","):
-            results[name] = measure(name, Path(tmp))
+            if args.quantization:
+                results[name] = measure_setting(name, Path(tmp), args.quantization)
+            else:
+                results[name] = measure(name, Path(tmp))
+    if args.quantization:
+        print(json.dumps(results, indent=2))
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
+        return 0
     print(f"{'family':<11}{'type':<6}{'quantized/fp32':>15}{'file/fp32':>11}{'PSNR dB':>9}  reported")
     for name, by_type in results.items():
         for qtype, r in by_type.items():

@@ -1,0 +1,249 @@
+"""Quantized checkpoints (pipelines.quantization) on the tiny model families, on the CPU.
+
+GGUF fixtures are written once per module from the tiny Flux / SD3 / Qwen-Image transformers with the
+`gguf` package (benchmarks.quant_bench.write_gguf: Q8_0 and Q4_0, non-Linear tensors, biases, norms
+and rows that are not whole 32-blocks kept F32). K-quants (Q6_K, Q5_K, Q4_K) are not tested: the
+`gguf` package cannot write them, so no honest fixture could be made here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import quant_bench
+from devices import DeviceManager
+from pipelines import quantization
+from pipelines.errors import ModelLoadError
+from pipelines.options import PipelineOptions
+from pipelines.recipes import open_model
+from tests.fakes import fake_cuda, fake_mps, fake_npu, no_accelerators
+
+ROOT = Path(__file__).resolve().parents[1]
+GGUF_FAMILIES = ("flux", "sd3", "qwen-image")  # their transformers load from a single file
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="pip install -r requirements-quant.txt")
+
+
+@pytest.fixture(scope="module")
+def made(family_root, tmp_path_factory):
+    """family -> its tiny folder and its transformer as Q8_0 / Q4_0 GGUF files (built once)."""
+    out = {}
+    for name in GGUF_FAMILIES:
+        quant_bench.build_family(name, family_root)
+        work = tmp_path_factory.mktemp(f"gguf-{name}")
+        (work / name).symlink_to(family_root / name)
+        out[name] = quant_bench.fixtures(name, work)
+    return out
+
+
+_PLAIN: dict[str, object] = {}
+
+
+def plain(made, name):
+    """The plain fp32 pipeline of a family and its image, once per session."""
+    if name not in _PLAIN:
+        pipeline = quant_bench.load(str(made[name]["folder"]))
+        _PLAIN[name] = (pipeline, quant_bench.render(pipeline))
+    return _PLAIN[name]
+
+
+# ---------------------------------------------------------------- GGUF
+def test_gguf_files_store_quantized_tensors_at_their_block_size(made):
+    for name in GGUF_FAMILIES:
+        q8, q4 = made[name]["Q8_0"]["stats"], made[name]["Q4_0"]["stats"]
+        assert q8["quantized_tensors"] > 0 and q8["kept_tensors"] > 0
+        assert q8["quantized_ratio"] <= 0.27, (name, q8)  # 34 bytes per 32 values
+        assert q4["quantized_ratio"] <= 0.16, (name, q4)  # 18 bytes per 32 values
+        assert q4["file_bytes"] < q8["file_bytes"]
+    assert made["flux"]["Q8_0"]["stats"]["file_ratio"] < 0.35  # the whole file, F32 tensors included
+
+
+@pytest.mark.parametrize("name", GGUF_FAMILIES)
+def test_gguf_model_id_with_base_model_makes_close_images_and_says_so(made, name):
+    base, plain_image = plain(made, name)
+    q8 = quant_bench.load(str(made[name]["Q8_0"]["path"]), base_model=str(made[name]["folder"]))
+    info = q8.model_info()
+    assert "Q8_0" in info.quantization["transformer"] and info.quantization["transformer"].startswith("gguf")
+    assert set(info.quantization) == {"transformer"}
+    assert quant_bench.psnr(plain_image, quant_bench.render(q8)) >= 30
+    plain_bytes, stats = base.model_info().component_bytes, made[name]["Q8_0"]["stats"]
+    saved = stats["quantized_fp32_bytes"] - stats["quantized_bytes"]  # the blocks are what is held in memory
+    assert info.component_bytes["transformer"] == plain_bytes["transformer"] - saved
+    assert info.component_bytes["vae"] == plain_bytes["vae"]  # the rest comes from the base model
+
+
+def test_gguf_q4_from_a_recipe_with_a_relative_file(made, tmp_path):
+    flux = made["flux"]
+    gguf_file = tmp_path / "transformer-Q4_0.gguf"
+    gguf_file.symlink_to(flux["Q4_0"]["path"])
+    recipe = {
+        "name": "tiny-flux-q4",
+        "source": str(flux["folder"]),
+        "pipeline_class": "FluxPipeline",
+        "quantization": {"transformer": {"method": "gguf", "file": "transformer-Q4_0.gguf"}},
+    }
+    (tmp_path / "tiny-flux-q4.json").write_text(json.dumps(recipe))
+    pipeline = quant_bench.load(str(tmp_path / "tiny-flux-q4.json"))
+    info = pipeline.model_info()
+    assert "Q4_0" in info.quantization["transformer"]
+    value = quant_bench.psnr(plain(made, "flux")[1], quant_bench.render(pipeline))
+    print(f"flux Q4_0 PSNR vs fp32: {value:.2f} dB")
+    assert value >= 20  # reported, not a bar: Q4_0 keeps 4 bits per weight
+
+
+def test_gguf_without_base_model_or_file_is_refused_naming_the_setting(made):
+    dm = DeviceManager("cpu")
+    with pytest.raises(ModelLoadError, match="BASE_MODEL"):
+        open_model(str(made["flux"]["Q8_0"]["path"]), dm)
+    with pytest.raises(ModelLoadError, match="GGUF file not found"):
+        open_model(str(made["flux"]["folder"]), dm, quantize="transformer=gguf:/nowhere/x.gguf")
+    with pytest.raises(ModelLoadError, match="as AutoencoderKL: SingleFileComponentError"):  # a transformer file
+        open_model(str(made["flux"]["folder"]), dm, quantize=f"vae=gguf:{made['flux']['Q8_0']['path']}")
+    with pytest.raises(ModelLoadError, match=r"gguf is refused for vae \(AutoencoderKLQwenImage\)"):
+        open_model(str(made["qwen-image"]["folder"]), dm, quantize=f"vae=gguf:{made['flux']['Q8_0']['path']}")
+
+
+# ---------------------------------------------------------------- fp8 layerwise, torchao
+def test_fp8_layerwise_stores_float8_and_reports_it(made):
+    plain_pipe, plain_image = plain(made, "flux")
+    pipeline = quant_bench.load(str(made["flux"]["folder"]), quantization="transformer=fp8-layerwise")
+    info = pipeline.model_info()
+    assert info.quantization["transformer"].startswith("fp8 layerwise casting")
+    dtypes = {p.dtype for p in pipeline.diffusers_pipeline.transformer.parameters()}
+    assert torch.float8_e4m3fn in dtypes
+    assert info.component_bytes["transformer"] < 0.6 * plain_pipe.model_info().component_bytes["transformer"]
+    value = quant_bench.psnr(plain_image, quant_bench.render(pipeline))
+    print(f"flux fp8-layerwise PSNR vs fp32: {value:.2f} dB")
+    assert value >= 20
+
+
+def _torchao_env() -> dict[str, str] | None:
+    """The environment in which torchao imports: this one, or with QUANT_LIBS (a pip --target folder,
+    default .quant-libs) on PYTHONPATH; None when neither has it."""
+    if importlib.util.find_spec("torchao") is not None:
+        return dict(os.environ)
+    extra = Path(os.environ.get("QUANT_LIBS", ROOT / ".quant-libs"))
+    if not (extra / "torchao").is_dir():
+        return None
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(extra), os.environ.get("PYTHONPATH")]))}
+
+
+def test_torchao_int8_weight_only_on_a_transformer_and_a_text_encoder(tmp_path):
+    """In a child process: with torchao installed, diffusers imports it at `import diffusers`."""
+    env = _torchao_env()
+    if env is None:
+        pytest.skip("torchao is not installed (requirements-quant.txt)")
+    setting = "transformer=torchao-int8wo,text_encoder_2=torchao-int8wo"
+    out = tmp_path / "torchao.json"
+    command = [sys.executable, "-m", "benchmarks.quant_bench", "--families", "flux", "--quantization", setting]
+    run = subprocess.run([*command, "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-2000:]
+    r = json.loads(out.read_text())["flux"]
+    assert r["reported"] == {"transformer": "torchao int8 weight-only", "text_encoder_2": "torchao int8 weight-only"}
+    for component in ("transformer", "text_encoder_2"):  # int8 data + scales, well under fp32's 4 bytes
+        assert r["component_bytes"][component] < 0.5 * r["plain_component_bytes"][component]
+    assert r["component_bytes"]["vae"] == r["plain_component_bytes"]["vae"]
+    assert r["psnr_db"] >= 30
+
+
+# ---------------------------------------------------------------- refusals, per device
+def test_bitsandbytes_is_refused_on_the_cpu_before_loading(made, tmp_path):
+    start = time.perf_counter()
+    with pytest.raises(ModelLoadError) as error:
+        open_model(str(made["flux"]["folder"]), DeviceManager("cpu"), quantize="transformer=bnb-nf4")
+    message = str(error.value)
+    assert "QUANTIZATION (transformer)" in message and "(cpu)" in message and "CUDA" in message
+    recipe = {"name": "r", "source": "black-forest-labs/FLUX.1-dev", "quantization": {"text_encoder_2": "bnb-int8"}}
+    (tmp_path / "r.json").write_text(json.dumps(recipe))
+    with pytest.raises(ModelLoadError, match=r"quantization\.text_encoder_2: bnb-int8 is refused on this device \(cpu\)"):
+        open_model(str(tmp_path / "r.json"), DeviceManager("cpu"))  # a Hub id: refused before any download
+    assert time.perf_counter() - start < 5
+
+
+def test_simulated_npu_offers_gguf_and_torchao_and_refuses_bnb_and_fp8(monkeypatch):
+    no_accelerators(monkeypatch)
+    fake_npu(monkeypatch)
+    dm = DeviceManager()
+    assert dm.backend == "npu"
+    for ok in ("transformer=gguf:t.gguf", "transformer=torchao-int8wo"):
+        requests = quantization.parse_setting(ok)
+        assert quantization.refusal(requests[0].method, dm.backend) is None
+    for refused, reason in (("bnb-nf4", "no Ascend kernels"), ("fp8-layerwise", "not verified")):
+        with pytest.raises(ModelLoadError, match=rf"{refused} is refused on this device \(npu\): .*{reason}"):
+            open_model("black-forest-labs/FLUX.1-dev", dm, quantize=f"transformer={refused}")
+
+
+def test_simulated_mps_refuses_fp8_and_bnb_offers_gguf(monkeypatch):
+    no_accelerators(monkeypatch)
+    fake_mps(monkeypatch)
+    dm = DeviceManager()
+    assert dm.backend == "mps"
+    assert quantization.refusal("gguf", "mps") is None and quantization.refusal("torchao-int8wo", "mps") is None
+    with pytest.raises(ModelLoadError, match=r"fp8-layerwise is refused on this device \(mps\): MPS has no float8"):
+        open_model("black-forest-labs/FLUX.1-dev", dm, quantize="transformer=fp8-layerwise")
+    with pytest.raises(ModelLoadError, match="no Metal kernels"):
+        open_model("black-forest-labs/FLUX.1-dev", dm, quantize="transformer=bnb-nf4")
+
+
+def test_bitsandbytes_on_cuda_needs_its_package(monkeypatch):
+    no_accelerators(monkeypatch)
+    fake_cuda(monkeypatch)
+    dm = DeviceManager()
+    assert quantization.refusal("bnb-nf4", dm.backend) is None
+    if importlib.util.find_spec("bitsandbytes") is None:
+        with pytest.raises(ModelLoadError, match="needs the bitsandbytes package: .*pip install -r requirements-quant.txt"):
+            open_model("black-forest-labs/FLUX.1-dev", dm, quantize="transformer=bnb-nf4")
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("transformer=int3", "unknown quantization 'int3'"),
+        ("transformer", "is not component=method"),
+        ("transformer=gguf", "gguf needs a file"),
+        ("transformer=torchao-int8wo:x.gguf", "takes no file"),
+        ("transformer=gguf:x.safetensors", "is not a .gguf file"),
+    ],
+)
+def test_bad_settings_name_the_setting(setting, message):
+    with pytest.raises(ValueError, match=message):
+        quantization.parse_setting(setting)
+
+
+def test_recipe_field_is_validated_and_a_missing_component_named(made, tmp_path):
+    from pipelines import recipes
+
+    with pytest.raises(recipes.RecipeError, match=r"recipe x: quantization.unet: unknown quantization 'q2'"):
+        recipes.parse({"name": "x", "source": "y", "quantization": {"unet": "q2"}}, "x")
+    with pytest.raises(ModelLoadError, match="the model has no component 'unet'"):
+        open_model(str(made["flux"]["folder"]), DeviceManager("cpu"), quantize="unet=fp8-layerwise")
+    with pytest.raises(ModelLoadError, match="diffusers models only"):
+        open_model(str(made["flux"]["folder"]), DeviceManager("cpu"), quantize="text_encoder=fp8-layerwise")
+
+
+# ---------------------------------------------------------------- defaults and reporting
+def test_plain_model_reports_no_quantization_and_real_component_bytes(made):
+    pipeline, _ = plain(made, "flux")
+    info = pipeline.model_info()
+    assert info.quantization == {}
+    pipe = pipeline.diffusers_pipeline
+    expected = sum(t.numel() * t.element_size() for t in [*pipe.vae.parameters(), *pipe.vae.buffers()])
+    assert info.component_bytes["vae"] == expected
+    assert set(info.component_bytes) == {"vae", "text_encoder", "text_encoder_2", "transformer"}
+
+
+def test_settings_are_read_once_and_back_ends_never_imported_by_the_policy_module():
+    opts = PipelineOptions.from_env({"QUANTIZATION": " transformer=fp8-layerwise ", "BASE_MODEL": "a/b"})
+    assert (opts.quantization, opts.base_model) == ("transformer=fp8-layerwise", "a/b")
+    assert PipelineOptions.from_env({}).quantization == ""
+    source = (ROOT / "pipelines" / "quantization.py").read_text()
+    top_level = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
+    assert not any(name in line for line in top_level for name in ("gguf", "torchao", "bitsandbytes", "diffusers"))
