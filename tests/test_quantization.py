@@ -29,12 +29,12 @@ from tests.fakes import fake_cuda, fake_mps, fake_npu, no_accelerators
 
 ROOT = Path(__file__).resolve().parents[1]
 GGUF_FAMILIES = ("flux", "sd3", "qwen-image")  # their transformers load from a single file
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="pip install -r requirements-quant.txt")
 
 
 @pytest.fixture(scope="module")
 def made(family_root, tmp_path_factory):
     """family -> its tiny folder and its transformer as Q8_0 / Q4_0 GGUF files (built once)."""
+    pytest.importorskip("gguf", reason="pip install -r requirements-quant.txt")
     out = {}
     for name in GGUF_FAMILIES:
         quant_bench.build_family(name, family_root)
@@ -199,7 +199,7 @@ def test_bitsandbytes_on_cuda_needs_its_package(monkeypatch):
     dm = DeviceManager()
     assert quantization.refusal("bnb-nf4", dm.backend) is None
     if importlib.util.find_spec("bitsandbytes") is None:
-        with pytest.raises(ModelLoadError, match="needs the bitsandbytes package: .*pip install -r requirements-quant.txt"):
+        with pytest.raises(ModelLoadError, match=r"needs the bitsandbytes package: .*pip install -r requirements-quant\.txt"):
             open_model("black-forest-labs/FLUX.1-dev", dm, quantize="transformer=bnb-nf4")
 
 
@@ -238,6 +238,14 @@ def test_plain_model_reports_no_quantization_and_real_component_bytes(made):
     expected = sum(t.numel() * t.element_size() for t in [*pipe.vae.parameters(), *pipe.vae.buffers()])
     assert info.component_bytes["vae"] == expected
     assert set(info.component_bytes) == {"vae", "text_encoder", "text_encoder_2", "transformer"}
+
+
+def test_back_ends_are_optional_pins_with_bitsandbytes_kept_to_cuda_hosts():
+    lines = [line.split("#")[0].strip() for line in (ROOT / "requirements-quant.txt").read_text().splitlines()]
+    pins = {line.split("==")[0]: line for line in lines if line}
+    assert set(pins) == {"gguf", "torchao", "bitsandbytes"} and all("==" in line for line in pins.values())
+    assert "platform_machine" in pins["bitsandbytes"] and "torch" not in pins
+    assert "requirements-quant" not in (ROOT / "requirements.txt").read_text()  # optional: never in the base
 
 
 def test_settings_are_read_once_and_back_ends_never_imported_by_the_policy_module():
