@@ -2,8 +2,9 @@
 
 GGUF fixtures are written once per module from the tiny Flux / SD3 / Qwen-Image transformers with the
 `gguf` package (benchmarks.quant_bench.write_gguf: Q8_0 and Q4_0, non-Linear tensors, biases, norms
-and rows that are not whole 32-blocks kept F32). K-quants (Q6_K, Q5_K, Q4_K) are not tested: the
-`gguf` package cannot write them, so no honest fixture could be made here.
+and rows that are not whole 32-blocks kept F32). The `gguf` package cannot write K-quants (Q6_K,
+Q5_K, Q4_K), so their test does not quantize anything: it writes random but well-formed K-quant
+blocks and checks that diffusers reads them as gguf-py's reference dequantizer does.
 """
 
 from __future__ import annotations
@@ -111,6 +112,63 @@ def test_gguf_without_base_model_or_file_is_refused_naming_the_setting(made):
         open_model(str(made["qwen-image"]["folder"]), dm, quantize=f"vae=gguf:{made['flux']['Q8_0']['path']}")
 
 
+def _random_kquant_rows(rows: int, cols: int, qtype, rng):
+    """Random K-quant blocks with small positive fp16 super-block scales (Q6_K keeps `d` last;
+    Q5_K / Q4_K start with `d`, `dmin`): well-formed data, not a quantization of anything."""
+    import gguf
+    import numpy as np
+
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    n = cols // block
+    raw = rng.integers(0, 256, size=(rows, n, size), dtype=np.uint8)
+
+    def scale():
+        return rng.uniform(5e-5, 2e-4, size=(rows, n)).astype(np.float16).view(np.uint8).reshape(rows, n, 2)
+
+    if qtype.name == "Q6_K":
+        raw[..., size - 2 :] = scale()
+    else:
+        raw[..., 0:2], raw[..., 2:4] = scale(), scale()
+    return raw.reshape(rows, n * size)
+
+
+@pytest.mark.parametrize("qtype", ["Q6_K", "Q5_K", "Q4_K"])
+def test_k_quant_blocks_load_as_the_reference_dequantizer_reads_them(tmp_path, qtype):
+    """A Flux transformer 256 wide (K-quant rows are 256-value super-blocks) through the app's loader."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+    from diffusers import FluxTransformer2DModel
+    from diffusers.quantizers.gguf.utils import dequantize_gguf_tensor
+
+    torch.manual_seed(0)
+    model = FluxTransformer2DModel(
+        patch_size=1, in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=128, num_attention_heads=2,
+        joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[16, 56, 56], guidance_embeds=True,
+    ).eval()  # fmt: skip
+    model.save_config(tmp_path / "base" / "transformer")
+    (tmp_path / "base" / "model_index.json").write_text(
+        json.dumps({"transformer": ["diffusers", "FluxTransformer2DModel"]})
+    )
+    kind, rng = gguf.GGMLQuantizationType[qtype], np.random.default_rng(0)
+    writer, reference = gguf.GGUFWriter(str(tmp_path / f"t-{qtype}.gguf"), "flux"), {}
+    for name, tensor in model.state_dict().items():
+        if name.endswith(".weight") and tensor.ndim == 2 and tensor.shape[1] % 256 == 0:
+            raw = _random_kquant_rows(*tensor.shape, kind, rng)
+            writer.add_tensor(name, raw, raw_dtype=kind)
+            reference[name] = torch.from_numpy(gguf.quants.dequantize(raw, kind).copy())
+        else:
+            writer.add_tensor(name, tensor.numpy())
+    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file, writer.close):
+        step()
+    request = quantization.parse_setting(f"transformer=gguf:{tmp_path / f't-{qtype}.gguf'}")[0]
+    loaded = quantization._load_gguf(request, "FluxTransformer2DModel", str(tmp_path / "base"), torch.float32)
+    assert f"{qtype} x{len(reference)}" in quantization.describe_gguf(loaded)  # what model_info would report
+    params = dict(loaded.named_parameters())
+    for name, expected in reference.items():  # equal up to diffusers' fp16 arithmetic on the scales
+        got = dequantize_gguf_tensor(params[name]).float()
+        assert (got - expected).abs().max() <= 1e-3 * expected.abs().max(), name
+
+
 # ---------------------------------------------------------------- fp8 layerwise, torchao
 def test_fp8_layerwise_stores_float8_and_reports_it(made):
     plain_pipe, plain_image = plain(made, "flux")
@@ -163,7 +221,9 @@ def test_bitsandbytes_is_refused_on_the_cpu_before_loading(made, tmp_path):
     assert "QUANTIZATION (transformer)" in message and "(cpu)" in message and "CUDA" in message
     recipe = {"name": "r", "source": "black-forest-labs/FLUX.1-dev", "quantization": {"text_encoder_2": "bnb-int8"}}
     (tmp_path / "r.json").write_text(json.dumps(recipe))
-    with pytest.raises(ModelLoadError, match=r"quantization\.text_encoder_2: bnb-int8 is refused on this device \(cpu\)"):
+    with pytest.raises(
+        ModelLoadError, match=r"quantization\.text_encoder_2: bnb-int8 is refused on this device \(cpu\)"
+    ):
         open_model(str(tmp_path / "r.json"), DeviceManager("cpu"))  # a Hub id: refused before any download
     assert time.perf_counter() - start < 5
 
@@ -199,7 +259,9 @@ def test_bitsandbytes_on_cuda_needs_its_package(monkeypatch):
     dm = DeviceManager()
     assert quantization.refusal("bnb-nf4", dm.backend) is None
     if importlib.util.find_spec("bitsandbytes") is None:
-        with pytest.raises(ModelLoadError, match=r"needs the bitsandbytes package: .*pip install -r requirements-quant\.txt"):
+        with pytest.raises(
+            ModelLoadError, match=r"needs the bitsandbytes package: .*pip install -r requirements-quant\.txt"
+        ):
             open_model("black-forest-labs/FLUX.1-dev", dm, quantize="transformer=bnb-nf4")
 
 
