@@ -58,6 +58,10 @@ class PipelineOptions:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineOptions:
         """The variables above; ValueError naming a bad one."""
         env = os.environ if environ is None else environ
+        if env.get("QUANTIZATION", "").strip():  # checked at start, not when the model loads minutes later
+            from .quantization import parse_setting
+
+            parse_setting(env["QUANTIZATION"].strip())
         return cls(
             model_id=env.get("MODEL_ID", "").strip() or str(DEFAULT_MODEL),
             lora_dir=Path(env.get("LORA_DIR", "").strip() or DEFAULT_LORA_DIR),

@@ -22,7 +22,7 @@ import torch
 
 from benchmarks import quant_bench
 from devices import DeviceManager
-from pipelines import quantization
+from pipelines import GenerationRequest, quantization
 from pipelines.errors import ModelLoadError
 from pipelines.options import PipelineOptions
 from pipelines.recipes import open_model
@@ -75,6 +75,9 @@ def test_gguf_model_id_with_base_model_makes_close_images_and_says_so(made, name
     assert "Q8_0" in info.quantization["transformer"] and info.quantization["transformer"].startswith("gguf")
     assert set(info.quantization) == {"transformer"}
     assert quant_bench.psnr(plain_image, quant_bench.render(q8)) >= 30
+    request = GenerationRequest(prompt="a cat", steps=1, width=32, height=32)
+    assert q8.generate(request).metadata[0]["quantization"] == info.quantization  # each image says so
+    assert "quantization" not in base.generate(request).metadata[0]  # a plain model's metadata is unchanged
     plain_bytes, stats = base.model_info().component_bytes, made[name]["Q8_0"]["stats"]
     saved = stats["quantized_fp32_bytes"] - stats["quantized_bytes"]  # the blocks are what is held in memory
     assert info.component_bytes["transformer"] == plain_bytes["transformer"] - saved
@@ -314,6 +317,8 @@ def test_settings_are_read_once_and_back_ends_never_imported_by_the_policy_modul
     opts = PipelineOptions.from_env({"QUANTIZATION": " transformer=fp8-layerwise ", "BASE_MODEL": "a/b"})
     assert (opts.quantization, opts.base_model) == ("transformer=fp8-layerwise", "a/b")
     assert PipelineOptions.from_env({}).quantization == ""
+    with pytest.raises(ValueError, match=r"QUANTIZATION=.*is not component=method"):
+        PipelineOptions.from_env({"QUANTIZATION": "int8"})
     source = (ROOT / "pipelines" / "quantization.py").read_text()
     top_level = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
     assert not any(name in line for line in top_level for name in ("gguf", "torchao", "bitsandbytes", "diffusers"))
