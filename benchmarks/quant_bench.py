@@ -80,10 +80,11 @@ def build_family(name: str, root: Path) -> Path:
 
 def fixtures(name: str, root: Path, qtypes=QTYPES) -> dict[str, Any]:
     """The family's tiny folder and its transformer as GGUF files: {"folder", qtype: {"path", stats}}."""
-    from diffusers import DiffusionPipeline
+    import diffusers
 
     folder = build_family(name, root)
-    transformer = DiffusionPipeline.from_pretrained(folder, dtype=torch.float32).transformer
+    class_name = diffusers.DiffusionPipeline.load_config(folder)["transformer"][1]
+    transformer = getattr(diffusers, class_name).from_pretrained(folder / "transformer", dtype=torch.float32)
     fp32_file = folder / "transformer" / "diffusion_pytorch_model.safetensors"
     out: dict[str, Any] = {"folder": folder}
     for qtype in qtypes:

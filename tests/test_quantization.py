@@ -84,6 +84,22 @@ def test_gguf_model_id_with_base_model_makes_close_images_and_says_so(made, name
     assert info.component_bytes["vae"] == plain_bytes["vae"]  # the rest comes from the base model
 
 
+def test_gguf_model_in_a_two_replica_cpu_pool(made):
+    """Each replica opens the quantized model itself: diffusers' GGUF parameters cannot be deep-copied."""
+    from devices.options import DeviceSettings
+    from pipelines.pool import DevicePool
+
+    flux = made["flux"]
+    opts = PipelineOptions(memory_mode="off", base_model=str(flux["folder"]))
+    pool = DevicePool.from_pretrained(str(flux["Q8_0"]["path"]), "cpu", opts, DeviceSettings(cpu_replicas=2))
+    try:
+        assert len(pool.status()) == 2 and "Q8_0" in pool.model_info().quantization["transformer"]
+        result = pool.generate(GenerationRequest(prompt="a cat", steps=1, width=32, height=32, num_images=2))
+        assert len(result.images) == 2 and all(m["quantization"] for m in result.metadata)
+    finally:
+        pool.close()
+
+
 def test_gguf_q4_from_a_recipe_with_a_relative_file(made, tmp_path):
     flux = made["flux"]
     gguf_file = tmp_path / "transformer-Q4_0.gguf"
