@@ -286,6 +286,18 @@ def dtype_for(recipe: Recipe | None, dm: Any) -> Any:
     return getattr(torch, recipe.dtype)
 
 
+def _check_quantized_components(recipe: Recipe, plan: Any) -> None:
+    """A recipe's extra component is loaded by `components` and handed to diffusers whole, so a
+    quantization asked for it would be silently ignored: refused instead."""
+    extra = {c.name for c in recipe.components}
+    for r in plan.requests:
+        if r.component in extra:
+            raise RecipeError(
+                f"recipe {recipe.name}: {r.where}: {r.component} is loaded by the recipe's components, which "
+                "quantization does not reach (only the base model's own components can be quantized)"
+            )
+
+
 def open_model(
     model_id: str, dm: Any, extra: dict[str, Any] | None = None, quantize: str = "", base_model: str = ""
 ) -> tuple[Any, Recipe | None, str]:
@@ -317,6 +329,7 @@ def open_model(
         if plan:
             quantization.after_load(pipe, plan, dm.dtype)
         return pipe, None, model_id
+    _check_quantized_components(recipe, plan)
     dtype = dtype_for(recipe, dm)
     kwargs = {**extra, **pipeline_kwargs(recipe, dtype)}
     if recipe.pipeline_class:

@@ -306,6 +306,11 @@ def test_recipe_field_is_validated_and_a_missing_component_named(made, tmp_path)
         recipes.parse({"name": "x", "source": "y", "quantization": {"unet": "q2"}}, "x")
     with pytest.raises(ModelLoadError, match="the model has no component 'unet'"):
         open_model(str(made["flux"]["folder"]), DeviceManager("cpu"), quantize="unet=fp8-layerwise")
+    recipe = {"name": "x", "source": str(made["flux"]["folder"]), "quantization": {"vae": "fp8-layerwise"},
+              "components": {"vae": {"source": "vae", "class": "diffusers.AutoencoderKL"}}}  # fmt: skip
+    (tmp_path / "x.json").write_text(json.dumps(recipe))
+    with pytest.raises(ModelLoadError, match="vae is loaded by the recipe's components"):
+        open_model(str(tmp_path / "x.json"), DeviceManager("cpu"))
     with pytest.raises(ModelLoadError, match="diffusers models only"):
         open_model(str(made["flux"]["folder"]), DeviceManager("cpu"), quantize="text_encoder=fp8-layerwise")
 
