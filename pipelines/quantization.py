@@ -283,6 +283,15 @@ def after_load(pipe: Any, plan: Plan, dtype: Any) -> None:
         log.info("quantization: %s", plan.applied)
 
 
+def denoiser_file(plan: Plan) -> str | None:
+    """The local GGUF file that holds the denoiser, if any: what names the model's weights (its
+    A1111 model hash), since the base model's own denoiser is not what runs."""
+    for r in plan.requests:
+        if r.method == "gguf" and r.component in ("transformer", "unet") and Path(r.file).is_file():
+            return r.file
+    return None
+
+
 def applied(pipe: Any) -> dict[str, str]:
     """component -> what quantization ran on it (empty for a plain model)."""
     return dict(getattr(pipe, "_quantization", {}) or {})

@@ -328,7 +328,7 @@ def open_model(
         pipe = load_diffusers_pipeline(model_id, dm.dtype, **kwargs)
         if plan:
             quantization.after_load(pipe, plan, dm.dtype)
-        return pipe, None, model_id
+        return pipe, None, quantization.denoiser_file(plan) or model_id
     _check_quantized_components(recipe, plan)
     dtype = dtype_for(recipe, dm)
     kwargs = {**extra, **pipeline_kwargs(recipe, dtype)}
@@ -341,4 +341,4 @@ def open_model(
     pipe = load_diffusers_pipeline(source, dtype, **kwargs)
     if plan:
         quantization.after_load(pipe, plan, dtype)
-    return pipe, recipe, source
+    return pipe, recipe, quantization.denoiser_file(plan) or source

@@ -22,7 +22,7 @@ import torch
 
 from benchmarks import quant_bench
 from devices import DeviceManager
-from pipelines import GenerationRequest, quantization
+from pipelines import GenerationRequest, hashing, quantization
 from pipelines.errors import ModelLoadError
 from pipelines.options import PipelineOptions
 from pipelines.recipes import open_model
@@ -78,6 +78,7 @@ def test_gguf_model_id_with_base_model_makes_close_images_and_says_so(made, name
     request = GenerationRequest(prompt="a cat", steps=1, width=32, height=32)
     assert q8.generate(request).metadata[0]["quantization"] == info.quantization  # each image says so
     assert "quantization" not in base.generate(request).metadata[0]  # a plain model's metadata is unchanged
+    assert q8.model_hash() == hashing.short_hash(made[name]["Q8_0"]["path"])  # the weights that run: the GGUF file
     plain_bytes, stats = base.model_info().component_bytes, made[name]["Q8_0"]["stats"]
     saved = stats["quantized_fp32_bytes"] - stats["quantized_bytes"]  # the blocks are what is held in memory
     assert info.component_bytes["transformer"] == plain_bytes["transformer"] - saved
