@@ -40,14 +40,18 @@ def quantizable(model: torch.nn.Module) -> set[str]:
 
 
 def write_gguf(model: torch.nn.Module, path: Path, qtype: str, arch: str = "diffusers") -> dict[str, Any]:
-    """Write `model`'s state dict to `path` at `qtype`; the bytes it saved."""
+    """Write `model`'s state dict (diffusers' names) to `path` at `qtype`; the bytes it saved."""
+    return write_state(model.state_dict(), quantizable(model), path, qtype, arch)
+
+
+def write_state(state: dict[str, torch.Tensor], chosen: set[str], path: Path, qtype: str, arch: str) -> dict[str, Any]:
+    """Write `state` to a GGUF file, the tensors named in `chosen` quantized at `qtype`, the rest F32."""
     import gguf
 
     kind = gguf.GGMLQuantizationType[qtype]
-    chosen = quantizable(model)
     writer = gguf.GGUFWriter(str(path), arch)
     stats = {"quantized_tensors": 0, "kept_tensors": 0, "quantized_fp32_bytes": 0, "quantized_bytes": 0}
-    for name, tensor in model.state_dict().items():
+    for name, tensor in state.items():
         array = tensor.detach().float().cpu().numpy()
         if name in chosen:
             packed = gguf.quants.quantize(array, kind)
