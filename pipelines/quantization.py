@@ -262,7 +262,8 @@ def _load_gguf(r: Request, class_name: str, source: str, dtype: Any) -> Any:
 
 
 def describe_gguf(module: Any) -> str:
-    """ "gguf Q8_0 x12, F32 x20": the tensor types a GGUF-loaded model really holds."""
+    """What a GGUF-loaded model really holds, by tensor type ("gguf float32 x20, Q8_0 x12"): the file
+    decides the types, not the request."""
     counts: dict[str, int] = {}
     for p in module.parameters():
         kind = getattr(getattr(p, "quant_type", None), "name", None) or str(p.dtype).removeprefix("torch.")
