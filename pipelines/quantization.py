@@ -169,8 +169,14 @@ def check(requests: tuple[Request, ...], backend: str) -> Plan:
 
 
 def resolve_files(plan: Plan, resolve) -> Plan:
-    """The plan with gguf files made absolute by `resolve` (a recipe's folder)."""
-    requests = tuple(Request(r.component, r.method, resolve(r.file), r.where) if r.file else r for r in plan.requests)
+    """The plan with the recipe's gguf files made absolute by `resolve` (relative to the recipe's folder;
+    a file given in the settings stays relative to the working directory)."""
+    requests = tuple(
+        Request(r.component, r.method, resolve(r.file), r.where)
+        if r.file and r.where.startswith("quantization.")
+        else r
+        for r in plan.requests
+    )
     return Plan(requests)
 
 
