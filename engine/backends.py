@@ -47,6 +47,10 @@ def _ray(settings: AppSettings, model: str) -> GenerationBackend:
     from serving.ray_backend import RayBackend  # Ray is optional (requirements-ray.txt)
 
     opts = settings.pipeline
+    if opts.quantization or opts.base_model:  # not forwarded to the replicas: say so rather than ignore it
+        raise ValueError(
+            "QUANTIZATION and BASE_MODEL are not passed to the Ray backend: put the quantization in a recipe"
+        )
     d = settings.devices
     return RayBackend.start(
         model=model,

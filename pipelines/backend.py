@@ -99,6 +99,8 @@ class ModelInfo:
     step_cache: bool = False  # offers step caches (pipelines.step_cache); the UI disables the choice where not
     default_step_cache: str = "none"  # what a request naming none gets (STEP_CACHE or the recipe's)
     default_step_cache_threshold: float | None = None
+    quantization: dict[str, str] = field(default_factory=dict)  # per component, what quantization ran
+    component_bytes: dict[str, int] = field(default_factory=dict)  # per component, weights' real bytes
     editor: ModelInfo | None = None  # the model serving edits, when it is another one (pipelines.editing)
 
     @property

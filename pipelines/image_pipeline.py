@@ -28,7 +28,7 @@ import torch
 
 from devices import DeviceManager
 
-from . import hashing, inpaint, model_setup, samplers, step_cache
+from . import hashing, inpaint, model_setup, quantization, samplers, step_cache
 from .backend import Capabilities, ModelInfo, ReplicaStatus
 from .callbacks import CallMonitor, CancelFn, Chained, Interrupted, LegacyCallback, PreviewFn, Previews, ProgressFn
 from .calls import call_kwargs, size_for
@@ -666,6 +666,9 @@ class ImagePipeline:
             meta["guidance_end"] = guidance_end
         if request.inpaint is not None:
             meta.update(inpaint.metadata(request.inpaint))
+        quantized = quantization.applied(self.pipe)
+        if quantized:  # which weights made the image: a quantized model's output differs from the plain one's
+            meta["quantization"] = quantized
         return meta
 
     def _result(self, images, metas, inputs, timings, warnings, cancelled) -> GenerationResult:

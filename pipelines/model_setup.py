@@ -20,7 +20,7 @@ from typing import Any
 from devices import DeviceManager
 from devices.attention import describe as describe_attention
 
-from . import samplers
+from . import quantization, samplers
 from .backend import ModelInfo
 from .options import PipelineOptions
 from .recipes import Recipe, open_model
@@ -52,7 +52,7 @@ def load(cls: type, source: str | Path | None, device_manager: DeviceManager | N
     source = str(source or opts.model_id)
     dm = device_manager or DeviceManager()
     start = time.perf_counter()
-    pipe, recipe, weights = open_model(source, dm, opts.extra)
+    pipe, recipe, weights = open_model(source, dm, opts.extra, opts.quantization, opts.base_model)
     self = cls.from_loaded(pipe, dm, opts, weights, start, recipe)
     self.model_id = source  # what MODEL_ID said (a recipe name stays a name)
     return self
@@ -190,4 +190,6 @@ def describe(self: Any) -> ModelInfo:
         step_cache=traits.step_cache,
         default_step_cache=self.default_step_cache.method if self.default_step_cache else "none",
         default_step_cache_threshold=self.default_step_cache.threshold if self.default_step_cache else None,
+        quantization=quantization.applied(self.pipe),
+        component_bytes=quantization.component_bytes(self.pipe),
     )

@@ -14,6 +14,8 @@ down as this object; below that nothing reads the environment (arguments overrid
 - STEP_CACHE: none | FirstBlockCache | TaylorSeer | MagCache, the step cache of requests that name
   none (default: none, or the recipe's; pipelines.step_cache); off where the model has no cache
 - STEP_CACHE_THRESHOLD: its threshold, a number in (0, 1] (default: the method's own)
+- QUANTIZATION: component=method[:file],... (default none; pipelines.quantization, docs/quantization.md)
+- BASE_MODEL: the diffusers folder or Hub id that a MODEL_ID=<file>.gguf transformer completes
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ class PipelineOptions:
     preview_every: int = 5  # steps between live previews (README "Live previews": chosen by measurement)
     step_cache: str | None = None  # STEP_CACHE; None: the recipe's, else none (pipelines.step_cache)
     step_cache_threshold: float | None = None  # STEP_CACHE_THRESHOLD; None: the method's default
+    quantization: str = ""  # QUANTIZATION: "" loads the model as it is (pipelines.quantization)
+    base_model: str = ""  # BASE_MODEL: the rest of the pipeline for a MODEL_ID=<file>.gguf
     extra: dict = field(default_factory=dict)  # passed to diffusers' from_pretrained
 
     @classmethod
@@ -81,6 +85,10 @@ class PipelineOptions:
         """The variables above; ValueError naming a bad one."""
         env = os.environ if environ is None else environ
         step_cache, threshold = _env_step_cache(env)
+        if env.get("QUANTIZATION", "").strip():  # checked at start, not when the model loads minutes later
+            from .quantization import parse_setting
+
+            parse_setting(env["QUANTIZATION"].strip())
         return cls(
             model_id=env.get("MODEL_ID", "").strip() or str(DEFAULT_MODEL),
             lora_dir=Path(env.get("LORA_DIR", "").strip() or DEFAULT_LORA_DIR),
@@ -92,6 +100,8 @@ class PipelineOptions:
             preview_every=_env_int(env, "PREVIEW_EVERY", 5),
             step_cache=step_cache,
             step_cache_threshold=threshold,
+            quantization=env.get("QUANTIZATION", "").strip(),
+            base_model=env.get("BASE_MODEL", "").strip(),
         )
 
     def updated(self, **overrides) -> PipelineOptions:

@@ -32,6 +32,7 @@ from devices import DeviceManager
 from devices.options import DeviceOptions, DeviceSettings
 from devices.pool import devices_for
 
+from . import quantization
 from .backend import CancelFn, Capabilities, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
 from .errors import ModelLoadError, OutOfMemoryError, PipelineError
 from .image_pipeline import ImagePipeline
@@ -324,6 +325,14 @@ def merge_results(results: list[GenerationResult]) -> GenerationResult:
     )
 
 
+def _replica_copy(loaded: Any, source: str, dm: DeviceManager, opts: PipelineOptions) -> Any:
+    """A replica's own diffusers pipeline: a deep copy of the one read (on the CPU, read once), or for a
+    quantized model the model opened again (diffusers 0.42's GGUF parameters cannot be deep-copied)."""
+    if not quantization.applied(loaded):
+        return copy.deepcopy(loaded)
+    return open_model(source, dm, opts.extra, opts.quantization, opts.base_model)[0]
+
+
 def _build(source: str, managers: list[DeviceManager], opts: PipelineOptions) -> list[ImagePipeline]:
     """One replica of `source` per manager: read from disk once, then copied per device."""
     start = time.perf_counter()
@@ -331,9 +340,10 @@ def _build(source: str, managers: list[DeviceManager], opts: PipelineOptions) ->
         pipeline = ImagePipeline.from_pretrained(source, managers[0], opts)
         pipeline.model_id = source
         return [pipeline]
-    loaded, recipe, weights = open_model(source, managers[0], opts.extra)  # on the CPU, read once
+    loaded, recipe, weights = open_model(source, managers[0], opts.extra, opts.quantization, opts.base_model)
     replicas = [
-        ImagePipeline.from_loaded(copy.deepcopy(loaded), dm, opts, weights, start, recipe) for dm in managers[1:]
+        ImagePipeline.from_loaded(_replica_copy(loaded, source, dm, opts), dm, opts, weights, start, recipe)
+        for dm in managers[1:]
     ]
     replicas.insert(0, ImagePipeline.from_loaded(loaded, managers[0], opts, weights, start, recipe))
     for r in replicas:

@@ -17,7 +17,9 @@ guidance 5, image guidance 4) and, for E1-Full, a LoRA. A recipe says all of tha
                                                                          # "step_cache_threshold": 0.08
       "task": "edit",                                  # text-to-image | edit | both | inpaint
       "inpaint_pipeline": "FluxKontextInpaintPipeline",  # optional: built with from_pipe for masks
-      "notes": "shown in the UI"
+      "notes": "shown in the UI",
+      "quantization": {"transformer": {"method": "gguf", "file": "flux1-dev-Q4_K_S.gguf"},
+                       "text_encoder_2": "torchao-int8wo"}   # see pipelines.quantization
     }
 
 Relative paths (custom pipeline, component sources, LoRAs) are relative to the recipe's folder.
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import step_cache
+from . import quantization, step_cache
 from .errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,7 @@ DEFAULT_KEYS = {
 }
 TOP_KEYS = {
     "name", "description", "source", "pipeline_class", "custom_pipeline", "components", "dtype", "loras",
-    "defaults", "task", "vocabulary", "notes", "$schema", "inpaint_pipeline",
+    "defaults", "task", "vocabulary", "notes", "$schema", "inpaint_pipeline", "quantization",
 }  # fmt: skip
 
 
@@ -96,6 +98,7 @@ class Recipe:
     vocabulary: dict[str, Any] = field(default_factory=dict)
     notes: str = ""
     inpaint_pipeline: str | None = None  # a diffusers class built from the model with from_pipe for inpainting
+    quantization: tuple[quantization.Request, ...] = ()  # per component (pipelines.quantization)
 
     def resolve(self, value: str) -> str:
         """A path relative to the recipe's folder, or `value` unchanged (a Hub id)."""
@@ -196,13 +199,17 @@ def parse(data: Any, where: str = "<recipe>", path: Path | None = None) -> Recip
         raise _fail(where, f"task: {task!r} is not one of {', '.join(TASKS)}")
     vocabulary = data.get("vocabulary", {})
     _check_type(where, "vocabulary", vocabulary, dict)
+    try:
+        quant = quantization.parse_spec(data["quantization"], "quantization") if "quantization" in data else ()
+    except ValueError as exc:
+        raise _fail(where, str(exc)) from None
     return Recipe(
         name=data["name"], source=data["source"], path=path, description=data.get("description") or "",
         pipeline_class=data.get("pipeline_class"), custom_pipeline=data.get("custom_pipeline"),
         components=_components(where, data.get("components", {})), dtype=data.get("dtype"),
         loras=_loras(where, data.get("loras", [])), defaults=_defaults(where, data.get("defaults", {})),
         task=task, vocabulary=vocabulary, notes=data.get("notes") or "",
-        inpaint_pipeline=data.get("inpaint_pipeline"),
+        inpaint_pipeline=data.get("inpaint_pipeline"), quantization=quant,
     )  # fmt: skip
 
 
@@ -284,20 +291,59 @@ def dtype_for(recipe: Recipe | None, dm: Any) -> Any:
     return getattr(torch, recipe.dtype)
 
 
-def open_model(model_id: str, dm: Any, extra: dict[str, Any] | None = None) -> tuple[Any, Recipe | None, str]:
+def _check_quantized_components(recipe: Recipe, plan: Any) -> None:
+    """A recipe's extra component is loaded by `components` and handed to diffusers whole, so a
+    quantization asked for it would be silently ignored: refused instead."""
+    extra = {c.name for c in recipe.components}
+    for r in plan.requests:
+        if r.component in extra:
+            raise RecipeError(
+                f"recipe {recipe.name}: {r.where}: {r.component} is loaded by the recipe's components, which "
+                "quantization does not reach (only the base model's own components can be quantized)"
+            )
+
+
+def open_model(
+    model_id: str, dm: Any, extra: dict[str, Any] | None = None, quantize: str = "", base_model: str = ""
+) -> tuple[Any, Recipe | None, str]:
     """(diffusers pipeline, recipe or None, the weights' source) for a MODEL_ID: a recipe name or
-    file, or anything `load_diffusers_pipeline` takes."""
+    file, or anything `load_diffusers_pipeline` takes; `quantize` (QUANTIZATION) over the recipe's
+    quantization, and a MODEL_ID=<file>.gguf completed by `base_model` (pipelines.quantization)."""
     from .loading import load_diffusers_pipeline
 
     extra = dict(extra or {})
     path = find(model_id)
-    if path is None:
-        return load_diffusers_pipeline(model_id, dm.dtype, **extra), None, model_id
-    recipe = load(path)
+    recipe = load(path) if path is not None else None
+    try:
+        settings = quantization.parse_setting(quantize) if quantize else ()
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from None
+    if recipe is None and model_id.endswith(".gguf"):
+        if not base_model:
+            raise ModelLoadError(
+                f"MODEL_ID={model_id}: a .gguf file holds one model; set BASE_MODEL to the "
+                "diffusers folder or Hub id that gives the rest of the pipeline"
+            )
+        settings = quantization.merged((quantization.Request("transformer", "gguf", model_id, "MODEL_ID"),), settings)
+        model_id = base_model
+    requests = quantization.merged(recipe.quantization if recipe else (), settings)
+    plan = quantization.check(requests, dm.backend)  # refused here, before anything is downloaded
+    if recipe is None:
+        kwargs = {**extra, **quantization.load_kwargs(plan, model_id, dm.dtype)}
+        pipe = load_diffusers_pipeline(model_id, dm.dtype, **kwargs)
+        if plan:
+            quantization.after_load(pipe, plan, dm.dtype)
+        return pipe, None, quantization.denoiser_file(plan) or model_id
+    _check_quantized_components(recipe, plan)
     dtype = dtype_for(recipe, dm)
     kwargs = {**extra, **pipeline_kwargs(recipe, dtype)}
     if recipe.pipeline_class:
         kwargs["pipeline_class"] = recipe.pipeline_class
     source = recipe.resolve(recipe.source)
+    plan = quantization.resolve_files(plan, recipe.resolve)
+    kwargs.update(quantization.load_kwargs(plan, source, dtype))
     log.info("recipe %s: loading %s", recipe.name, source)
-    return load_diffusers_pipeline(source, dtype, **kwargs), recipe, source
+    pipe = load_diffusers_pipeline(source, dtype, **kwargs)
+    if plan:
+        quantization.after_load(pipe, plan, dtype)
+    return pipe, recipe, quantization.denoiser_file(plan) or source
