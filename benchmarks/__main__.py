@@ -3,6 +3,8 @@
     python -m benchmarks --json bench.json                 # everything, embedded model, defaults
     python -m benchmarks --only wrapper,batch --steps 20   # a subset
     python -m benchmarks parity --dtype bfloat16           # numerical parity vs a CPU float32 reference
+    python -m benchmarks parity --options all              # ... and each option vs the same model without it
+    python -m benchmarks speed --json speed.json           # compile, memory modes, fp8 vs the plain run
 
 Prints a table of ratios (what to compare across machines) and writes every figure to JSON.
 """
@@ -47,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         from .parity import main as parity_main
 
         return parity_main(argv[1:])
+    if argv[:1] == ["speed"]:
+        from .speed import main as speed_main
+
+        return speed_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from pipelines.loading import quiet_load_progress_bars

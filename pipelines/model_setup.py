@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from devices import DeviceManager
+from devices import compile as graph_compile
 from devices.attention import describe as describe_attention
+from devices.manager import OFFLOAD_SAVERS, weights_placement
 
 from . import samplers
 from .backend import ModelInfo
@@ -77,8 +79,10 @@ def wrap(
     applied = dm.apply_attention(pipe)
     self.memory_savers = dm.set_memory_efficient_mode(pipe, opts.memory_mode)
     self.attention_applied = describe_attention(pipe, applied)  # read back after the memory savers
-    if "model_cpu_offload" not in self.memory_savers:
+    self.weights = weights_placement(self.memory_savers)
+    if not set(OFFLOAD_SAVERS) & set(self.memory_savers):
         pipe.to(dm.device)
+    compile_and_warm_up(self)
     self.load_seconds = time.perf_counter() - start
     threading.Thread(target=self.model_hash, name="model-hash", daemon=True).start()
     log.info(
@@ -90,6 +94,38 @@ def wrap(
         dm.attention,
     )
     return self
+
+
+def compile_plan(self: Any) -> graph_compile.CompilePlan:
+    """COMPILE's plan for this device (devices.compile), off where the weights are offloaded: offload
+    hooks move weights in and out on every call, which graph capture would either break on or freeze."""
+    plan = graph_compile.plan(self.dm.backend, self.options.compile)
+    if plan.enabled and self.weights != "on device":
+        return graph_compile.CompilePlan(False, None, f"weights use {self.weights}; offload hooks and compile are not combined")
+    return plan
+
+
+def compile_and_warm_up(self: Any, steps: int = 2) -> None:
+    """Compile the denoiser where the plan says so, then pay the compile now with one small request
+    (the default size, one image, `steps` steps) instead of in a user's first request; progress is
+    logged and shown as the replica's activity. `self.compile` keeps what happened for the status panel."""
+    plan = compile_plan(self)
+    self.compile = plan.describe()
+    self.compile_seconds = 0.0
+    if not plan.enabled:
+        log.info("%s", self.compile)
+        return
+    self.compile = "compiled: " + graph_compile.compile_denoiser(self.pipe, plan)
+    began = time.perf_counter()
+
+    def progress(step: int, total: int, _image: int) -> None:
+        log.info("compile warm-up: step %d/%d (%.1f s)", step, total, time.perf_counter() - began)
+
+    log.info("compile warm-up: first call compiles the graphs (%s)", self.compile)
+    self.generate(GenerationRequest(prompt="warm-up", steps=steps, seed=0), progress=progress)
+    self.compile_seconds = time.perf_counter() - began
+    self.compile += f" (warm-up {self.compile_seconds:.1f} s)"
+    log.info("compile warm-up done in %.1f s", self.compile_seconds)
 
 
 def apply_recipe(self: Any, recipe: Recipe) -> None:

@@ -10,7 +10,9 @@ down as this object; below that nothing reads the environment (arguments overrid
 - MAX_SIDE: largest width or height (default: 4 x the model's native side)
 - MICRO_BATCH: most images denoised together (default 8); halves itself on out-of-memory
 - PREVIEW_EVERY: steps between live previews in the UI (default 5)
-- MEMORY_MODE: off | auto | balanced | max (default auto; see DeviceManager.set_memory_efficient_mode)
+- MEMORY_MODE: off | auto | balanced | max | group | group-leaf (default auto; see
+  DeviceManager.set_memory_efficient_mode)
+- COMPILE: auto | on | off (default auto: the per-device table in devices.compile; off on CPU and MPS)
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+
+from devices.compile import parse_compile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-shapes"
@@ -38,6 +42,13 @@ def _env_int(env: Mapping[str, str], name: str, default: int | None) -> int | No
     return number
 
 
+def _env_compile(env: Mapping[str, str]) -> str:
+    try:
+        return parse_compile(env.get("COMPILE"))
+    except ValueError as exc:
+        raise ValueError(f"COMPILE: {exc}") from None
+
+
 @dataclass(frozen=True)
 class PipelineOptions:
     model_id: str = str(DEFAULT_MODEL)
@@ -47,6 +58,7 @@ class PipelineOptions:
     max_side: int | None = None  # None: 4 x the model's native side
     micro_batch: int = 8
     memory_mode: str = "auto"
+    compile: str = "auto"  # COMPILE: auto | on | off (devices.compile)
     preview_every: int = 5  # steps between live previews (README "Live previews": chosen by measurement)
     extra: dict = field(default_factory=dict)  # passed to diffusers' from_pretrained
 
@@ -63,6 +75,7 @@ class PipelineOptions:
             micro_batch=_env_int(env, "MICRO_BATCH", 8),
             memory_mode=env.get("MEMORY_MODE", "").strip() or "auto",
             preview_every=_env_int(env, "PREVIEW_EVERY", 5),
+            compile=_env_compile(env),
         )
 
     def updated(self, **overrides) -> PipelineOptions:
