@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import platform
 import sys
-import time
 from pathlib import Path
 
 import torch
+
+from .measure import report_header
 
 SECTIONS = ("wrapper", "attention", "batch", "dtype", "roofline", "startup")
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model, dm, micro_batch=max([*batches, args.images]), max_batch=max(64, *batches)
     )
     steps = args.steps or int(pipeline.vocabulary.get("default_steps", 20))
-    report = _report_header(dm, args.model, steps)
+    report = report_header(dm, args.model, steps)
     runners = _runners(pipeline, args, batches, steps)
     for name in sections:
         print(f"... {name}", file=sys.stderr, flush=True)
@@ -87,24 +87,6 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(report, indent=2))
         print(f"wrote {args.json}")
     return 0
-
-
-def _report_header(dm, model: str, steps: int) -> dict:
-    """Where the figures were measured: device, dtype, attention, threads, versions, date."""
-    return {
-        "device": str(dm.device),
-        "backend": dm.backend,
-        "device_name": dm.device_name,
-        "dtype": dm.dtype_name,
-        "attention": dm.attention,
-        "torch_threads": torch.get_num_threads(),
-        "model": model,
-        "steps": steps,
-        "torch": torch.__version__,
-        "platform": platform.platform(),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "results": {},
-    }
 
 
 def _runners(pipeline, args: argparse.Namespace, batches: list[int], steps: int) -> dict:

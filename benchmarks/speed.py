@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .measure import report_header
 from .options import OPTIONS, Option, select
 
 log = logging.getLogger(__name__)
@@ -120,12 +121,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every asked option, plain first; the report with ratios."""
     from devices import DeviceManager
 
-    from .__main__ import _report_header
-
     dm = DeviceManager(args.device, args.dtype)
     options = [OPTIONS["plain"], *(o for o in select(args.options) if o.name != "plain")]
     steps = args.steps or int(_vocabulary(args.model).get("default_steps", 20))
-    report = _report_header(dm, args.model, steps)
+    report = report_header(dm, args.model, steps)
     report.update(images=args.images, repeats=args.repeats)
     rows = report["results"]
     for option in options:

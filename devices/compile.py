@@ -63,7 +63,11 @@ def parse_compile(value: str | None) -> str:
 
 
 def torchair_available() -> bool:
-    return importlib.util.find_spec("torchair") is not None
+    """Whether torchair (Ascend's torch.compile backend) can be imported; never imports it here."""
+    try:
+        return importlib.util.find_spec("torchair") is not None
+    except (ValueError, ImportError):  # a None / broken entry in sys.modules
+        return False
 
 
 def plan(backend: str, mode: str = "auto") -> CompilePlan:
