@@ -5,6 +5,7 @@
     python -m benchmarks parity --dtype bfloat16           # numerical parity vs a CPU float32 reference
     python -m benchmarks parity --options all              # ... and each option vs the same model without it
     python -m benchmarks speed --json speed.json           # compile, memory modes, fp8 vs the plain run
+    python -m benchmarks compile-check --family sd15       # compiled vs eager images, compile/recompile times
 
 Prints a table of ratios (what to compare across machines) and writes every figure to JSON.
 """
@@ -49,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         from .parity import main as parity_main
 
         return parity_main(argv[1:])
+    if argv[:1] == ["compile-check"]:
+        from .compile_check import main as compile_main
+
+        return compile_main(argv[1:])
     if argv[:1] == ["speed"]:
         from .speed import main as speed_main
 

@@ -122,7 +122,7 @@ def compile_and_warm_up(self: Any, steps: int = 2) -> None:
         log.info("compile warm-up: step %d/%d (%.1f s)", step, total, time.perf_counter() - began)
 
     log.info("compile warm-up: first call compiles the graphs (%s)", self.compile)
-    self.generate(GenerationRequest(prompt="warm-up", steps=steps, seed=0), progress=progress)
+    self.generate(GenerationRequest(prompt="a red circle on a blue background", steps=steps, seed=0), progress=progress)
     self.compile_seconds = time.perf_counter() - began
     self.compile += f" (warm-up {self.compile_seconds:.1f} s)"
     log.info("compile warm-up done in %.1f s", self.compile_seconds)
