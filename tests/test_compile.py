@@ -147,3 +147,12 @@ def test_the_status_panel_says_where_the_weights_are(tiny_model_dir):
     text = status_markdown(replicas, [])
     assert "weights: on device · no compile: off by default on CPU" in text
     assert status_json(replicas)["weights"] == "on device"
+
+
+def test_zero_gpu_compiles_only_when_asked():
+    """ZeroGPU attaches the GPU inside spaces.GPU calls only: no warm-up at load there unless COMPILE=on."""
+    from engine.settings import AppSettings
+
+    assert AppSettings.from_env({"SPACES_ZERO_GPU": "1"}).pipeline.compile == "off"
+    assert AppSettings.from_env({"SPACES_ZERO_GPU": "1", "COMPILE": "on"}).pipeline.compile == "on"
+    assert AppSettings.from_env({}).pipeline.compile == "auto"
