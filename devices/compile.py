@@ -123,3 +123,11 @@ def compile_denoiser(pipe: Any, compile_plan: CompilePlan, dynamic: bool | None 
         done = f"whole {name}, {compile_plan.compiler}"
     log.info("compiled %s (dynamic=%s)", done, dynamic)
     return done
+
+
+def undo_compile(pipe: Any) -> None:
+    """Back to eager after a failed compile: drop what `Module.compile` set on the denoiser and its blocks."""
+    _, module = denoiser_of(pipe)
+    for submodule in module.modules():
+        if getattr(submodule, "_compiled_call_impl", None) is not None:
+            submodule._compiled_call_impl = None

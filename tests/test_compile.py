@@ -156,3 +156,23 @@ def test_zero_gpu_compiles_only_when_asked():
     assert AppSettings.from_env({"SPACES_ZERO_GPU": "1"}).pipeline.compile == "off"
     assert AppSettings.from_env({"SPACES_ZERO_GPU": "1", "COMPILE": "on"}).pipeline.compile == "on"
     assert AppSettings.from_env({}).pipeline.compile == "auto"
+
+
+def test_a_failing_compile_falls_back_to_eager(tiny_model_dir, monkeypatch):
+    """Compile is on by default on GPUs: a family whose graph cannot compile must still load and run."""
+    monkeypatch.setattr(graph_compile, "plan", lambda backend, mode: graph_compile.CompilePlan(True, "no-such", "test"))
+    pipeline = ImagePipeline.from_pretrained(tiny_model_dir, DeviceManager("cpu"), compile="on")
+    assert pipeline.compile.startswith("compile failed, running eager:") and pipeline.compile_seconds == 0.0
+    assert not any(getattr(m, "_compiled_call_impl", None) for m in pipeline.pipe.unet.modules())
+    assert len(_render(pipeline, 1)) == 1
+
+
+def test_edit_only_models_warm_up_with_an_input_image():
+    from pipelines import model_setup
+    from pipelines.options import REPO_ROOT
+
+    editor = ImagePipeline.from_pretrained(REPO_ROOT / "models" / "tiny-shapes-edit", DeviceManager("cpu"))
+    assert not editor.traits.text_to_image
+    requests = model_setup._warm_up_requests(editor, 2)
+    assert [r.num_images for r in requests] == [1, 2] and all(r.init_images for r in requests)
+    assert len(editor.generate(requests[0]).images) == 1  # a request the model accepts
