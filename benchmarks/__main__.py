@@ -3,6 +3,9 @@
     python -m benchmarks --json bench.json                 # everything, embedded model, defaults
     python -m benchmarks --only wrapper,batch --steps 20   # a subset
     python -m benchmarks parity --dtype bfloat16           # numerical parity vs a CPU float32 reference
+    python -m benchmarks parity --options all              # ... and each option vs the same model without it
+    python -m benchmarks speed --json speed.json           # compile, memory modes, fp8 vs the plain run
+    python -m benchmarks compile-check --family sd15       # compiled vs eager images, compile/recompile times
 
 Prints a table of ratios (what to compare across machines) and writes every figure to JSON.
 """
@@ -12,12 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import platform
 import sys
-import time
 from pathlib import Path
 
 import torch
+
+from .measure import report_header
 
 SECTIONS = ("wrapper", "attention", "batch", "dtype", "roofline", "startup")
 
@@ -47,6 +50,14 @@ def main(argv: list[str] | None = None) -> int:
         from .parity import main as parity_main
 
         return parity_main(argv[1:])
+    if argv[:1] == ["compile-check"]:
+        from .compile_check import main as compile_main
+
+        return compile_main(argv[1:])
+    if argv[:1] == ["speed"]:
+        from .speed import main as speed_main
+
+        return speed_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from pipelines.loading import quiet_load_progress_bars
@@ -71,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model, dm, micro_batch=max([*batches, args.images]), max_batch=max(64, *batches)
     )
     steps = args.steps or int(pipeline.vocabulary.get("default_steps", 20))
-    report = _report_header(dm, args.model, steps)
+    report = report_header(dm, args.model, steps)
     runners = _runners(pipeline, args, batches, steps)
     for name in sections:
         print(f"... {name}", file=sys.stderr, flush=True)
@@ -81,24 +92,6 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(report, indent=2))
         print(f"wrote {args.json}")
     return 0
-
-
-def _report_header(dm, model: str, steps: int) -> dict:
-    """Where the figures were measured: device, dtype, attention, threads, versions, date."""
-    return {
-        "device": str(dm.device),
-        "backend": dm.backend,
-        "device_name": dm.device_name,
-        "dtype": dm.dtype_name,
-        "attention": dm.attention,
-        "torch_threads": torch.get_num_threads(),
-        "model": model,
-        "steps": steps,
-        "torch": torch.__version__,
-        "platform": platform.platform(),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "results": {},
-    }
 
 
 def _runners(pipeline, args: argparse.Namespace, batches: list[int], steps: int) -> dict:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import platform
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from devices import DeviceManager
 
@@ -40,3 +43,21 @@ def alternate(dm: DeviceManager, fns: dict[str, Callable[[], Any]], repeats: int
         for name in order if round_ % 2 == 0 else reversed(order):
             times[name].append(timed(dm, fns[name])[0])
     return times
+
+
+def report_header(dm: DeviceManager, model: str, steps: int) -> dict:
+    """Where the figures were measured: device, dtype, attention, threads, versions, date."""
+    return {
+        "device": str(dm.device),
+        "backend": dm.backend,
+        "device_name": dm.device_name,
+        "dtype": dm.dtype_name,
+        "attention": dm.attention,
+        "torch_threads": torch.get_num_threads(),
+        "model": model,
+        "steps": steps,
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "results": {},
+    }

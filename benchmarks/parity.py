@@ -18,11 +18,17 @@ fails:
 | float32 | 0.02 | >= 40 dB |
 | float16 | 0.25 | >= 28 dB |
 | bfloat16 | 0.35 | >= 24 dB |
+
+`--options compile,group-block,...|all` also compares each option of benchmarks.options with the
+same model without it, on the candidate device (PSNR and max difference, the option's tolerance:
+see benchmarks.options); an option that fails makes the exit code 1, one that cannot run on the
+device is listed as skipped with the reason.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -75,8 +81,8 @@ def perturb_(pipeline, scale: float, seed: int = 0) -> None:
             p.add_(noise * p.detach().float().std().nan_to_num(0).to(p.dtype) * scale)
 
 
-def compare(reference: np.ndarray, candidate: np.ndarray, dtype: str) -> dict:
-    tol = TOLERANCES[dtype]
+def compare(reference: np.ndarray, candidate: np.ndarray, dtype: str, tol: dict | None = None) -> dict:
+    tol = tol or TOLERANCES[dtype]
     rows = []
     for i, (ref, cand) in enumerate(zip(reference, candidate, strict=True)):
         diff = np.abs(ref - cand)
@@ -92,7 +98,7 @@ def compare(reference: np.ndarray, candidate: np.ndarray, dtype: str) -> dict:
     return {"tolerance": tol, "images": rows, "pass": all(r["pass"] for r in rows)}
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     from pipelines.options import DEFAULT_MODEL
 
     p = argparse.ArgumentParser(
@@ -106,8 +112,74 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--perturb", type=float, default=0.0, help="add this relative noise to the candidate's weights")
+    p.add_argument(
+        "--options",
+        default=None,
+        help="also compare each option (benchmarks.options: a comma list, or all) against the same model without it",
+    )
     p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
+    return p
+
+
+def option_parity(args: argparse.Namespace, dm, prompts: list[str], steps: int, guidance: float) -> dict:
+    """Each option of `--options` on the candidate device against the plain model there (same seeds),
+    with the option's tolerance (or the dtype's); an option that cannot run here is skipped with the reason."""
+    from pipelines import ImagePipeline
+
+    from .options import OPTIONS, select
+
+    def load(option):
+        pipeline = ImagePipeline.from_pretrained(args.model, dm, **option.load)
+        note = option.after_load(pipeline) if option.after_load else ""
+        return pipeline, note
+
+    plain, _ = load(OPTIONS["plain"])
+    base = render(plain, prompts, steps, guidance, args.seed)
+    plain.close()
+    results = {}
+    for option in select(args.options):
+        refusal = option.refuse(dm, None)
+        if refusal:
+            results[option.name] = {"skipped": refusal, "pass": True}
+            continue
+        pipeline, note = load(option)
+        pixels = render(pipeline, prompts, steps, guidance, args.seed)
+        pipeline.close()
+        tol = dataclasses.asdict(option.tolerance) if option.tolerance else None
+        results[option.name] = {"note": note, "compile": pipeline.compile, "weights": pipeline.weights,
+                                **compare(base, pixels, dm.dtype_name, tol)}  # fmt: skip
+    return results
+
+
+def print_report(report: dict) -> None:
+    print(f"parity: {report['candidate']} ({report['device_name']}) vs {report['reference']}, {report['steps']} steps")
+    print(f"{'image':>5} {'max abs':>9} {'median abs':>11} {'PSNR dB':>8}  result")
+    for row in report["images"]:
+        quality = "inf" if row["psnr"] is None else f"{row['psnr']:.2f}"
+        print(
+            f"{row['image']:>5} {row['max_abs']:>9.5f} {row['median_abs']:>11.6f} {quality:>8}  "
+            f"{'pass' if row['pass'] else 'FAIL'}"
+        )
+    tol = report["tolerance"]
+    print(
+        f"tolerance for {report['dtype']}: max abs <= {tol['max_abs']}, PSNR >= {tol['min_psnr']} dB -> "
+        f"{'PASS' if report['reference_pass'] else 'FAIL'}"
+    )
+    for name, r in report.get("options", {}).items():
+        if "skipped" in r:
+            print(f"option {name:<16} skipped: {r['skipped']}")
+            continue
+        worst = min((row["psnr"] for row in r["images"] if row["psnr"] is not None), default=None)
+        largest = max(row["max_abs"] for row in r["images"])
+        quality = "identical" if worst is None else f"min PSNR {worst:.2f} dB"
+        print(
+            f"option {name:<16} vs plain: max abs {largest:.5f}, {quality} "
+            f"(tolerance {r['tolerance']['max_abs']}, {r['tolerance']['min_psnr']} dB) -> {'PASS' if r['pass'] else 'FAIL'}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from pipelines.loading import quiet_load_progress_bars
 
@@ -115,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     from devices import DeviceManager
     from pipelines import ImagePipeline
 
+    if args.options:
+        from .options import select
+
+        select(args.options)  # unknown names fail before any model loads
     candidate_dm = DeviceManager(args.device, args.dtype, args.attention)
     reference = ImagePipeline.from_pretrained(args.model, DeviceManager("cpu", "float32", "sdpa"))
     candidate = ImagePipeline.from_pretrained(args.model, candidate_dm)
@@ -130,24 +206,17 @@ def main(argv: list[str] | None = None) -> int:
         "reference": "cpu float32 sdpa",
         "candidate": f"{candidate_dm.device} {dtype} {candidate_dm.attention}",
         "device_name": candidate_dm.device_name,
+        "dtype": dtype,
         "steps": steps,
         "seed": args.seed,
         "perturb": args.perturb,
         **compare(ref_pixels, cand_pixels, dtype),
     }
-    print(f"parity: {report['candidate']} ({report['device_name']}) vs {report['reference']}, {steps} steps")
-    print(f"{'image':>5} {'max abs':>9} {'median abs':>11} {'PSNR dB':>8}  result")
-    for row in report["images"]:
-        quality = "inf" if row["psnr"] is None else f"{row['psnr']:.2f}"
-        print(
-            f"{row['image']:>5} {row['max_abs']:>9.5f} {row['median_abs']:>11.6f} {quality:>8}  "
-            f"{'pass' if row['pass'] else 'FAIL'}"
-        )
-    tol = report["tolerance"]
-    print(
-        f"tolerance for {dtype}: max abs <= {tol['max_abs']}, PSNR >= {tol['min_psnr']} dB -> "
-        f"{'PASS' if report['pass'] else 'FAIL'}"
-    )
+    report["reference_pass"] = report["pass"]
+    if args.options:
+        report["options"] = option_parity(args, candidate_dm, prompts, steps, guidance)
+        report["pass"] = report["pass"] and all(r["pass"] for r in report["options"].values())
+    print_report(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2, default=str))
     return 0 if report["pass"] else 1

@@ -43,7 +43,13 @@ from .options import DeviceOptions
 log = logging.getLogger(__name__)
 
 ATTENTION_POLICY = {"npu": "vanilla", "mps": "vanilla"}
-MEMORY_LEVELS = ("off", "auto", "balanced", "max")
+MEMORY_LEVELS = ("off", "auto", "balanced", "max", "group", "group-leaf")
+# MEMORY_MODE=group / group-leaf: diffusers' group offload, by block or by leaf module.
+GROUP_OFFLOAD = {"group": "block_level", "group-leaf": "leaf_level"}
+# Group offload's `use_stream` (copy the next group while this one computes) where the backend has
+# streams: CUDA/ROCm, XPU and torch_npu do; MPS has no stream API (diffusers refuses use_stream there).
+OFFLOAD_STREAMS = {"cuda": True, "rocm": True, "xpu": True, "npu": True, "mps": False}
+OFFLOAD_SAVERS = ("model_cpu_offload", "group_offload_block", "group_offload_leaf")
 
 
 class DeviceFallbackWarning(UserWarning):
@@ -184,6 +190,8 @@ class DeviceManager:
         vanilla (slicing swaps every processor for SlicedAttnProcessor, the sliced vanilla path;
         with sdpa/npu it would silently replace the chosen kernel, which is already memory-lean;
         never on MPS, where slicing gives black images). max: balanced + model CPU offload (accelerators only).
+        group / group-leaf: balanced + group offload by block / by leaf module (`enable_group_offload`;
+        accelerators only, refused on CPU with the reason).
         auto: max when the weights need > 90 % of free device memory, balanced above 50 %,
         else nothing (savers cost speed, so they are used only when memory is short).
         """
@@ -211,8 +219,35 @@ class DeviceManager:
         if level == "max" and self.backend != "cpu" and hasattr(pipe, "enable_model_cpu_offload"):
             pipe.enable_model_cpu_offload(device=self.device)
             enabled.append("model_cpu_offload")
+        if level in GROUP_OFFLOAD:
+            enabled.append(self.enable_group_offload(pipe, GROUP_OFFLOAD[level]))
         log.info("memory-efficient mode %s: %s", level, enabled or "nothing")
         return enabled
+
+    def group_offload_refusal(self) -> str | None:
+        """Why group offload cannot run on this device, or None when it can."""
+        if self.backend == "cpu":
+            return "group offload keeps weights in CPU RAM and moves them to the device per block; on cpu they are already there"
+        return None
+
+    def enable_group_offload(self, pipe: Any, offload_type: str = "block_level") -> str:
+        """diffusers' group offload of every model component: weights live in CPU RAM and each group
+        (a block, or a leaf module) is moved onto the device just before it runs; with streams the next
+        group is copied while this one computes. Less device memory than model CPU offload (one block,
+        not one whole model, on the device) at the price of a copy per group per step."""
+        refusal = self.group_offload_refusal()
+        if refusal is not None:
+            raise ValueError(f"MEMORY_MODE=group: {refusal}")
+        stream = OFFLOAD_STREAMS.get(self.backend, False)
+        block = offload_type == "block_level"
+        pipe.enable_group_offload(
+            onload_device=self.device,
+            offload_type=offload_type,
+            num_blocks_per_group=1 if block else None,
+            use_stream=stream,
+        )
+        log.info("group offload (%s, streams %s) onto %s", offload_type, stream, self.device)
+        return "group_offload_block" if block else "group_offload_leaf"
 
     def _auto_memory_level(self, pipe: Any) -> str:
         free = self.memory_stats()["free"]
@@ -291,6 +326,17 @@ def _sliced(pipe: Any) -> bool:
         for c in getattr(pipe, "components", {}).values()
         for p in (getattr(c, "attn_processors", None) or {}).values()
     )
+
+
+def weights_placement(savers: list[str]) -> str:
+    """Where a pipeline's weights live, from `set_memory_efficient_mode`'s answer (the status panel's words)."""
+    if "group_offload_block" in savers:
+        return "group offload (block)"
+    if "group_offload_leaf" in savers:
+        return "group offload (leaf)"
+    if "model_cpu_offload" in savers:
+        return "CPU offload (model)"
+    return "on device"
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -165,9 +165,13 @@ class AppSettings:
 def _pipeline_options(env: Mapping[str, str]) -> PipelineOptions:
     """The pipeline layer reads its own variables (MODEL_ID, LORA_DIR, MAX_BATCH, MAX_PIXELS, ...)."""
     try:
-        return PipelineOptions.from_env(environ=env)
+        options = PipelineOptions.from_env(environ=env)
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
+    if _flag(env, "SPACES_ZERO_GPU") and options.compile == "auto":
+        # ZeroGPU attaches a GPU only inside a spaces.GPU call: a compile warm-up at load would run without one
+        options = options.updated(compile="off")
+    return options
 
 
 def _device_settings(env: Mapping[str, str]) -> DeviceSettings:

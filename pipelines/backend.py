@@ -55,6 +55,8 @@ class ReplicaStatus:
     error: str | None = None  # why it was marked unhealthy
     memory: dict[str, Any] = field(default_factory=dict)  # DeviceManager.memory_stats()
     attention_components: dict[str, str] = field(default_factory=dict)  # per component, what runs
+    weights: str = "on device"  # on device | CPU offload (model) | group offload (block|leaf)
+    compile: str = "no compile"  # what devices.compile did (or why not)
     role: str = "main"  # "main" serves every request; "editor" serves the Edit tab beside it (EditRouter)
 
     def to_dict(self) -> dict[str, Any]:

@@ -113,6 +113,9 @@ class ImagePipeline:
         self.load_seconds = 0.0
         self.attention_applied: dict[str, str] = {}
         self.memory_savers: list[str] = []
+        self.weights = "on device"  # where the weights live (devices.manager.weights_placement)
+        self.compile = "no compile"  # what devices.compile did, for the status panel
+        self.compile_seconds = 0.0  # the warm-up that paid the compile at load
         self.loras = LoraManager(pipe, device_manager, options.lora_dir)
         self._img2img: Any = None
         self._inpaint: Any = None  # the inpainting twin, built on first use (`_pipeline_for`)
@@ -232,6 +235,8 @@ class ImagePipeline:
                 activity=self.activity,
                 memory=dm.memory_stats(),
                 attention_components=dict(self.attention_applied),
+                weights=self.weights,
+                compile=self.compile,
             )
         ]
 

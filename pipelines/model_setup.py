@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from devices import DeviceManager
+from devices import compile as graph_compile
 from devices.attention import describe as describe_attention
+from devices.manager import OFFLOAD_SAVERS, weights_placement
 
 from . import quantization, samplers
 from .backend import ModelInfo
@@ -78,8 +80,10 @@ def wrap(
     applied = dm.apply_attention(pipe)
     self.memory_savers = dm.set_memory_efficient_mode(pipe, opts.memory_mode)
     self.attention_applied = describe_attention(pipe, applied)  # read back after the memory savers
-    if "model_cpu_offload" not in self.memory_savers:
+    self.weights = weights_placement(self.memory_savers)
+    if not set(OFFLOAD_SAVERS) & set(self.memory_savers):
         pipe.to(dm.device)
+    compile_and_warm_up(self)
     self.load_seconds = time.perf_counter() - start
     threading.Thread(target=self.model_hash, name="model-hash", daemon=True).start()
     log.info(
@@ -91,6 +95,65 @@ def wrap(
         dm.attention,
     )
     return self
+
+
+def compile_plan(self: Any) -> graph_compile.CompilePlan:
+    """COMPILE's plan for this device (devices.compile), off where the weights are offloaded: offload
+    hooks move weights in and out on every call, which graph capture would either break on or freeze."""
+    plan = graph_compile.plan(self.dm.backend, self.options.compile)
+    if plan.enabled and self.weights != "on device":
+        return graph_compile.CompilePlan(False, None, f"weights use {self.weights}; offload hooks and compile are not combined")
+    return plan
+
+
+def compile_and_warm_up(self: Any, steps: int = 2) -> None:
+    """Compile the denoiser where the plan says so, then pay the compile now instead of in a user's
+    first request: warm-up requests at the default size with 1 and 2 images, `steps` steps each.
+    Two, because torch specializes a dimension of size 1: a denoiser that sees batch 1 (Flux has no
+    CFG doubling) recompiles at batch 2 (measured: 8.5 s on the tiny Flux on CPU); new image sizes
+    did not recompile (dynamic shapes). Progress is logged and shown as the replica's activity;
+    `self.compile` keeps what happened for the status panel. A compile that fails falls back to
+    eager with a warning: compile is on by default on GPUs, and a graph break in one family must
+    not stop the app from starting."""
+    plan = compile_plan(self)
+    self.compile = plan.describe()
+    self.compile_seconds = 0.0
+    if not plan.enabled:
+        log.info("%s", self.compile)
+        return
+    began = time.perf_counter()
+    try:
+        self.compile = "compiled: " + graph_compile.compile_denoiser(self.pipe, plan)
+        for request in _warm_up_requests(self, steps):
+
+            def progress(step: int, total: int, _image: int, images: int = request.num_images) -> None:
+                log.info("compile warm-up (%d image(s)): step %d/%d, %.1f s", images, step, total, time.perf_counter() - began)
+
+            self.generate(request, progress=progress)
+    except Exception as exc:
+        graph_compile.undo_compile(self.pipe)
+        self.compile = f"compile failed, running eager: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        log.warning("%s", self.compile, exc_info=True)
+        return
+    self.compile_seconds = time.perf_counter() - began
+    self.compile += f" (warm-up {self.compile_seconds:.1f} s)"
+    log.info("compile warm-up done in %.1f s", self.compile_seconds)
+
+
+def _warm_up_requests(self: Any, steps: int) -> list[GenerationRequest]:
+    """Requests with 1 and 2 images the model can run: text-to-image, or an edit of a blank image for
+    edit-only models; none for inpaint-only models (the first user request compiles there)."""
+    from PIL import Image
+
+    traits = self.traits
+    if traits.inpaint_native or not (traits.text_to_image or traits.edit or traits.image_to_image):
+        log.info("compile warm-up skipped: %s needs a mask; the first request compiles", traits.class_name)
+        return []
+    image = None if traits.text_to_image else [Image.new("RGB", self.default_size, "gray")]
+    return [
+        GenerationRequest(prompt="a red circle on a blue background", num_images=n, steps=steps, seed=0, init_images=image)
+        for n in sorted({1, min(2, self.options.max_batch)})
+    ]
 
 
 def apply_recipe(self: Any, recipe: Recipe) -> None:

@@ -10,7 +10,9 @@ down as this object; below that nothing reads the environment (arguments overrid
 - MAX_SIDE: largest width or height (default: 4 x the model's native side)
 - MICRO_BATCH: most images denoised together (default 8); halves itself on out-of-memory
 - PREVIEW_EVERY: steps between live previews in the UI (default 5)
-- MEMORY_MODE: off | auto | balanced | max (default auto; see DeviceManager.set_memory_efficient_mode)
+- MEMORY_MODE: off | auto | balanced | max | group | group-leaf (default auto; see
+  DeviceManager.set_memory_efficient_mode)
+- COMPILE: auto | on | off (default auto: the per-device table in devices.compile; off on CPU and MPS)
 - STEP_CACHE: none | FirstBlockCache | TaylorSeer | MagCache, the step cache of requests that name
   none (default: none, or the recipe's; pipelines.step_cache); off where the model has no cache
 - STEP_CACHE_THRESHOLD: its threshold, a number in (0, 1] (default: the method's own)
@@ -25,6 +27,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+
+from devices.compile import parse_compile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-shapes"
@@ -64,6 +68,13 @@ def _env_step_cache(env: Mapping[str, str]) -> tuple[str | None, float | None]:
     return method, threshold
 
 
+def _env_compile(env: Mapping[str, str]) -> str:
+    try:
+        return parse_compile(env.get("COMPILE"))
+    except ValueError as exc:
+        raise ValueError(f"COMPILE: {exc}") from None
+
+
 @dataclass(frozen=True)
 class PipelineOptions:
     model_id: str = str(DEFAULT_MODEL)
@@ -73,6 +84,7 @@ class PipelineOptions:
     max_side: int | None = None  # None: 4 x the model's native side
     micro_batch: int = 8
     memory_mode: str = "auto"
+    compile: str = "auto"  # COMPILE: auto | on | off (devices.compile)
     preview_every: int = 5  # steps between live previews (README "Live previews": chosen by measurement)
     step_cache: str | None = None  # STEP_CACHE; None: the recipe's, else none (pipelines.step_cache)
     step_cache_threshold: float | None = None  # STEP_CACHE_THRESHOLD; None: the method's default
@@ -102,6 +114,7 @@ class PipelineOptions:
             step_cache_threshold=threshold,
             quantization=env.get("QUANTIZATION", "").strip(),
             base_model=env.get("BASE_MODEL", "").strip(),
+            compile=_env_compile(env),
         )
 
     def updated(self, **overrides) -> PipelineOptions:

@@ -88,3 +88,46 @@ def test_inpaint_speed_benchmark_times_both(tiny_model_dir, tmp_path, capsys):
     assert report["text_to_image_s"]["n"] == report["inpaint_s"]["n"] == 1
     assert report["ratio"] > 0
     assert "inpaint / text-to-image" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- speed and parity over options (benchmarks.options)
+def test_speed_command_writes_every_option(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "speed.json"
+    args = ["speed", "--model", str(tiny_model_dir), "--device", "cpu", "--steps", "2", "--images", "1"]
+    code = bench_main([*args, "--repeats", "1", "--options", "memory-balanced,group-block,fp8-layerwise", "--json", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    r = report["results"]
+    assert list(r) == ["plain", "memory-balanced", "group-block", "fp8-layerwise"]  # plain first, always
+    assert r["plain"]["speedup_vs_plain"] == 1.0 and r["plain"]["psnr_vs_plain"] is None
+    assert r["plain"]["weights"] == "on device" and r["plain"]["compile"] == "no compile: COMPILE=off"
+    assert r["memory-balanced"]["max_abs_vs_plain"] < 0.01 and r["memory-balanced"]["load_s"] > 0
+    assert "needs an accelerator" in r["group-block"]["skipped"]
+    fp8 = r["fp8-layerwise"]
+    assert fp8["per_image_s"]["n"] == 1 and 15 < fp8["psnr_vs_plain"] < 90 and "float8_e4m3fn" in fp8["note"]
+    table = capsys.readouterr().out
+    assert "speedup" in table and "fp8-layerwise" in table
+
+
+def test_speed_command_refuses_an_unknown_option(tiny_model_dir, capsys):
+    assert bench_main(["speed", "--model", str(tiny_model_dir), "--device", "cpu", "--options", "warp"]) == 2
+    assert "unknown option(s) warp" in capsys.readouterr().err
+
+
+def test_parity_over_options_passes_skips_and_fails(tiny_model_dir, tmp_path, monkeypatch):
+    """Each option vs the same model without it; a registered option that breaks the images fails the run
+    (this is also how new options join: `register(Option(...))`)."""
+    from benchmarks import options
+    from benchmarks.parity import perturb_
+
+    code, report = run_parity(tiny_model_dir, tmp_path, "--options", "fp8-layerwise,memory-balanced,group-leaf")
+    assert code == 0 and report["pass"] is True
+    o = report["options"]
+    assert o["fp8-layerwise"]["pass"] and o["fp8-layerwise"]["tolerance"] == {"max_abs": 0.5, "min_psnr": 20.0}
+    assert o["memory-balanced"]["tolerance"]["min_psnr"] == 40.0 and o["memory-balanced"]["pass"]
+    assert "needs an accelerator" in o["group-leaf"]["skipped"]
+    monkeypatch.setitem(options.OPTIONS, "broken", options.Option("broken", "noisy weights", load=dict(options.PLAIN),
+                        after_load=lambda p: perturb_(p, 0.3) or "perturbed"))  # fmt: skip
+    code, report = run_parity(tiny_model_dir, tmp_path, "--options", "broken")
+    assert code == 1 and report["pass"] is False and report["reference_pass"] is True
+    assert report["options"]["broken"]["pass"] is False

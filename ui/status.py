@@ -62,6 +62,8 @@ def status_markdown(replicas: list[ReplicaStatus], warnings: list[str], zero_gpu
     parts = replicas[0].attention_components if replicas else {}
     if parts:
         lines += ["", "<small>attention by component: " + " · ".join(f"{k} {v}" for k, v in parts.items()) + "</small>"]
+    if replicas:
+        lines += ["", f"<small>weights: {replicas[0].weights} · {replicas[0].compile}</small>"]
     if host.get("host_total"):
         lines += ["", f"host RAM {human_bytes(host.get('host_available'))} free of {human_bytes(host['host_total'])}"]
     if queue:
@@ -81,6 +83,8 @@ def status_json(replicas: list[ReplicaStatus]) -> dict[str, Any]:
             dtype=first.dtype,
             attention=first.attention,
             attention_components=first.attention_components,
+            weights=first.weights,
+            compile=first.compile,
         )
     top["replicas"] = [r.to_dict() for r in replicas]
     top["healthy_replicas"] = sum(r.healthy for r in replicas)

@@ -1,0 +1,120 @@
+"""The registry of speed/memory options that `python -m benchmarks speed` and `parity --options` measure.
+
+An option is a way to run the same model: compiled, offloaded, stored in fp8, ... Each entry says how
+it is applied (PipelineOptions fields at load, a function on the loaded pipeline, fields of each
+request), on which devices it can run (else why not), and how far its images may drift from the
+same model without it (the parity tolerance).
+
+Adding an option (GGUF quantization, a step cache, ...) is one `register(Option(...))` call in the
+module that provides it, or one entry below; both commands pick it up by name:
+
+    register(Option(
+        name="first-block-cache",
+        summary="diffusers FirstBlockCacheConfig on the transformer",
+        after_load=lambda pipeline: enable_my_cache(pipeline),   # returns a note, or raises
+        refuse=lambda dm, pipeline: None if has_transformer(pipeline) else "UNet models have no cache",
+        tolerance=Tolerance(max_abs=0.3, min_psnr=22.0),
+    ))
+
+Tolerances: exact-math options (offload moves the same weights) get the dtype's parity tolerance
+(benchmarks.parity.TOLERANCES); compile reorders sums and fuses kernels, so it gets the same
+fp32/half bounds; fp8 storage loses mantissa bits in every weight and gets a lossy bound that
+still fails a broken image (PSNR of unrelated images here: ~10-15 dB).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Per image: largest absolute pixel difference (pixels in [0, 1]) and least PSNR in dB."""
+
+    max_abs: float
+    min_psnr: float
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to run the loaded model.
+
+    load: PipelineOptions fields for `ImagePipeline.from_pretrained` (memory_mode, compile, ...).
+    after_load: called with the loaded ImagePipeline; returns a note for the report (or raises).
+    request: GenerationRequest fields set on every request (for per-request options).
+    refuse: (DeviceManager, ImagePipeline | None) -> why it cannot run there, or None.
+    tolerance: vs the plain run; None: the dtype's parity tolerance.
+    """
+
+    name: str
+    summary: str
+    load: dict[str, Any] = field(default_factory=dict)
+    after_load: Callable[[Any], str] | None = None
+    request: dict[str, Any] = field(default_factory=dict)
+    refuse: Callable[[Any, Any], str | None] = lambda dm, pipeline: None
+    tolerance: Tolerance | None = None
+
+
+OPTIONS: dict[str, Option] = {}
+PLAIN = {"memory_mode": "off", "compile": "off"}  # the reference: nothing that changes speed or memory
+
+
+def register(option: Option) -> Option:
+    """Add (or replace) an option by name; returns it."""
+    OPTIONS[option.name] = option
+    return option
+
+
+def select(names: str) -> list[Option]:
+    """Options named in a comma list ("all": every one but plain); ValueError naming unknown ones."""
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    if wanted == ["all"]:
+        return [o for n, o in OPTIONS.items() if n != "plain"]
+    unknown = [n for n in wanted if n not in OPTIONS]
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(unknown)}; choose from {', '.join(OPTIONS)} or all")
+    return [OPTIONS[n] for n in wanted]
+
+
+def _not_cpu(what: str) -> Callable[[Any, Any], str | None]:
+    return lambda dm, pipeline: f"{what} needs an accelerator (on cpu the weights are already in RAM)" if (
+        dm.backend == "cpu"
+    ) else None
+
+
+def fp8_layerwise(pipeline: Any) -> str:
+    """Store the denoiser's weights in float8_e4m3fn and cast each layer up to the model's dtype
+    when it runs (diffusers `enable_layerwise_casting`): half the weight memory of bf16, a cast per layer."""
+    from devices.compile import denoiser_of
+
+    name, module = denoiser_of(pipeline.pipe)
+    compute = module.dtype
+    module.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=compute)
+    return f"{name} stored in float8_e4m3fn, computed in {str(compute).removeprefix('torch.')}"
+
+
+def _fp8_refusal(dm: Any, pipeline: Any) -> str | None:
+    if dm.backend == "mps":
+        return "MPS has no float8 dtype"
+    return None
+
+
+for _option in (
+    Option("plain", "no compile, no memory savers, weights on the device", load=dict(PLAIN)),
+    Option("compile", "graph compile of the denoiser (devices.compile), paid at load", load={**PLAIN, "compile": "on"}),
+    Option("memory-balanced", "MEMORY_MODE=balanced: VAE slicing/tiling (+ attention slicing with vanilla)",
+           load={**PLAIN, "memory_mode": "balanced"}),
+    Option("memory-max", "MEMORY_MODE=max: balanced + model CPU offload", load={**PLAIN, "memory_mode": "max"},
+           refuse=_not_cpu("model CPU offload")),
+    Option("group-block", "MEMORY_MODE=group: balanced + group offload by block", load={**PLAIN, "memory_mode": "group"},
+           refuse=_not_cpu("group offload")),
+    Option("group-leaf", "MEMORY_MODE=group-leaf: balanced + group offload by leaf module",
+           load={**PLAIN, "memory_mode": "group-leaf"}, refuse=_not_cpu("group offload")),
+    Option("fp8-layerwise", "denoiser weights stored in fp8, cast per layer", load=dict(PLAIN),
+           after_load=fp8_layerwise, refuse=_fp8_refusal, tolerance=Tolerance(max_abs=0.5, min_psnr=20.0)),
+):  # fmt: skip
+    register(_option)
