@@ -118,3 +118,25 @@ for _option in (
            after_load=fp8_layerwise, refuse=_fp8_refusal, tolerance=Tolerance(max_abs=0.5, min_psnr=20.0)),
 ):  # fmt: skip
     register(_option)
+
+
+def _no_step_cache(dm: Any, pipeline: Any) -> str | None:
+    """Known only once the model is loaded (`speed` asks again then): its denoiser has a cache or not."""
+    if pipeline is None or pipeline.model_info().step_cache:
+        return None
+    return "this family's denoiser has no diffusers step cache (pipelines.step_cache)"
+
+
+STEP_CACHE_TOLERANCE = Tolerance(max_abs=0.5, min_psnr=20.0)  # skipped blocks reuse stale residuals: lossy by design
+for _option in (
+    Option("first-block-cache", "per request: diffusers FirstBlockCache at its default threshold",
+           load=dict(PLAIN), request={"step_cache": "FirstBlockCache"}, refuse=_no_step_cache,
+           tolerance=STEP_CACHE_TOLERANCE),
+    Option("taylorseer-cache", "per request: diffusers TaylorSeer cache (full step every 5, after 3)",
+           load=dict(PLAIN), request={"step_cache": "TaylorSeer"}, refuse=_no_step_cache,
+           tolerance=STEP_CACHE_TOLERANCE),
+    Option("magcache", "per request: diffusers MagCache (its first request calibrates: the warm-up run)",
+           load=dict(PLAIN), request={"step_cache": "MagCache"}, refuse=_no_step_cache,
+           tolerance=STEP_CACHE_TOLERANCE),
+):  # fmt: skip
+    register(_option)

@@ -71,6 +71,16 @@ def render(pipeline, prompts: list[str], steps: int, guidance: float, seed: int)
     return np.asarray(out.images, dtype=np.float32)
 
 
+def render_request(pipeline, prompts: list[str], steps: int, guidance: float, seed: int, fields: dict) -> np.ndarray:
+    """`render` through `ImagePipeline.generate` with request `fields` (per-request options such as a
+    step cache, which only the app's own request path applies); 8-bit images as floats in [0, 1]."""
+    from pipelines import GenerationRequest
+
+    request = GenerationRequest(prompt=prompts, steps=steps, guidance_scale=guidance, seed=seed, **fields)
+    result = pipeline.generate(request)
+    return np.stack([np.asarray(im, dtype=np.float32) / 255.0 for im in result.images])
+
+
 def perturb_(pipeline, scale: float, seed: int = 0) -> None:
     """Add relative Gaussian noise to the denoiser's weights (a deliberately broken "port")."""
     gen = torch.Generator().manual_seed(seed)
@@ -143,11 +153,20 @@ def option_parity(args: argparse.Namespace, dm, prompts: list[str], steps: int, 
             results[option.name] = {"skipped": refusal, "pass": True}
             continue
         pipeline, note = load(option)
-        pixels = render(pipeline, prompts, steps, guidance, args.seed)
+        refusal = option.refuse(dm, pipeline)  # what only the loaded model tells (a step cache needs a DiT)
+        if refusal:
+            pipeline.close()
+            results[option.name] = {"skipped": refusal, "pass": True}
+            continue
+        if option.request:  # a per-request option runs through ImagePipeline.generate, and so does its reference
+            pixels = render_request(pipeline, prompts, steps, guidance, args.seed, option.request)
+            reference = render_request(pipeline, prompts, steps, guidance, args.seed, {})
+        else:
+            pixels, reference = render(pipeline, prompts, steps, guidance, args.seed), base
         pipeline.close()
         tol = dataclasses.asdict(option.tolerance) if option.tolerance else None
         results[option.name] = {"note": note, "compile": pipeline.compile, "weights": pipeline.weights,
-                                **compare(base, pixels, dm.dtype_name, tol)}  # fmt: skip
+                                **compare(reference, pixels, dm.dtype_name, tol)}  # fmt: skip
     return results
 
 

@@ -50,6 +50,10 @@ def measure(model: str, dm: Any, option: Option, images: int, steps: int, repeat
     dm.reset_peak_memory()
     started = time.perf_counter()
     pipeline, note = load(model, dm, option, images)
+    refusal = option.refuse(dm, pipeline)  # what only the loaded model tells (a step cache needs a DiT)
+    if refusal:
+        pipeline.close()
+        return {"summary": option.summary, "skipped": refusal}
     row: dict[str, Any] = {"summary": option.summary, "load_s": time.perf_counter() - started}
     row.update(compile_s=pipeline.compile_seconds, compile=pipeline.compile, weights=pipeline.weights, note=note)
     request = dataclasses.replace(make_request(pipeline, images, steps), **option.request)

@@ -131,3 +131,21 @@ def test_parity_over_options_passes_skips_and_fails(tiny_model_dir, tmp_path, mo
     code, report = run_parity(tiny_model_dir, tmp_path, "--options", "broken")
     assert code == 1 and report["pass"] is False and report["reference_pass"] is True
     assert report["options"]["broken"]["pass"] is False
+
+
+def test_parity_and_speed_run_a_step_cache_through_the_request_path(tiny_model_dir, family_root, tmp_path):
+    """A per-request option (a step cache) goes through ImagePipeline.generate, the app's path; on a
+    model whose denoiser has no cache (the embedded UNet) it is skipped with the reason."""
+    from tests import families
+
+    flux = families.build("flux", family_root / "flux")
+    code, report = run_parity(flux, tmp_path, "--steps", "12", "--options", "taylorseer-cache")
+    cached = report["options"]["taylorseer-cache"]
+    assert code == 0 and cached["pass"] and max(r["max_abs"] for r in cached["images"]) > 0  # it really ran cached
+    code, report = run_parity(tiny_model_dir, tmp_path, "--options", "magcache")
+    assert code == 0 and "no diffusers step cache" in report["options"]["magcache"]["skipped"]
+    out = tmp_path / "speed.json"
+    args = ["speed", "--model", str(flux), "--device", "cpu", "--steps", "12", "--images", "1", "--repeats", "1"]
+    assert bench_main([*args, "--options", "taylorseer-cache", "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["results"]["taylorseer-cache"]
+    assert row["per_image_s"]["n"] == 1 and row["max_abs_vs_plain"] > 0
