@@ -11,10 +11,12 @@ GPU given back without `fail=true`.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import random
 import secrets
+import signal
 import subprocess
 import sys
 import threading
@@ -117,6 +119,7 @@ def zerogpu_app(tmp_path_factory):
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the ZeroGPU workers it forks go with it
         )
     try:
         deadline = time.monotonic() + 240
@@ -126,12 +129,14 @@ def zerogpu_app(tmp_path_factory):
             time.sleep(0.5)
         yield f"http://127.0.0.1:{port}/", api, log
     finally:
-        proc.terminate()
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+        with contextlib.suppress(ProcessLookupError):  # forked workers that outlived the app
+            os.killpg(proc.pid, signal.SIGKILL)
         api.close()
 
 
