@@ -24,8 +24,11 @@ still fails a broken image (PSNR of unrelated images here: ~10-15 dB).
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -39,6 +42,10 @@ class Tolerance:
     min_psnr: float
 
 
+class Unavailable(Exception):
+    """The option cannot run on this model or machine; the message says why (reported as skipped)."""
+
+
 @dataclass(frozen=True)
 class Option:
     """One way to run the loaded model.
@@ -48,6 +55,8 @@ class Option:
     request: GenerationRequest fields set on every request (for per-request options).
     refuse: (DeviceManager, ImagePipeline | None) -> why it cannot run there, or None.
     tolerance: vs the plain run; None: the dtype's parity tolerance.
+    load_for: model path -> more load fields that depend on the model (its denoiser's name), or
+        `Unavailable` with the reason.
     """
 
     name: str
@@ -57,6 +66,11 @@ class Option:
     request: dict[str, Any] = field(default_factory=dict)
     refuse: Callable[[Any, Any], str | None] = lambda dm, pipeline: None
     tolerance: Tolerance | None = None
+    load_for: Callable[[str], dict[str, Any]] | None = None
+
+    def fields(self, model: str) -> dict[str, Any]:
+        """The PipelineOptions fields to load `model` with this option (raises Unavailable)."""
+        return {**self.load, **(self.load_for(model) if self.load_for else {})}
 
 
 OPTIONS: dict[str, Option] = {}
@@ -140,3 +154,20 @@ for _option in (
            tolerance=STEP_CACHE_TOLERANCE),
 ):  # fmt: skip
     register(_option)
+
+
+def _torchao_denoiser(model: str) -> dict[str, Any]:
+    """QUANTIZATION for the model's denoiser (a `transformer` or a `unet`, as its model_index names it)."""
+    if importlib.util.find_spec("torchao") is None:
+        raise Unavailable("torchao is not installed (pip install -r requirements-quant.txt)")
+    index = Path(model) / "model_index.json"
+    if not index.is_file():
+        raise Unavailable("needs a local diffusers folder, to name its denoiser")
+    component = "transformer" if "transformer" in json.loads(index.read_text()) else "unet"
+    return {"quantization": f"{component}=torchao-int8wo"}
+
+
+register(Option(
+    "torchao-int8wo", "the denoiser's weights in int8 with a per-row scale (torchao, pipelines.quantization)",
+    load=dict(PLAIN), load_for=_torchao_denoiser, tolerance=Tolerance(max_abs=0.5, min_psnr=20.0),
+))  # fmt: skip

@@ -136,10 +136,10 @@ def option_parity(args: argparse.Namespace, dm, prompts: list[str], steps: int, 
     with the option's tolerance (or the dtype's); an option that cannot run here is skipped with the reason."""
     from pipelines import ImagePipeline
 
-    from .options import OPTIONS, select
+    from .options import OPTIONS, Unavailable, select
 
     def load(option):
-        pipeline = ImagePipeline.from_pretrained(args.model, dm, **option.load)
+        pipeline = ImagePipeline.from_pretrained(args.model, dm, **option.fields(args.model))
         note = option.after_load(pipeline) if option.after_load else ""
         return pipeline, note
 
@@ -152,7 +152,11 @@ def option_parity(args: argparse.Namespace, dm, prompts: list[str], steps: int, 
         if refusal:
             results[option.name] = {"skipped": refusal, "pass": True}
             continue
-        pipeline, note = load(option)
+        try:
+            pipeline, note = load(option)
+        except Unavailable as exc:
+            results[option.name] = {"skipped": str(exc), "pass": True}
+            continue
         refusal = option.refuse(dm, pipeline)  # what only the loaded model tells (a step cache needs a DiT)
         if refusal:
             pipeline.close()

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .measure import report_header
-from .options import OPTIONS, Option, select
+from .options import OPTIONS, Option, Unavailable, select
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def load(model: str, dm: Any, option: Option, micro_batch: int) -> tuple[Any, st
     """The model loaded with `option` applied; (pipeline, note)."""
     from pipelines import ImagePipeline
 
-    pipeline = ImagePipeline.from_pretrained(model, dm, micro_batch=micro_batch, **option.load)
+    pipeline = ImagePipeline.from_pretrained(model, dm, micro_batch=micro_batch, **option.fields(model))
     note = option.after_load(pipeline) if option.after_load else ""
     return pipeline, note
 
@@ -80,6 +80,8 @@ def run_option(model: str, dm: Any, option: Option, images: int, steps: int, rep
         return {"summary": option.summary, "skipped": refusal}
     try:
         return measure(model, dm, option, images, steps, repeats)
+    except Unavailable as exc:
+        return {"summary": option.summary, "skipped": str(exc)}
     except Exception as exc:  # an option failing on a device is a result, not a crash of the whole run
         log.warning("option %s failed: %s", option.name, exc, exc_info=True)
         return {"summary": option.summary, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}

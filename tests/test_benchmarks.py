@@ -149,3 +149,18 @@ def test_parity_and_speed_run_a_step_cache_through_the_request_path(tiny_model_d
     assert bench_main([*args, "--options", "taylorseer-cache", "--json", str(out)]) == 0
     row = json.loads(out.read_text())["results"]["taylorseer-cache"]
     assert row["per_image_s"]["n"] == 1 and row["max_abs_vs_plain"] > 0
+
+
+def test_the_torchao_option_names_the_models_denoiser_or_says_why_not(tiny_model_dir, monkeypatch):
+    import importlib.util
+
+    from benchmarks.options import OPTIONS, Unavailable
+
+    option = OPTIONS["torchao-int8wo"]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())  # as if torchao were installed
+    assert option.fields(str(tiny_model_dir))["quantization"] == "unet=torchao-int8wo"
+    with pytest.raises(Unavailable, match="local diffusers folder"):
+        option.fields("someone/hub-model")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(Unavailable, match="requirements-quant.txt"):
+        option.fields(str(tiny_model_dir))
