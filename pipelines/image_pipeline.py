@@ -114,6 +114,7 @@ class ImagePipeline:
         self.attention_applied: dict[str, str] = {}
         self.memory_savers: list[str] = []
         self.weights = "on device"  # where the weights live (devices.manager.weights_placement)
+        self.component_bytes: dict[str, int] = {}  # per component, weights' real bytes (counted at load)
         self.compile = "no compile"  # what devices.compile did, for the status panel
         self.compile_seconds = 0.0  # the warm-up that paid the compile at load
         self.loras = LoraManager(pipe, device_manager, options.lora_dir)

@@ -81,6 +81,9 @@ def wrap(
     self.memory_savers = dm.set_memory_efficient_mode(pipe, opts.memory_mode)
     self.attention_applied = describe_attention(pipe, applied)  # read back after the memory savers
     self.weights = weights_placement(self.memory_savers)
+    # counted once, here: later the weights may be out of reach (ZeroGPU offloads them to disk in the
+    # parent process, where any tensor call raises), and the bytes do not depend on the device
+    self.component_bytes = quantization.component_bytes(pipe)
     if not set(OFFLOAD_SAVERS) & set(self.memory_savers):
         pipe.to(dm.device)
     compile_and_warm_up(self)
@@ -254,5 +257,5 @@ def describe(self: Any) -> ModelInfo:
         default_step_cache=self.default_step_cache.method if self.default_step_cache else "none",
         default_step_cache_threshold=self.default_step_cache.threshold if self.default_step_cache else None,
         quantization=quantization.applied(self.pipe),
-        component_bytes=quantization.component_bytes(self.pipe),
+        component_bytes=dict(self.component_bytes),
     )

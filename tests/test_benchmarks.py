@@ -162,5 +162,5 @@ def test_the_torchao_option_names_the_models_denoiser_or_says_why_not(tiny_model
     with pytest.raises(Unavailable, match="local diffusers folder"):
         option.fields("someone/hub-model")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(Unavailable, match="requirements-quant.txt"):
+    with pytest.raises(Unavailable, match=r"requirements-quant\.txt"):
         option.fields(str(tiny_model_dir))

@@ -46,6 +46,18 @@ def browser():
         browser.close()
 
 
+@pytest.fixture(autouse=True)
+def _close_pages(request):
+    """Every page closed after its test: each open page of the app holds the Inpaint editor's WebGL
+    context, and a browser that keeps a dozen of them stops giving the next page one (its canvas
+    then never takes an upload)."""
+    yield
+    if "browser" in request.fixturenames:
+        for context in request.getfixturevalue("browser").contexts:
+            for page in context.pages:
+                page.close()
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_model_dir):
     """The app as `python app.py` builds it (the embedded model with its editor beside it)."""
