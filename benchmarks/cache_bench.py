@@ -16,6 +16,7 @@ not into noise), not a statement about quality on a real checkpoint.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import tempfile
@@ -29,6 +30,8 @@ from devices import DeviceManager
 from pipelines import GenerationRequest, ImagePipeline
 from pipelines.traits import denoiser
 
+from . import parity
+
 # name -> (method, threshold): each method at diffusers' default threshold, and FirstBlockCache and
 # MagCache also at a looser one (random tiny weights change more from step to step than a trained model).
 VARIANTS = {
@@ -41,11 +44,7 @@ VARIANTS = {
 }
 
 
-def psnr(a: Any, b: Any) -> float:
-    """PSNR in dB of two 8-bit images (inf when identical)."""
-    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    mse = float(((x - y) ** 2).mean())
-    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+psnr = functools.partial(parity.psnr, peak=255.0)  # of two 8-bit images, in dB (inf when identical)
 
 
 class AttentionCounter:

@@ -51,9 +51,11 @@ PROMPTS = [
 ]
 
 
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
+def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
+    """PSNR in dB of two images whose values reach `peak` (1.0: floats in [0, 1]; 255: 8-bit), inf when equal."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     mse = float(((a - b) ** 2).mean())
-    return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
+    return math.inf if mse == 0 else 10 * math.log10(peak**2 / mse)
 
 
 def render(pipeline, prompts: list[str], steps: int, guidance: float, seed: int) -> np.ndarray:

@@ -13,9 +13,9 @@ ImagePipeline with MODEL_ID=<file>.gguf and BASE_MODEL=<folder>).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
-import math
 import sys
 import tempfile
 from pathlib import Path
@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from . import parity
 
 FAMILIES = ("flux", "sd3", "qwen-image")
 QTYPES = ("Q8_0", "Q4_0")
@@ -70,10 +72,7 @@ def write_state(state: dict[str, torch.Tensor], chosen: set[str], path: Path, qt
     return stats
 
 
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """Peak signal-to-noise ratio of two uint8 images, in dB (inf when equal)."""
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
+psnr = functools.partial(parity.psnr, peak=255.0)  # of two 8-bit images, in dB (inf when equal)
 
 
 def build_family(name: str, root: Path) -> Path:
