@@ -25,6 +25,7 @@ from .auth import Users
 
 T = TypeVar("T")
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb)\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 BACKENDS = ("local", "ray")
 DEFAULT_MODELS_DIR = Path(__file__).resolve().parents[1] / "models"  # the embedded models
@@ -125,6 +126,12 @@ class AppSettings:
         if self.allow_model_switch == "auto":
             return self.server_name in ("127.0.0.1", "localhost", "::1")
         return self.allow_model_switch == "1"
+
+    @property
+    def max_file_bytes(self) -> int:
+        """MAX_FILE_SIZE in bytes, for the routes that read uploads themselves (the HTTP APIs)."""
+        number, unit = _SIZE_RE.match(self.max_file_size).groups()
+        return int(float(number) * _SIZE_UNITS[unit.lower()])
 
     @property
     def signed_in_only(self) -> bool:

@@ -21,7 +21,7 @@ from tests.app_server import embedded_model_available, running_app
 from tests.test_engine import _Gate
 from ui.inputs import InputError
 from webapi.access import Access, Unauthorized
-from webapi.images import from_base64, open_bytes, size_bytes
+from webapi.images import from_base64, open_bytes
 from webapi.running import ClientGone, wait
 
 KEY = "k" * 24
@@ -143,7 +143,8 @@ def test_uploads_are_checked_before_they_are_decoded():
         open_bytes(b"hello, world", "image", 4096, 10**6)
     with pytest.raises(InputError, match="MAX_FILE_SIZE"):
         from_base64("A" * 4000, "image", 1000)
-    assert size_bytes("10mb") == 10 * 1024**2
+    assert AppSettings().max_file_bytes == 10 * 1024**2
+    assert AppSettings.from_env({"MAX_FILE_SIZE": "1.5 KB"}).max_file_bytes == 1536
 
 
 @pytest.mark.skipif(not embedded_model_available(), reason="needs the embedded model")

@@ -142,7 +142,7 @@ class A1111:
         self.engine = engine
         self.settings = settings
         self.access = access
-        self.max_bytes = images.size_bytes(settings.max_file_size)
+        self.max_bytes = settings.max_file_bytes
         self.started: dict[str, float] = {}  # job id -> when it was submitted (/progress's ETA)
         self.hashes: dict[str, str] = {}  # model name -> hash, from results' metadata
 

@@ -17,15 +17,6 @@ from PIL import Image
 from ui.inputs import InputError
 
 _DATA_URL = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)
-_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
-
-
-def size_bytes(text: str) -> int:
-    """MAX_FILE_SIZE ("10mb") in bytes."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)(b|kb|mb|gb)", text.strip().lower())
-    if not match:
-        raise ValueError(f"not a size: {text!r}")
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
 def from_base64(value: object, name: str, max_bytes: int) -> bytes:

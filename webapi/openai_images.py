@@ -44,7 +44,7 @@ from ui.inputs import InputError, Limits
 
 from . import openai_params
 from .access import Access, Unauthorized
-from .images import header_size, open_bytes, size_bytes
+from .images import header_size, open_bytes
 from .openai_errors import OpenAIError, OpenAIRoute, bad_request, not_found
 from .openai_files import FileStore, encode
 from .running import ClientGone, run_job
@@ -83,7 +83,7 @@ class OpenAIImages:
 
     def __init__(self, engine: Engine, settings: AppSettings, access: Access):
         self.engine, self.settings, self.access = engine, settings, access
-        self.max_bytes = size_bytes(settings.max_file_size)
+        self.max_bytes = settings.max_file_bytes
         self.files = FileStore(settings.cache_minutes)
         self.created = int(time.time())
 
