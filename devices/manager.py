@@ -79,6 +79,7 @@ class DeviceManager:
         self.options = options or DeviceOptions.resolve(preferred_device, dtype, attention)
         self.requested = str(self.options.device)
         self.fallback_reason: str | None = None
+        self._sampled_peak: int | None = None  # set by reset_peak_memory where the backend cannot reset
         self.backend, index = self._select()
         self.device = torch.device("cuda" if self.backend == "rocm" else self.backend, index)
         self.device_name = backends.device_name(self.backend, index or 0)
@@ -162,6 +163,9 @@ class DeviceManager:
         stats: dict[str, Any] = {"backend": self.backend, "device_name": self.device_name}
         stats.update(memory.device_memory(self.backend, self.device))
         stats.update(memory.host_memory())
+        if self._sampled_peak is not None:  # the backend could not reset its own peak
+            self._sampled_peak = max(self._sampled_peak, stats["allocated"] or 0)
+            stats["peak"] = self._sampled_peak
         return stats
 
     def format_memory(self) -> str:
@@ -181,7 +185,12 @@ class DeviceManager:
         memory.synchronize(self.backend, self.device)
 
     def reset_peak_memory(self) -> None:
-        memory.reset_peak(self.backend, self.device)
+        """Start a new peak. Where the backend keeps its old one (a kernel that ignores
+        clear_refs), the peak becomes the highest use seen by `memory_stats` since this call:
+        it can miss a spike between two reads, but never reports a peak from before the reset."""
+        self._sampled_peak = None
+        if not memory.reset_peak(self.backend, self.device):
+            self._sampled_peak = memory.device_memory(self.backend, self.device)["allocated"] or 0
 
     def set_memory_efficient_mode(self, pipe: Any, level: str = "auto") -> list[str]:
         """Enable memory savers and return their names.

@@ -2,7 +2,9 @@
 
 Every figure is bytes or None ("this backend cannot tell"). On CPU the device memory *is*
 host memory, so `allocated` is the process's resident set and `peak` its high-water mark
-(Linux VmHWM, which `reset_peak` clears through /proc/self/clear_refs).
+(Linux VmHWM, which `reset_peak` clears through /proc/self/clear_refs). Some kernels accept that
+write and keep the old mark (seen on the CI machine: a 64 MiB allocation after a reset did not
+move the peak); `reset_peak` tells its caller, which then keeps a peak of its own.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ def _first(*calls: Callable[[], Any]) -> Any:
         if value is not None:
             return value
     return None
+
+
+CLEAR_REFS = "/proc/self/clear_refs"  # "5" resets the process's peak RSS (VmHWM); see proc(5)
+RESET_SLACK = 16 * 1024 * 1024  # RSS may grow a little between the reset and the check
 
 
 def _proc_status_kb(field: str) -> int | None:
@@ -127,17 +133,27 @@ def synchronize(backend: str, device: torch.device) -> None:
         _call_backend(backend, device, "synchronize", *([device.index] if device.index is not None else []))
 
 
-def reset_peak(backend: str, device: torch.device) -> None:
+def reset_peak(backend: str, device: torch.device) -> bool:
+    """Start a new peak; False when the backend kept its old one (the caller then tracks its own)."""
     if backend == "cpu":
-        try:  # "5" resets the process's peak RSS (VmHWM); see proc(5)
-            with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-                f.write("5")
-        except OSError as exc:
-            log.debug("cannot reset VmHWM: %s", exc)
-        return
-    if backend == "mps":
-        return
-    _call_backend(backend, device, "reset_peak_memory_stats", device.index or 0)
+        return _reset_cpu_peak()
+    if backend != "mps":  # MPS keeps no peak at all
+        _call_backend(backend, device, "reset_peak_memory_stats", device.index or 0)
+    return True
+
+
+def _reset_cpu_peak() -> bool:
+    try:
+        with open(CLEAR_REFS, "w", encoding="ascii") as f:
+            f.write("5")
+    except OSError as exc:
+        log.info("cannot reset the CPU peak (VmHWM): %s; the peak is sampled at memory reads", exc)
+        return False
+    peak, rss = _proc_status_kb("VmHWM"), psutil.Process().memory_info().rss
+    if peak is None or peak > rss + RESET_SLACK:
+        log.info("this kernel kept VmHWM after %s; the CPU peak is sampled at memory reads", CLEAR_REFS)
+        return False
+    return True
 
 
 def human_bytes(value: int | None) -> str:

@@ -3,6 +3,7 @@ import os
 
 import pytest
 import torch
+import torch._dynamo
 
 # One thread: on a shared 2-core CI machine more threads run slower, not faster.
 torch.set_num_threads(int(os.environ.get("TEST_TORCH_THREADS", "1")))

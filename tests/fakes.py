@@ -25,6 +25,7 @@ NPU_ABSENT = types.SimpleNamespace(
 )
 if getattr(torch, "npu", None) is None:
     torch.npu = NPU_ABSENT
+UNCACHED_GET_DEVICE_MODULE = getattr(torch.get_device_module, "__wrapped__", torch.get_device_module)
 
 
 class Calls(list):
@@ -47,6 +48,7 @@ def no_accelerators(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(torch.backends.mps, "is_available", lambda: False)
     mp.setitem(sys.modules, "torch_npu", None)  # `import torch_npu` raises ImportError
     mp.setattr(torch, "npu", NPU_ABSENT)
+    mp.setattr(torch, "get_device_module", UNCACHED_GET_DEVICE_MODULE)  # see _route_accelerator
     for var in ("PREFERRED_DEVICE", "PREFERRED_DEVICE_STRICT", "TORCH_DTYPE", "DIFFUSERS_ATTENTION_TYPE"):
         mp.delenv(var, raising=False)
 
@@ -107,8 +109,32 @@ def fake_npu(mp, count=1, bf16=True, name="Ascend910B3", import_error: Exception
     module = types.ModuleType("torch_npu")
     module.__spec__ = types.SimpleNamespace(name="torch_npu", loader=None, origin="fake")
     mp.setitem(sys.modules, "torch_npu", module)
-    mp.setattr(torch, "npu", types.SimpleNamespace(**device_namespace(calls, count, name, bf16)), raising=False)
+    namespace = device_namespace(calls, count, name, bf16)
+    mp.setattr(torch, "npu", types.SimpleNamespace(**namespace), raising=False)
+    _route_accelerator(mp, namespace)
     return calls
+
+
+# torch.accelerator's memory calls go to the allocator torch_npu registers, which a fake cannot
+# register (torch raises "Allocator for npu is not a DeviceAllocator"); route them to the fake
+# namespace, as the real allocator serves them from the same device.
+_ACCELERATOR_CALLS = {
+    "empty_cache": "empty_cache",
+    "synchronize": "synchronize",
+    "reset_peak_memory_stats": "reset_peak_memory_stats",
+    "memory_allocated": "memory_allocated",
+    "memory_reserved": "memory_reserved",
+    "max_memory_allocated": "max_memory_allocated",
+    "get_memory_info": "mem_get_info",
+}
+
+
+def _route_accelerator(mp, namespace: dict) -> None:
+    # torch.get_device_module is functools.cache'd: whichever torch.npu the first caller saw
+    # (the absent stub or a fake) would answer for the rest of the session. Uncached while faked.
+    mp.setattr(torch, "get_device_module", UNCACHED_GET_DEVICE_MODULE)
+    for accelerator_name, fake_name in _ACCELERATOR_CALLS.items():
+        mp.setattr(torch.accelerator, accelerator_name, namespace[fake_name], raising=False)
 
 
 def _failing_import(target: str, error: Exception):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from devices import DeviceFallbackWarning, DeviceManager
+from devices import memory as devices_memory
 from devices.memory import STATS_KEYS
 from tests import fakes
 from tests.fakes import GiB
@@ -315,6 +316,23 @@ def test_cpu_peak_rises_by_a_64_mib_allocation():
     rise = (after["peak"] - before["peak"]) / MiB
     assert rise >= 56, f"peak rose by {rise:.1f} MiB after a 64 MiB allocation"
     assert after["peak"] >= after["allocated"] >= before["allocated"] + 56 * MiB
+    del big
+
+
+def test_cpu_peak_resets_where_the_kernel_ignores_clear_refs(monkeypatch, tmp_path):
+    """Some kernels accept the clear_refs write and keep VmHWM (the CI machine did): the peak
+    after a reset must still start from today's use, not the process's lifetime peak."""
+    MiB = 1024 * 1024
+    spike = torch.ones(192 * MiB // 4)  # raise the lifetime peak well above today's use
+    del spike
+    monkeypatch.setattr(devices_memory, "CLEAR_REFS", str(tmp_path / "clear_refs"))  # written, ignored
+    dm = DeviceManager()
+    dm.reset_peak_memory()
+    before = dm.memory_stats()
+    assert before["peak"] < before["allocated"] + 32 * MiB, "the peak still holds the spike from before the reset"
+    big = torch.ones(64 * MiB // 4)
+    after = dm.memory_stats()
+    assert (after["peak"] - before["peak"]) / MiB >= 56
     del big
 
 
