@@ -70,10 +70,12 @@ def device_memory(backend: str, device: torch.device) -> dict[str, int | None]:
     """allocated/reserved/peak/total/free for one device."""
     if backend == "cpu":
         vm = psutil.virtual_memory()
+        rss = psutil.Process().memory_info().rss
+        hwm = _proc_status_kb("VmHWM")
         return {
-            "allocated": psutil.Process().memory_info().rss,
+            "allocated": rss,
             "reserved": None,
-            "peak": _proc_status_kb("VmHWM"),
+            "peak": max(hwm, rss) if hwm is not None else None,  # a kernel whose mark lags is never below today's use
             "total": vm.total,
             "free": vm.available,
         }
