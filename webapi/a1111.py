@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,6 +36,7 @@ from . import a1111_request as parse
 from . import images, running
 from .a1111_request import FieldError
 from .access import Access, Unauthorized
+from .fields import named_field
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +48,17 @@ FIELD_NAMES = {
     "loras": "prompt", "inpaint": "mask", "padding": "inpaint_full_res_padding", "masked_content": "inpainting_fill",
     "inpaint_area": "inpaint_full_res", "invert_mask": "inpainting_mask_invert",
 }  # fmt: skip
-_PREFIX = re.compile(r"^([A-Za-z_][\w ]*?)(?:\[(\d+)\])?(?:\[[^\]]*\])?: ")
 
 
 def loc_of(message: str) -> tuple[tuple[str | int, ...], str]:
     """(A1111's field, message) for a ValueError that names our field first ("steps: ...")."""
-    match = _PREFIX.match(message)
-    if not match:
+    field = named_field(message)
+    if field is None:
         return (), message
-    ours, index = match.group(1), match.group(2)
-    name = FIELD_NAMES.get(ours, ours)
-    if name != ours and " " not in ours and ours != "loras":
-        message = f"{name}: {message[match.end() :]}"
-    return ((name, int(index)) if index is not None else (name,)), message
+    name = FIELD_NAMES.get(field.name, field.name)
+    if name != field.name and " " not in field.name and field.name != "loras":
+        message = f"{name}: {field.detail}"
+    return ((name, field.index) if field.index is not None else (name,)), message
 
 
 def invalid(loc: tuple[str | int, ...], message: str) -> JSONResponse:

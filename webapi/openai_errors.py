@@ -17,7 +17,6 @@ without an app-wide handler that would change Gradio's or the A1111 API's routes
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +24,8 @@ from fastapi import HTTPException
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+
+from .fields import named_field
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,6 @@ _PARAMS = {
     "init_images": "image",
     "images": "image",
 }
-_FIELD = re.compile(r"^([A-Za-z_][\w ]*?)(\[[^\]]*\])?\s*(\([^)]*\))?:")
 
 
 class OpenAIError(Exception):
@@ -63,11 +63,10 @@ class OpenAIError(Exception):
 
 def param_of(message: str) -> str | None:
     """The request field a check's message names ("steps: 200 is out of range" -> "steps")."""
-    match = _FIELD.match(message)
-    if not match:
+    field = named_field(message)
+    if field is None:
         return None
-    name = match.group(1).strip()
-    return _PARAMS.get(name, name if name.isidentifier() else None)
+    return _PARAMS.get(field.name, field.name if field.name.isidentifier() else None)
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> OpenAIError:
