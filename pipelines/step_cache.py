@@ -73,6 +73,22 @@ class StepCache:
         """ "FirstBlockCache 0.05", "TaylorSeer": what the info line and the A1111 text say."""
         return self.method if self.threshold is None else f"{self.method} {self.threshold:g}"
 
+    @classmethod
+    def from_label(cls, text: str) -> StepCache | None:
+        """The cache a `label` names (a PNG's "Step cache: FirstBlockCache 0.05"); None for a method
+        this app does not have or a threshold that is not a number in (0, 1]."""
+        name, _, threshold = text.strip().partition(" ")
+        method = canonical(name)
+        if method is None or method == NONE:
+            return None
+        if method not in DEFAULT_THRESHOLDS:
+            return cls(method)
+        try:
+            value = float(threshold) if threshold.strip() else DEFAULT_THRESHOLDS[method]
+        except ValueError:
+            return None
+        return cls(method, value) if 0 < value <= 1 else None
+
 
 def supported(denoiser: Any) -> bool:
     """Whether diffusers gives this denoiser `enable_cache` (its class inherits CacheMixin)."""

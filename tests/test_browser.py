@@ -442,6 +442,9 @@ def test_inpaint_a_painted_stroke_in_the_browser(browser, tmp_path, monkeypatch)
         page.get_by_role("tab", name="Inpaint").click()
         editor = page.locator("#inpaint-editor")
         expect(editor).to_contain_text("Upload an image", timeout=30_000)
+        # the prompt shows before PixiJS has made its canvas; a file set earlier is dropped
+        # ("Cannot read properties of undefined (reading 'reset_layers')" in the page)
+        expect(editor.locator("canvas").first).to_be_attached(timeout=30_000)
         editor.locator("input[type=file]").set_input_files(str(source))
         expect(editor).not_to_contain_text("Upload an image", timeout=30_000)
         canvas = editor.locator("canvas").first
@@ -497,3 +500,40 @@ def test_inpaint_a_painted_stroke_in_the_browser(browser, tmp_path, monkeypatch)
     far[max(0, y1 - blur) : y2 + blur, max(0, x1 - blur) : x2 + blur] = False
     assert np.array_equal(got[far], original[far])
     assert np.abs(got[painted] - original[painted]).max() > 0  # something under the stroke changed
+
+
+def test_send_to_generate_restores_the_step_cache_and_reruns_with_it(browser, tmp_path, family_root):
+    """A PNG made with FirstBlockCache 0.3 on tiny Flux: PNG info's Send to Generate sets the cache
+    and its threshold (the dropdown's change must not reset the threshold), and Generate runs with it."""
+    from PIL import Image
+    from playwright.sync_api import expect
+
+    from pipelines.metadata import png_info
+    from tests import families
+
+    model = families.build("flux", family_root / "flux")
+    png = tmp_path / "cached.png"
+    meta = {"prompt": "a red circle", "steps": 4, "guidance_scale": 3.5, "seed": 11, "width": 32, "height": 32,
+            "sampler": "Euler", "step_cache": "FirstBlockCache", "step_cache_threshold": 0.3}  # fmt: skip
+    Image.new("RGB", (32, 32), "white").save(png, pnginfo=png_info(meta))
+    with running_app(model, tmp_path / "out") as (demo, _):
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(demo.local_url, wait_until="load")
+        page.get_by_role("tab", name="PNG info").click()
+        page.locator("#pnginfo-file input[type=file]").set_input_files(str(png))
+        expect(page.locator("#pnginfo-details")).to_contain_text("FirstBlockCache", timeout=30_000)
+        page.locator("#pnginfo-send").click()
+        expect(page.locator("#prompt textarea")).to_have_value("a red circle", timeout=10_000)
+        page.get_by_role("button", name="Advanced").first.click()
+        expect(page.locator("#step-cache input")).to_have_value("FirstBlockCache")
+        expect(page.locator("#step-cache-threshold input[type=number]")).to_have_value("0.3")
+        number = page.locator("#num-images input[type=number]")
+        number.fill("1")
+        number.press("Enter")
+        page.get_by_role("button", name="Generate").click()
+        expect(page.locator("#info-line")).to_contain_text("step cache FirstBlockCache 0.3", timeout=120_000)
+        _choose(page, "step-cache", "MagCache")  # a method the user picks starts at its own default
+        expect(page.locator("#step-cache-threshold input[type=number]")).to_have_value("0.06")
+        _choose(page, "step-cache", "TaylorSeer")  # no threshold
+        expect(page.locator("#step-cache-threshold")).to_be_hidden()
+        page.close()

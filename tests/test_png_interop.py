@@ -212,7 +212,8 @@ def test_a_multi_line_prompt_keeps_the_table_shape():
 
 # ----------------------------------------------------------------------------- Send to Generate
 
-ALL = ModelInfo("m", 512, 512, 8, 1024, 1024 * 1024, 4, 20, 7.0, "DPM++ 2M", samplers=tuple(s.name for s in SAMPLERS))
+_SHAPE = ("m", 512, 512, 8, 1024, 1024 * 1024, 4, 20, 7.0, "DPM++ 2M")
+ALL = ModelInfo(*_SHAPE, samplers=tuple(s.name for s in SAMPLERS))
 NO_KARRAS = ModelInfo("m", 512, 512, 8, 1024, 1024 * 1024, 4, 20, 7.0, "Euler",
                       samplers=("Euler", "Euler a", "DPM++ 2M", "DDIM", "UniPC"))  # fmt: skip
 
@@ -280,6 +281,27 @@ def test_a_multi_line_prompt_is_sent_as_one_prompt():
     values, notes = form_values(params, ALL)
     assert values["prompt"] == "a castle, on a hill at dusk" and "3 lines were joined" in notes[0]
     assert inputs.prompts(values["prompt"], 10_000) == "a castle, on a hill at dusk"  # one prompt: one image
+
+
+def test_the_step_cache_an_image_ran_with_is_sent_back():
+    """Our PNG's `Step cache` fills the form (the seed reproduces the image only with that cache); a
+    PNG without one sets none, with a note where the server's default is a cache; a model without
+    step caches sends none and says the run is uncached."""
+    from pipelines.metadata import a1111_parameters
+
+    cached = ModelInfo(*_SHAPE, samplers=("Euler",), step_cache=True, default_step_cache="TaylorSeer")
+    meta = {"prompt": "x", "steps": 4, "seed": 2, "guidance_scale": 3.0, "width": 64, "height": 64, "sampler": "Euler",
+            "step_cache": "FirstBlockCache", "step_cache_threshold": 0.3}  # fmt: skip
+    params = parse_a1111(a1111_parameters(meta))
+    values, notes = form_values(params, cached)
+    assert (values["step_cache"], values["step_cache_threshold"], notes) == ("FirstBlockCache", 0.3, [])
+    values, _ = form_values(parse_a1111(a1111_parameters({**meta, "step_cache": "TaylorSeer"})), cached)
+    assert values["step_cache"] == "TaylorSeer"
+    values, notes = form_values(parse_a1111("x\nSteps: 4, Sampler: Euler, Seed: 2"), cached)
+    assert values["step_cache"] == "none" and "made without a step cache" in notes[0] and "TaylorSeer" in notes[0]
+    values, notes = form_values(params, ModelInfo(*_SHAPE))
+    assert values["step_cache"] == "none" and "FirstBlockCache 0.3; m has none" in notes[0]
+    assert "step_cache" not in parse_a1111("x\nSteps: 4, Sampler: Euler, Step cache: TeaCache 2")  # not ours
 
 
 # ----------------------------------------------------------------------------- A1111 reads ours

@@ -15,8 +15,8 @@ API_FIELDS = (
 # The sampling fields both tabs show (Advanced), with the model's defaults and bounds.
 SAMPLING = ("sampler", "steps", "guidance_scale", "guidance_end")
 
-# The step cache (pipelines.step_cache): on the Generate tab's Advanced and in /generate; not filled
-# by Send to Generate (a PNG's "Step cache" stays a note: the receiving model may have none).
+# The step cache (pipelines.step_cache): on the Generate tab's Advanced and in /generate; Send to
+# Generate sets the one the image ran with (ui.send), as a seed reproduces an image only with it.
 STEP_CACHE = ("step_cache", "step_cache_threshold")
 
 # The Generate tab's fields (its LoRA choice is `loras` plus one scale slider per LoRA).
@@ -26,7 +26,7 @@ GENERATE = ("prompt", "negative_prompt", "num_images", "seed", "random_seed", *S
 EDIT = ("prompt", "strength", "image_guidance_scale", "num_images", "seed", "random_seed", *SAMPLING)
 
 # What a PNG's parameters fill (Send to Generate / Edit): everything but the number of images.
-SENT_TO_GENERATE = tuple(f for f in GENERATE if f != "num_images")
+SENT_TO_GENERATE = (*(f for f in GENERATE if f != "num_images"), *STEP_CACHE)
 SENT_TO_EDIT = tuple(f for f in EDIT if f != "num_images")
 
 # The public `/edit` API's parameters after `files`, in order, and the field each fills: two were

@@ -178,8 +178,14 @@ def wire(studio: Studio, g: dict[str, Any]) -> None:
                 gallery, result, paths = value
                 yield gallery, info_line(result), paths, result.info()
 
+    # The threshold shows for the methods that have one; picking a method (not Send to Generate,
+    # which sets the image's own threshold) moves it to that method's default.
     g["step_cache"].change(
-        lambda m: gr.update(visible=m in DEFAULT_THRESHOLDS, value=DEFAULT_THRESHOLDS.get(m, 0.05)),
+        lambda m: gr.update(visible=m in DEFAULT_THRESHOLDS), g["step_cache"], g["step_cache_threshold"],
+        api_visibility="private", queue=False,
+    )  # fmt: skip
+    g["step_cache"].input(
+        lambda m: gr.update(value=DEFAULT_THRESHOLDS.get(m, DEFAULT_THRESHOLDS["FirstBlockCache"])),
         g["step_cache"], g["step_cache_threshold"], api_visibility="private", queue=False,
     )  # fmt: skip
     if studio.counts_tokens:

@@ -9,6 +9,8 @@ LoRAs the server does not have are left out; what had to change is returned as n
   the note says why.
 - Prompt: the Generate form runs one prompt per line, so a multi-line prompt read from a PNG is
   sent as ONE line, its lines joined by a space (what CLIP's tokenizer makes of a newline anyway).
+- Step cache: the one the image ran with (none where the PNG names none), so the seed reproduces it;
+  on a model without step caches the note says the run is uncached.
 - Seed: any seed 0..2^64-1 is sent exactly (the seed field is text); one outside that range
   (A1111's -1: random) ticks "Random seed".
 """
@@ -30,6 +32,7 @@ from pipelines.inpaint import (
 )
 from pipelines.request import DEFAULTS, SEED_SPACE
 from pipelines.samplers import from_any
+from pipelines.step_cache import DEFAULT_THRESHOLDS, NONE, StepCache, canonical
 from ui.fields import SENT_TO_EDIT, SENT_TO_GENERATE, SENT_TO_INPAINT
 from ui.inputs import bounds
 
@@ -58,6 +61,7 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
     if end < 1.0 and not info.guidance_end:
         notes.append(f"guidance end {end:g} is not available with {info.model_name}; guidance runs every step")
     _edit_values(params, info, values, notes)
+    _step_cache_values(params, info, values, notes)
     if (values["width"], values["height"]) != (params.get("width"), params.get("height")) and "width" in params:
         notes.append(f"size {params['width']}x{params['height']} fitted to {values['width']}x{values['height']}")
     values["sampler"] = sampler_for(params, info, notes)
@@ -126,6 +130,24 @@ def _edit_values(params: dict[str, Any], info: ModelInfo, values: dict[str, Any]
     elif wanted is not None:
         notes.append(f"image guidance {wanted:g} is for instruction editors; {info.model_name} does not take it")
     values["strength"] = _fit("strength", float(params.get("strength", DEFAULTS.strength)))
+
+
+def _step_cache_values(params: dict[str, Any], info: ModelInfo, values: dict[str, Any], notes: list[str]) -> None:
+    """The step cache the image ran with: a PNG without one ran uncached (pipelines.metadata writes
+    `Step cache` only where one ran), and the same seed only gives the same image with the same cache."""
+    method = params.get("step_cache")
+    cache = StepCache.of(canonical(method) if isinstance(method, str) else None, params.get("step_cache_threshold"))
+    if cache is not None and not info.step_cache:
+        notes.append(f"made with step cache {cache.label}; {info.model_name} has none, so this run is uncached")
+        cache = None
+    elif cache is None and info.step_cache and info.default_step_cache != NONE:
+        notes.append(
+            f"made without a step cache: Step cache set to none (this server's default is {info.default_step_cache})"
+        )
+    values["step_cache"] = cache.method if cache else NONE
+    values["step_cache_threshold"] = (
+        cache.threshold if cache and cache.threshold is not None else DEFAULT_THRESHOLDS["FirstBlockCache"]
+    )
 
 
 def _fit(field: str, value: float) -> float:
