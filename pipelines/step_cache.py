@@ -205,6 +205,7 @@ def applied(
     ratios = calibrations.get(key) if cache.method == "MagCache" else None
     run = Applied(cache, calibrating=cache.method == "MagCache" and ratios is None)
     _enable(denoiser, _config(cache, steps, ratios), cache)
+    contexts = CallContexts(denoiser)
     try:
         with _catch_ratios(steps) if run.calibrating else contextlib.nullcontext() as catcher:
             yield run
@@ -212,4 +213,56 @@ def applied(
             run.ratios = calibrations[key] = catcher.ratios
             log.info("MagCache calibrated for %d steps: %d ratios kept for later requests", steps, len(run.ratios))
     finally:
+        contexts.remove()
         denoiser.disable_cache()
+
+
+class CallContexts:
+    """Names every denoiser call for the cache hooks, which keep one state per name.
+
+    diffusers 0.42.1's FluxPipeline and Qwen-Image pipelines wrap each call in
+    `transformer.cache_context("cond")` / `("uncond")`; its Flux img2img, inpaint, Kontext, Fill and
+    Chroma pipelines do not, and the hooks then raise "No cache context is set" (so Edit and Inpaint
+    on Flux failed with a cache). Here the first call at a timestep is "cond" and the next ones
+    "uncond", "uncond-2"...: the order in which every diffusers pipeline makes them, and the names the
+    wrapping pipelines use, so on those it changes nothing.
+    """
+
+    def __init__(self, denoiser: Any) -> None:
+        self.denoiser = denoiser
+        self.timestep: Any = None
+        self.index = 0
+        self.entered: list[contextlib.AbstractContextManager] = []
+        self.handles = [
+            denoiser.register_forward_pre_hook(self._enter, with_kwargs=True),
+            denoiser.register_forward_hook(self._exit, always_call=True),
+        ]
+
+    def _enter(self, _module: Any, args: tuple, kwargs: dict) -> None:
+        timestep = kwargs.get("timestep")
+        same_step = timestep is not None and self.timestep is not None and _same_timestep(timestep, self.timestep)
+        self.index = self.index + 1 if same_step else 0
+        self.timestep = timestep
+        name = "cond" if self.index == 0 else "uncond" if self.index == 1 else f"uncond-{self.index}"
+        context = self.denoiser.cache_context(name)
+        context.__enter__()
+        self.entered.append(context)
+
+    def _exit(self, *_args: Any) -> None:
+        if self.entered:
+            self.entered.pop().__exit__(None, None, None)
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        while self.entered:
+            self._exit()
+
+
+def _same_timestep(a: Any, b: Any) -> bool:
+    """Whether two timesteps (tensors or numbers) are the same step's."""
+    import torch
+
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and bool(torch.equal(a, b))
+    return a == b

@@ -98,6 +98,33 @@ def test_removed_after_cancel_and_after_an_error(family_root):
     assert again.step_cache == "FirstBlockCache 0.05"
 
 
+@pytest.mark.parametrize("name", ["flux", "flux-kontext"])
+def test_image_to_image_edits_and_inpaints_run_with_the_cache_too(family_root, name):
+    """The Edit and Inpaint tabs send no step cache of their own: their requests get the model's
+    (STEP_CACHE). diffusers' Flux img2img, inpaint and Kontext pipelines name no cache context
+    (its hooks raised "No cache context is set"); with pipelines.step_cache.CallContexts they run
+    cached, and the cache comes off again."""
+    from PIL import Image, ImageDraw
+
+    from pipelines.inpaint import Inpaint
+
+    pipe = pipeline(family_root, name, step_cache="TaylorSeer")
+    transformer = denoiser(pipe.pipe)
+    picture = Image.new("RGB", (64, 64), "navy")
+    mask = Image.new("L", (64, 64), 0)
+    ImageDraw.Draw(mask).rectangle((16, 16, 47, 47), fill=255)
+    edit = {} if name == "flux-kontext" else {"strength": 0.8}  # Kontext edits by instruction
+    for extra in (edit, {"inpaint": Inpaint(mask)}):
+        counter = AttentionCounter(transformer)
+        cached = pipe.generate(request(init_images=[picture], **extra))
+        skipped = counter.take()
+        plain = pipe.generate(request(init_images=[picture], step_cache="none", **extra))
+        assert cached.step_cache == "TaylorSeer" and not plain.step_cache, extra
+        assert skipped < counter.take(), extra  # the cached run computed less attention
+        assert 20 < psnr(plain.images[0], cached.images[0]), extra
+        assert not transformer.is_cache_enabled
+
+
 def test_refused_on_a_family_without_a_cache(family_root):
     pipe = pipeline(family_root, "sd15")
     assert not pipe.model_info().step_cache
