@@ -121,7 +121,7 @@ def test_image_to_image_edits_and_inpaints_run_with_the_cache_too(family_root, n
         plain = pipe.generate(request(init_images=[picture], step_cache="none", **extra))
         assert cached.step_cache == "TaylorSeer" and not plain.step_cache, extra
         assert skipped < counter.take(), extra  # the cached run computed less attention
-        assert 20 < psnr(plain.images[0], cached.images[0]), extra
+        assert psnr(plain.images[0], cached.images[0]) > 20, extra
         assert not transformer.is_cache_enabled
 
 
