@@ -167,7 +167,23 @@ def _torchao_denoiser(model: str) -> dict[str, Any]:
     return {"quantization": f"{component}=torchao-int8wo"}
 
 
+QUANT_TOLERANCE = Tolerance(max_abs=0.5, min_psnr=20.0)  # weight rounding in every layer: lossy by design
+
 register(Option(
     "torchao-int8wo", "the denoiser's weights in int8 with a per-row scale (torchao, pipelines.quantization)",
-    load=dict(PLAIN), load_for=_torchao_denoiser, tolerance=Tolerance(max_abs=0.5, min_psnr=20.0),
+    load=dict(PLAIN), load_for=_torchao_denoiser, tolerance=QUANT_TOLERANCE,
 ))  # fmt: skip
+
+
+QUANTIZATION_HELP = (
+    "also measure the model loaded with this QUANTIZATION spec (e.g. transformer=gguf:flux1-dev-Q4_K_S.gguf; "
+    "docs/quantization.md) against it without"
+)
+
+
+def quantization_option(spec: str) -> Option:
+    """The `--quantization SPEC` of `speed` and `parity`: the model loaded with QUANTIZATION=SPEC, as
+    a user runs it (a downloaded GGUF of any type, K-quants included: "transformer=gguf:flux1-dev-Q4_K_S.gguf";
+    torchao; bitsandbytes). pipelines.quantization checks the spec and the device; a refusal is
+    reported as this option's error. Not registered: the spec is this run's, not a named option."""
+    return Option("quantization", f"QUANTIZATION={spec}", load={**PLAIN, "quantization": spec}, tolerance=QUANT_TOLERANCE)

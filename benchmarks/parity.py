@@ -113,6 +113,8 @@ def compare(reference: np.ndarray, candidate: np.ndarray, dtype: str, tol: dict 
 def build_parser() -> argparse.ArgumentParser:
     from pipelines.options import DEFAULT_MODEL
 
+    from . import options
+
     p = argparse.ArgumentParser(
         prog="python -m benchmarks parity", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -129,16 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="also compare each option (benchmarks.options: a comma list, or all) against the same model without it",
     )
+    p.add_argument("--quantization", default=None, help=options.QUANTIZATION_HELP)
     p.add_argument("--json", default=None)
     return p
 
 
 def option_parity(args: argparse.Namespace, dm, prompts: list[str], steps: int, guidance: float) -> dict:
-    """Each option of `--options` on the candidate device against the plain model there (same seeds),
+    """Each option of `--options` (and `--quantization`'s) on the candidate device against the plain model there (same seeds),
     with the option's tolerance (or the dtype's); an option that cannot run here is skipped with the reason."""
     from pipelines import ImagePipeline
+    from pipelines.errors import ModelLoadError
 
-    from .options import OPTIONS, Unavailable, select
+    from .options import OPTIONS, Unavailable, quantization_option, select
 
     def load(option):
         pipeline = ImagePipeline.from_pretrained(args.model, dm, **option.fields(args.model))
@@ -149,7 +153,8 @@ def option_parity(args: argparse.Namespace, dm, prompts: list[str], steps: int, 
     base = render(plain, prompts, steps, guidance, args.seed)
     plain.close()
     results = {}
-    for option in select(args.options):
+    chosen = select(args.options) if args.options else []
+    for option in chosen + ([quantization_option(args.quantization)] if args.quantization else []):
         refusal = option.refuse(dm, None)
         if refusal:
             results[option.name] = {"skipped": refusal, "pass": True}
@@ -158,6 +163,9 @@ def option_parity(args: argparse.Namespace, dm, prompts: list[str], steps: int, 
             pipeline, note = load(option)
         except Unavailable as exc:
             results[option.name] = {"skipped": str(exc), "pass": True}
+            continue
+        except (ModelLoadError, ValueError) as exc:  # a refused setting (a QUANTIZATION this device cannot run)
+            results[option.name] = {"error": f"{type(exc).__name__}: {exc}", "pass": False}
             continue
         refusal = option.refuse(dm, pipeline)  # what only the loaded model tells (a step cache needs a DiT)
         if refusal:
@@ -191,8 +199,8 @@ def print_report(report: dict) -> None:
         f"{'PASS' if report['reference_pass'] else 'FAIL'}"
     )
     for name, r in report.get("options", {}).items():
-        if "skipped" in r:
-            print(f"option {name:<16} skipped: {r['skipped']}")
+        if "skipped" in r or "error" in r:
+            print(f"option {name:<16} {'skipped: ' + r['skipped'] if 'skipped' in r else 'FAIL: ' + r['error']}")
             continue
         worst = min((row["psnr"] for row in r["images"] if row["psnr"] is not None), default=None)
         largest = max(row["max_abs"] for row in r["images"])
@@ -238,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         **compare(ref_pixels, cand_pixels, dtype),
     }
     report["reference_pass"] = report["pass"]
-    if args.options:
+    if args.options or args.quantization:
         report["options"] = option_parity(args, candidate_dm, prompts, steps, guidance)
         report["pass"] = report["pass"] and all(r["pass"] for r in report["options"].values())
     print_report(report)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .measure import report_header
-from .options import OPTIONS, Option, Unavailable, select
+from .options import OPTIONS, QUANTIZATION_HELP, Option, Unavailable, quantization_option, select
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ def measure(model: str, dm: Any, option: Option, images: int, steps: int, repeat
         return {"summary": option.summary, "skipped": refusal}
     row: dict[str, Any] = {"summary": option.summary, "load_s": time.perf_counter() - started}
     row.update(compile_s=pipeline.compile_seconds, compile=pipeline.compile, weights=pipeline.weights, note=note)
+    row["quantization"] = pipeline.model_info().quantization  # per component, what the loader really made
     request = dataclasses.replace(make_request(pipeline, images, steps), **option.request)
     try:
         pipeline.generate(request)  # warm-up (a compiled model was warmed at load; this covers the batch size)
@@ -115,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="as PREFERRED_DEVICE (default: auto)")
     p.add_argument("--dtype", default=None, help="as TORCH_DTYPE (default: the device's)")
     p.add_argument("--options", default="all", help=f"comma list of {', '.join(OPTIONS)}, or all (plain always runs)")
+    p.add_argument("--quantization", default=None, help=QUANTIZATION_HELP)
     p.add_argument("--steps", type=int, default=None, help="denoising steps (default: the model's)")
     p.add_argument("--images", type=int, default=2, help="images per request")
     p.add_argument("--repeats", type=int, default=3, help="timed requests per option")
@@ -129,6 +131,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     dm = DeviceManager(args.device, args.dtype)
     options = [OPTIONS["plain"], *(o for o in select(args.options) if o.name != "plain")]
+    if args.quantization:
+        options.append(quantization_option(args.quantization))
     steps = args.steps or int(_vocabulary(args.model).get("default_steps", 20))
     report = report_header(dm, args.model, steps)
     report.update(images=args.images, repeats=args.repeats)
@@ -168,10 +172,16 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(
             _row(
                 name, f"{r['per_image_s']['median']:.3f}", f"{r['speedup_vs_plain']:.2f}x", peak + ratio,
-                f"{r['load_s']:.1f}", f"{r['compile_s']:.1f}", quality, r["note"] or r["weights"],
+                f"{r['load_s']:.1f}", f"{r['compile_s']:.1f}", quality, r["note"] or _weights(r),
             )
         )  # fmt: skip
     return "\n".join(lines)
+
+
+def _weights(row: dict[str, Any]) -> str:
+    """Where the weights are, and what each quantized component holds."""
+    quantized = "; ".join(f"{c}: {what}" for c, what in (row.get("quantization") or {}).items())
+    return f"{row['weights']}, {quantized}" if quantized else row["weights"]
 
 
 def main(argv: list[str] | None = None) -> int:

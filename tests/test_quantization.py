@@ -344,3 +344,25 @@ def test_settings_are_read_once_and_back_ends_never_imported_by_the_policy_modul
     source = (ROOT / "pipelines" / "quantization.py").read_text()
     top_level = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
     assert not any(name in line for line in top_level for name in ("gguf", "torchao", "bitsandbytes", "diffusers"))
+
+
+def test_speed_and_parity_measure_a_quantization_spec(made, tmp_path, capsys):
+    """`python -m benchmarks speed|parity --quantization SPEC`: a maintainer's own GGUF (here the tiny
+    Flux at Q8_0) measured against the same model without it; a spec the loader refuses is a failed
+    row, not a crash."""
+    from benchmarks.__main__ import main as bench_main
+
+    folder, q8 = str(made["flux"]["folder"]), made["flux"]["Q8_0"]["path"]
+    spec = f"transformer=gguf:{q8}"
+    common = ["--model", folder, "--device", "cpu", "--steps", "2", "--images", "1"]
+    out = tmp_path / "speed.json"
+    assert bench_main(["speed", *common, "--options", "plain", "--repeats", "1", "--quantization", spec,
+                       "--json", str(out)]) == 0  # fmt: skip
+    row = json.loads(out.read_text())["results"]["quantization"]
+    assert row["summary"] == f"QUANTIZATION={spec}" and "Q8_0" in row["quantization"]["transformer"]
+    assert row["psnr_vs_plain"] >= 30 and row["per_image_s"]["n"] == 1
+    out = tmp_path / "parity.json"
+    assert bench_main(["parity", *common, "--quantization", spec, "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["options"]["quantization"]["pass"] is True
+    bad = bench_main(["parity", *common, "--quantization", "transformer=gguf:missing.gguf"])
+    assert bad == 1 and "option quantization     FAIL: ModelLoadError" in capsys.readouterr().out
