@@ -57,6 +57,7 @@ class ReplicaStatus:
     attention_components: dict[str, str] = field(default_factory=dict)  # per component, what runs
     weights: str = "on device"  # on device | CPU offload (model) | group offload (block|leaf)
     compile: str = "no compile"  # what devices.compile did (or why not)
+    quantization: dict[str, str] = field(default_factory=dict)  # per component, what the loader made (pipelines.quantization)
     role: str = "main"  # "main" serves every request; "editor" serves the Edit tab beside it (EditRouter)
 
     def to_dict(self) -> dict[str, Any]:

@@ -238,6 +238,7 @@ class ImagePipeline:
                 attention_components=dict(self.attention_applied),
                 weights=self.weights,
                 compile=self.compile,
+                quantization=quantization.applied(self.pipe),
             )
         ]
 

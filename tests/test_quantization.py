@@ -83,6 +83,9 @@ def test_gguf_model_id_with_base_model_makes_close_images_and_says_so(made, name
     saved = stats["quantized_fp32_bytes"] - stats["quantized_bytes"]  # the blocks are what is held in memory
     assert info.component_bytes["transformer"] == plain_bytes["transformer"] - saved
     assert info.component_bytes["vae"] == plain_bytes["vae"]  # the rest comes from the base model
+    from ui.status import status_markdown
+
+    assert f"weights: on device · transformer {info.quantization['transformer']}" in status_markdown(q8.status(), [])
 
 
 def test_gguf_model_in_a_two_replica_cpu_pool(made):

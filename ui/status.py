@@ -63,7 +63,8 @@ def status_markdown(replicas: list[ReplicaStatus], warnings: list[str], zero_gpu
     if parts:
         lines += ["", "<small>attention by component: " + " · ".join(f"{k} {v}" for k, v in parts.items()) + "</small>"]
     if replicas:
-        lines += ["", f"<small>weights: {replicas[0].weights} · {replicas[0].compile}</small>"]
+        quantized = "".join(f" · {c} {what}" for c, what in replicas[0].quantization.items())
+        lines += ["", f"<small>weights: {replicas[0].weights}{quantized} · {replicas[0].compile}</small>"]
     if host.get("host_total"):
         lines += ["", f"host RAM {human_bytes(host.get('host_available'))} free of {human_bytes(host['host_total'])}"]
     if queue:
