@@ -192,6 +192,12 @@ class DeviceManager:
         if not memory.reset_peak(self.backend, self.device):
             self._sampled_peak = memory.device_memory(self.backend, self.device)["allocated"] or 0
 
+    def sample_peak(self) -> None:
+        """A sample for the peak this manager keeps itself (see reset_peak_memory), taken at each
+        denoising step and after the decode; nothing where the backend keeps its own peak."""
+        if self._sampled_peak is not None:
+            self.memory_stats()
+
     def set_memory_efficient_mode(self, pipe: Any, level: str = "auto") -> list[str]:
         """Enable memory savers and return their names.
 

@@ -72,6 +72,7 @@ class CallMonitor:
     def __call__(self, pipe: Any, step: int, _timestep: Any, _tensors: dict) -> dict:
         self.steps += 1
         self.last_step = self._now()
+        self.dm.sample_peak()
         if self.progress is not None:
             self.progress(self.base + min(step + 1, self.call_steps), self.total, self.first_image)
         if self.should_cancel is not None and self.should_cancel():
@@ -81,6 +82,7 @@ class CallMonitor:
 
     def finish(self) -> dict[str, float]:
         end = self._now()
+        self.dm.sample_peak()  # after the decode, often the largest use
         for hook in self._hooks:
             hook.remove()
         last = self.last_step if self.steps else end
