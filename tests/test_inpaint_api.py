@@ -167,7 +167,8 @@ def test_a_model_that_cannot_inpaint_turns_the_buttons_off_with_the_reason(serve
     info = server.studio.info
     assert info.inpaint  # the embedded model inpaints
     tab = {name: object() for name in ("unavailable", "run", "outpaint", "sampler", "steps", "guidance_scale",
-                                      "guidance_end", "left", "up", "right", "down")}  # fmt: skip
+                                      "guidance_end", "left", "up", "right", "down", "step_cache",
+                                      "step_cache_threshold")}  # fmt: skip
     out = updates(dataclasses.replace(info, inpaint=False, model_name="no-inpaint"), tab)
     assert out[tab["run"]]["interactive"] is False and out[tab["outpaint"]]["interactive"] is False
     assert out[tab["unavailable"]]["visible"] is True and "no-inpaint" in out[tab["unavailable"]]["value"]

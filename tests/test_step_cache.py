@@ -230,3 +230,36 @@ def test_cache_bench_runs_and_writes_its_figures(family_root, tmp_path):
     assert set(report["variants"]) == set(VARIANTS) and report["uncached_bit_identical_after"] is True
     assert report["variants"]["TaylorSeer"]["attention_calls"] < report["variants"]["none"]["attention_calls"]
     assert "calibration" in report["magcache_first_run"] and out.is_file()
+
+
+def test_edit_and_inpaint_endpoints_take_a_step_cache(family_root, tmp_path):
+    """The app as `python app.py` builds it on tiny Flux Kontext: `/edit` and `/inpaint` (gradio_client)
+    take `step_cache` like `/generate`, and each result says what ran."""
+    from gradio_client import Client, handle_file
+    from PIL import Image, ImageDraw
+
+    from tests.app_server import running_app
+
+    model = families.build("flux-kontext", family_root / "flux-kontext")
+    picture, mask = tmp_path / "picture.png", tmp_path / "mask.png"
+    Image.new("RGB", (64, 64), "navy").save(picture)
+    box = Image.new("L", (64, 64), 0)
+    ImageDraw.Draw(box).rectangle((16, 16, 47, 47), fill=255)
+    box.save(mask)
+    with running_app(model, tmp_path / "out") as (demo, _):
+        client = Client(demo.local_url, verbose=False)
+        common = dict(prompt="make it red", num_images=1, steps=4, seed=5)
+        _, info, _ = client.predict(
+            files=[handle_file(str(picture))], **common, random_seed=False, step_cache="TaylorSeer", api_name="/edit"
+        )
+        assert "step cache TaylorSeer" in info
+        _, plain, _ = client.predict(files=[handle_file(str(picture))], **common, random_seed=False, api_name="/edit")
+        assert "step cache" not in plain  # the dropdown's default: the model's (none here)
+        _, result = client.predict(
+            handle_file(str(picture)), handle_file(str(mask)), **common,
+            step_cache="FirstBlockCache", step_cache_threshold=0.4, api_name="/inpaint",
+        )  # fmt: skip
+        assert result["step_cache"] == "FirstBlockCache 0.4"
+        with pytest.raises(Exception, match="step_cache: 'fast' is not one of"):
+            client.predict(handle_file(str(picture)), handle_file(str(mask)), **common, step_cache="fast",
+                           api_name="/inpaint")  # fmt: skip

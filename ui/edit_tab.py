@@ -10,7 +10,14 @@ from pipelines.backend import ModelInfo
 from pipelines.request import DEFAULTS
 from ui import fields
 from ui.api import with_parameters
-from ui.generate_tab import sampling_controls, sampling_props, seed_box
+from ui.generate_tab import (
+    sampling_controls,
+    sampling_props,
+    seed_box,
+    step_cache_controls,
+    step_cache_props,
+    wire_step_cache,
+)
 from ui.inputs import bounds
 from ui.studio import Studio
 from ui.text import info_line, vocabulary_markdown
@@ -31,6 +38,7 @@ def updates(info: ModelInfo, e: dict[str, Any]) -> dict[Any, Any]:
     info = info.for_edits
     props = sampling_props(info)
     out = {e[name]: gr.update(**props[name]) for name in fields.SAMPLING}
+    out.update({e[name]: gr.update(**p) for name, p in step_cache_props(info).items()})
     out[e["mode"]] = gr.update(value=mode_text(info))
     out[e["strength"]] = gr.update(visible=info.image_to_image and not info.edit)
     out[e["image_guidance_scale"]] = gr.update(visible=info.image_guidance, value=info.default_image_guidance)
@@ -80,6 +88,7 @@ def build(studio: Studio) -> dict[str, Any]:
             with gr.Accordion("Advanced", open=False):
                 controls = sampling_controls(info, prefix="edit-")
                 c.update({name: controls[name] for name in fields.SAMPLING})
+                c.update(step_cache_controls(info, prefix="edit-"))
             with gr.Row():
                 c["run"] = gr.Button(
                     "Edit", variant="primary", elem_id="edit-btn", interactive=info.edit or info.image_to_image
@@ -110,6 +119,7 @@ def wire(studio: Studio, e: dict[str, Any]) -> None:
                 pairs, result, paths = value
                 yield pairs, info_line(result), paths
 
+    wire_step_cache(e)
     with_parameters(ui_edit, ("files", *api_names))
     e["run"].click(
         ui_edit,

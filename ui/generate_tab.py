@@ -71,17 +71,30 @@ def step_cache_props(info: ModelInfo) -> dict[str, dict[str, Any]]:
     }
 
 
-def step_cache_controls(info: ModelInfo) -> dict[str, Any]:
+def step_cache_controls(info: ModelInfo, prefix: str = "") -> dict[str, Any]:
     """The step cache (pipelines.step_cache): a method, and a threshold for the methods that have one."""
     p = step_cache_props(info)
     return {
-        "step_cache": gr.Dropdown(list(METHODS), **p["step_cache"], label="Step cache", elem_id="step-cache"),
+        "step_cache": gr.Dropdown(list(METHODS), **p["step_cache"], label="Step cache", elem_id=f"{prefix}step-cache"),
         "step_cache_threshold": gr.Slider(
             0.01, bounds("step_cache_threshold")[1], **p["step_cache_threshold"], step=0.01,
-            label="Step cache threshold", elem_id="step-cache-threshold",
+            label="Step cache threshold", elem_id=f"{prefix}step-cache-threshold",
             info="higher skips more steps (faster, further from the uncached image)",
         ),
     }  # fmt: skip
+
+
+def wire_step_cache(c: dict[str, Any]) -> None:
+    """The threshold shows for the methods that have one; picking a method (not Send to Generate /
+    Edit / Inpaint, which set the image's own threshold) moves it to that method's default."""
+    c["step_cache"].change(
+        lambda m: gr.update(visible=m in DEFAULT_THRESHOLDS), c["step_cache"], c["step_cache_threshold"],
+        api_visibility="private", queue=False,
+    )  # fmt: skip
+    c["step_cache"].input(
+        lambda m: gr.update(value=DEFAULT_THRESHOLDS.get(m, DEFAULT_THRESHOLDS["FirstBlockCache"])),
+        c["step_cache"], c["step_cache_threshold"], api_visibility="private", queue=False,
+    )  # fmt: skip
 
 
 def seed_box(**props: Any) -> gr.Textbox:
@@ -178,16 +191,7 @@ def wire(studio: Studio, g: dict[str, Any]) -> None:
                 gallery, result, paths = value
                 yield gallery, info_line(result), paths, result.info()
 
-    # The threshold shows for the methods that have one; picking a method (not Send to Generate,
-    # which sets the image's own threshold) moves it to that method's default.
-    g["step_cache"].change(
-        lambda m: gr.update(visible=m in DEFAULT_THRESHOLDS), g["step_cache"], g["step_cache_threshold"],
-        api_visibility="private", queue=False,
-    )  # fmt: skip
-    g["step_cache"].input(
-        lambda m: gr.update(value=DEFAULT_THRESHOLDS.get(m, DEFAULT_THRESHOLDS["FirstBlockCache"])),
-        g["step_cache"], g["step_cache_threshold"], api_visibility="private", queue=False,
-    )  # fmt: skip
+    wire_step_cache(g)
     if studio.counts_tokens:
         g["prompt"].change(studio.token_count, g["prompt"], g["tokens"], api_visibility="private", queue=False)
     for name, slider in zip(lora_names, g["scales"], strict=True):

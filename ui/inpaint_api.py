@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "masked_content": INPAINT_DEFAULTS.masked_content, "inpaint_area": INPAINT_DEFAULTS.inpaint_area,
     "padding": INPAINT_DEFAULTS.padding, "invert_mask": INPAINT_DEFAULTS.invert,
     "num_images": 1, "steps": None, "guidance_scale": None, "seed": -1, "sampler": "", "guidance_end": None,
+    "step_cache": None, "step_cache_threshold": None,
     "left": 0, "up": 0, "right": 0, "down": 0,
 }  # fmt: skip
 

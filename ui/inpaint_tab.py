@@ -25,7 +25,14 @@ from pipelines.inpaint import (
 )
 from pipelines.pnginfo import read_png_info
 from ui import fields, inpainting
-from ui.generate_tab import sampling_controls, sampling_props, seed_box
+from ui.generate_tab import (
+    sampling_controls,
+    sampling_props,
+    seed_box,
+    step_cache_controls,
+    step_cache_props,
+    wire_step_cache,
+)
 from ui.inputs import InputError, bounds
 from ui.send import inpaint_targets, inpaint_updates
 from ui.studio import Studio
@@ -45,6 +52,7 @@ def updates(info: ModelInfo, c: dict[str, Any]) -> dict[Any, Any]:
     """What changes in this tab when another model is loaded."""
     props = sampling_props(info)
     out = {c[name]: gr.update(**props[name]) for name in fields.SAMPLING}
+    out.update({c[name]: gr.update(**p) for name, p in step_cache_props(info).items()})
     out[c["unavailable"]] = gr.update(value=unavailable_text(info), visible=not info.inpaint)
     out[c["run"]] = gr.update(interactive=info.inpaint)
     out[c["outpaint"]] = gr.update(interactive=info.inpaint)
@@ -81,6 +89,7 @@ def _form(info: ModelInfo, c: dict[str, Any]) -> None:
         c.update({name: controls[name] for name in fields.SAMPLING})
         for name in ("width", "height"):  # an inpaint keeps its picture's size
             controls[name].unrender()
+        c.update(step_cache_controls(info, prefix="inpaint-"))
 
 
 def build(studio: Studio) -> dict[str, Any]:
@@ -158,6 +167,7 @@ def wire(studio: Studio, c: dict[str, Any]) -> None:
         concurrency_id="generate",
         concurrency_limit=None,  # the engine admits and queues (ui.demo)
     )
+    wire_step_cache(c)
     form = {c["editor"], c["mask"], *(c[n] for n in names)}
     c["run"].click(ui_inpaint, form, **common)
     c["outpaint"].click(ui_outpaint, {*form, *(c[s] for s in fields.OUTPAINT_SIDES)}, **common)
