@@ -89,9 +89,10 @@ def wire(studio: Studio) -> Any:
 PUBLISHED = API_FIELDS.index("sampler") + 1  # /generate's values that callers have always sent
 
 
-def accept_shorter_calls(blocks: gr.Blocks, fn: Any, published: int = PUBLISHED) -> None:
-    """Let a call of `fn` that sends only its first `published` values through: the parameters added
-    since then are filled with None (each one's "the model's default").
+def accept_shorter_calls(blocks: gr.Blocks, published: Mapping[Any, int]) -> None:
+    """Let a call of each `fn` in `published` that sends only its first `published[fn]` values through:
+    the parameters added since then take their component's value (the model's default: null for the
+    API's hidden JSON inputs, the form's starting value for a tab's).
 
     gradio_client fills parameters it knows to have defaults, but a plain REST caller sends a list,
     and Gradio refuses a list shorter than the inputs before our function sees it
@@ -100,8 +101,8 @@ def accept_shorter_calls(blocks: gr.Blocks, fn: Any, published: int = PUBLISHED)
     check = blocks.validate_inputs
 
     def validate_inputs(block_fn: Any, inputs: list[Any]) -> None:
-        if block_fn.fn is fn and published <= len(inputs) < len(block_fn.inputs):
-            inputs.extend([None] * (len(block_fn.inputs) - len(inputs)))
+        if block_fn.fn in published and published[block_fn.fn] <= len(inputs) < len(block_fn.inputs):
+            inputs.extend(component.value for component in block_fn.inputs[len(inputs) :])
         check(block_fn, inputs)
 
     blocks.validate_inputs = validate_inputs  # type: ignore[method-assign]

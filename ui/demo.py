@@ -62,7 +62,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
         generate_tab.wire(studio, g)
         tab = {"generate": g, "edit": e, "inpaint": i}
         models.wire(studio, picker, tab, header, tabs, lambda info: _header(engine, info))
-        edit_tab.wire(studio, e)
+        edit_api = edit_tab.wire(studio, e)
         inpaint_tab.wire(studio, i)
         inpaint_tab.wire_sends(
             studio,
@@ -88,7 +88,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
             studio.status, None, [status_md, plot], api_visibility="private", queue=False, show_progress="hidden"
         )
         demo.load(studio.status, None, [status_md, plot], api_visibility="private", queue=False)
-    api.accept_shorter_calls(demo, generate_api)
+    api.accept_shorter_calls(demo, {generate_api: api.PUBLISHED, edit_api: edit_tab.PUBLISHED})
     studio.demo = demo
     demo.studio = studio  # for tests and embedding
     return demo

@@ -105,8 +105,13 @@ def build(studio: Studio) -> dict[str, Any]:
     return c
 
 
-def wire(studio: Studio, e: dict[str, Any]) -> None:
-    """The Edit button; its public API (`/edit`) keeps the parameter names it was published with."""
+# /edit's inputs that callers have always sent: the files, then EDIT_API up to the step cache
+PUBLISHED = 1 + [name for name, _ in fields.EDIT_API].index("step_cache")
+
+
+def wire(studio: Studio, e: dict[str, Any]) -> Any:
+    """The Edit button; its public API (`/edit`) keeps the parameter names it was published with.
+    Returns the API's function, for `accept_shorter_calls`."""
     api_names = [name for name, _ in fields.EDIT_API]
 
     def ui_edit(*args):
@@ -129,3 +134,4 @@ def wire(studio: Studio, e: dict[str, Any]) -> None:
         concurrency_id="generate",
         concurrency_limit=None,  # the engine admits and queues (ui.demo)
     )
+    return ui_edit
