@@ -262,16 +262,12 @@ def test_generate_takes_guidance_end_and_callers_of_the_ten_values_still_work(se
 def test_edit_callers_of_the_published_values_still_work(server, tmp_path):
     """/edit gained step_cache and step_cache_threshold; a plain REST caller that sends the files and
     the ten values /edit was published with still gets its edit (the new ones: the model's)."""
-    import httpx
-
-    from tests.test_reliability import rest_call, rest_result
+    from tests.test_reliability import rest_call, rest_result, rest_upload
 
     url = server[0].local_url
     picture = tmp_path / "in.png"
     Image.new("RGB", (64, 64), "blue").save(picture)
-    with picture.open("rb") as f:
-        uploaded = httpx.post(f"{url}gradio_api/upload", files={"files": ("in.png", f, "image/png")}, timeout=30)
-    files = [{"path": uploaded.json()[0], "meta": {"_type": "gradio.FileData"}}]
+    files = rest_upload(url, picture)
     # files, prompt, strength, num_images, steps, guidance, seed, random_seed, sampler, image_guidance, guidance_end
     published = [files, "make the background red", 0.8, 1, 2, 4.0, "9", False, "Euler", 1.5, 1.0]
     kind, data = rest_result(url, "edit", rest_call(url, "edit", published))

@@ -73,6 +73,14 @@ def rest_call(url: str, api: str, data: list) -> str:
     return response.json()["event_id"]
 
 
+def rest_upload(url: str, path) -> list[dict]:
+    """POST /gradio_api/upload: a file input's REST value (a list of FileData) for the uploaded file."""
+    with open(path, "rb") as f:
+        response = httpx.post(f"{url}gradio_api/upload", files={"files": (Path(path).name, f)}, timeout=30)
+    response.raise_for_status()
+    return [{"path": response.json()[0], "meta": {"_type": "gradio.FileData"}}]
+
+
 def rest_result(url: str, api: str, event_id: str) -> tuple[str, object]:
     """("complete" | "error", data) of a REST call, read from its event stream."""
     text = httpx.get(f"{url}gradio_api/call/{api}/{event_id}", timeout=600).text

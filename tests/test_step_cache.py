@@ -233,12 +233,14 @@ def test_cache_bench_runs_and_writes_its_figures(family_root, tmp_path):
 
 
 def test_edit_and_inpaint_endpoints_take_a_step_cache(family_root, tmp_path):
-    """The app as `python app.py` builds it on tiny Flux Kontext: `/edit` and `/inpaint` (gradio_client)
-    take `step_cache` like `/generate`, and each result says what ran."""
+    """The app as `python app.py` builds it on tiny Flux Kontext with STEP_CACHE=TaylorSeer: `/edit`
+    and `/inpaint` (gradio_client) take `step_cache` like `/generate`, leaving it out means the
+    server's default (a REST caller of /edit's published values too), and each result says what ran."""
     from gradio_client import Client, handle_file
     from PIL import Image, ImageDraw
 
     from tests.app_server import running_app
+    from tests.test_reliability import rest_call, rest_result, rest_upload
 
     model = families.build("flux-kontext", family_root / "flux-kontext")
     picture, mask = tmp_path / "picture.png", tmp_path / "mask.png"
@@ -246,15 +248,16 @@ def test_edit_and_inpaint_endpoints_take_a_step_cache(family_root, tmp_path):
     box = Image.new("L", (64, 64), 0)
     ImageDraw.Draw(box).rectangle((16, 16, 47, 47), fill=255)
     box.save(mask)
-    with running_app(model, tmp_path / "out") as (demo, _):
-        client = Client(demo.local_url, verbose=False)
+    with running_app(model, tmp_path / "out", env={"STEP_CACHE": "TaylorSeer"}) as (demo, _):
+        client, url = Client(demo.local_url, verbose=False), demo.local_url
         common = dict(prompt="make it red", num_images=1, steps=4, seed=5)
-        _, info, _ = client.predict(
-            files=[handle_file(str(picture))], **common, random_seed=False, step_cache="TaylorSeer", api_name="/edit"
-        )
-        assert "step cache TaylorSeer" in info
-        _, plain, _ = client.predict(files=[handle_file(str(picture))], **common, random_seed=False, api_name="/edit")
-        assert "step cache" not in plain  # the dropdown's default: the model's (none here)
+        edit = dict(files=[handle_file(str(picture))], **common, random_seed=False, api_name="/edit")
+        assert "step cache TaylorSeer" in client.predict(**edit)[1]  # the server's default
+        assert "step cache" not in client.predict(**edit, step_cache="none")[1]
+        # files, prompt, strength, num_images, steps, guidance, seed, random_seed, sampler, image_guidance, guidance_end
+        published = [rest_upload(url, picture), "make it red", 0.8, 1, 4, 3.5, "5", False, "Euler (flow matching)", 1.5, 1.0]
+        kind, data = rest_result(url, "edit", rest_call(url, "edit", published))
+        assert kind == "complete" and "step cache TaylorSeer" in data[1], data
         _, result = client.predict(
             handle_file(str(picture)), handle_file(str(mask)), **common,
             step_cache="FirstBlockCache", step_cache_threshold=0.4, api_name="/inpaint",

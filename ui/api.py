@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gradio as gr
@@ -89,10 +89,10 @@ def wire(studio: Studio) -> Any:
 PUBLISHED = API_FIELDS.index("sampler") + 1  # /generate's values that callers have always sent
 
 
-def accept_shorter_calls(blocks: gr.Blocks, published: Mapping[Any, int]) -> None:
-    """Let a call of each `fn` in `published` that sends only its first `published[fn]` values through:
-    the parameters added since then take their component's value (the model's default: null for the
-    API's hidden JSON inputs, the form's starting value for a tab's).
+def accept_shorter_calls(blocks: gr.Blocks, published: Mapping[Any, tuple[int, Callable[[], list[Any]]]]) -> None:
+    """Let a call of each `fn` in `published` that sends only the values its callers have always sent
+    through. `published[fn]` is (that count, a function giving the values of the inputs added since,
+    read at call time: the loaded model's defaults).
 
     gradio_client fills parameters it knows to have defaults, but a plain REST caller sends a list,
     and Gradio refuses a list shorter than the inputs before our function sees it
@@ -101,11 +101,17 @@ def accept_shorter_calls(blocks: gr.Blocks, published: Mapping[Any, int]) -> Non
     check = blocks.validate_inputs
 
     def validate_inputs(block_fn: Any, inputs: list[Any]) -> None:
-        if block_fn.fn in published and published[block_fn.fn] <= len(inputs) < len(block_fn.inputs):
-            inputs.extend(component.value for component in block_fn.inputs[len(inputs) :])
+        count, added = published.get(block_fn.fn, (len(block_fn.inputs), list))
+        if count <= len(inputs) < len(block_fn.inputs):
+            inputs.extend(added()[len(inputs) - count :])
         check(block_fn, inputs)
 
     blocks.validate_inputs = validate_inputs  # type: ignore[method-assign]
+
+
+def generate_padding() -> tuple[int, Callable[[], list[Any]]]:
+    """/generate's published values, and null (the model's) for each parameter added since."""
+    return PUBLISHED, lambda: [None] * (len(API_FIELDS) - PUBLISHED)
 
 
 def _wire_control(studio: Studio) -> None:

@@ -88,7 +88,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
             studio.status, None, [status_md, plot], api_visibility="private", queue=False, show_progress="hidden"
         )
         demo.load(studio.status, None, [status_md, plot], api_visibility="private", queue=False)
-    api.accept_shorter_calls(demo, {generate_api: api.PUBLISHED, edit_api: edit_tab.PUBLISHED})
+    api.accept_shorter_calls(demo, {generate_api: api.generate_padding(), edit_api: edit_tab.padding(studio)})
     studio.demo = demo
     demo.studio = studio  # for tests and embedding
     return demo

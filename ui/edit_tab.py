@@ -109,6 +109,12 @@ def build(studio: Studio) -> dict[str, Any]:
 PUBLISHED = 1 + [name for name, _ in fields.EDIT_API].index("step_cache")
 
 
+def padding(studio: Studio) -> tuple[int, Any]:
+    """/edit's published inputs, and the values of those added since for a caller that sends none:
+    the editing model's step cache (null) at its threshold (the slider takes no null)."""
+    return PUBLISHED, lambda: [None, step_cache_props(studio.info.for_edits)["step_cache_threshold"]["value"]]
+
+
 def wire(studio: Studio, e: dict[str, Any]) -> Any:
     """The Edit button; its public API (`/edit`) keeps the parameter names it was published with.
     Returns the API's function, for `accept_shorter_calls`."""
