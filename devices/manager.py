@@ -79,7 +79,8 @@ class DeviceManager:
         self.options = options or DeviceOptions.resolve(preferred_device, dtype, attention)
         self.requested = str(self.options.device)
         self.fallback_reason: str | None = None
-        self._sampled_peak: int | None = None  # set by reset_peak_memory where the backend cannot reset
+        self._sampled_peak: int | None = None  # the CPU's peak since reset_peak_memory, from samples
+        self._kernel_peak = False  # whether the kernel's own CPU peak (VmHWM) restarted there too
         self.backend, index = self._select()
         self.device = torch.device("cuda" if self.backend == "rocm" else self.backend, index)
         self.device_name = backends.device_name(self.backend, index or 0)
@@ -163,9 +164,10 @@ class DeviceManager:
         stats: dict[str, Any] = {"backend": self.backend, "device_name": self.device_name}
         stats.update(memory.device_memory(self.backend, self.device))
         stats.update(memory.host_memory())
-        if self._sampled_peak is not None:  # the backend could not reset its own peak
+        if self._sampled_peak is not None:
             self._sampled_peak = max(self._sampled_peak, stats["allocated"] or 0)
-            stats["peak"] = self._sampled_peak
+            kernel = (stats["peak"] or 0) if self._kernel_peak else 0
+            stats["peak"] = max(kernel, self._sampled_peak)
         return stats
 
     def format_memory(self) -> str:
@@ -185,18 +187,20 @@ class DeviceManager:
         memory.synchronize(self.backend, self.device)
 
     def reset_peak_memory(self) -> None:
-        """Start a new peak. Where the backend keeps its old one (a kernel that ignores
-        clear_refs), the peak becomes the highest use seen by `memory_stats` since this call:
-        it can miss a spike between two reads, but never reports a peak from before the reset."""
-        self._sampled_peak = None
-        if not memory.reset_peak(self.backend, self.device):
-            self._sampled_peak = memory.device_memory(self.backend, self.device)["allocated"] or 0
+        """Start a new peak. On the CPU the peak is also sampled from here on (at every `memory_stats`,
+        every denoising step and after the decode): where the kernel keeps its old VmHWM through the
+        reset (CI's did), the samples are the peak, which can miss a spike between two samples but
+        never reports one from before the reset; elsewhere the kernel's mark, never below them."""
+        reset = memory.reset_peak(self.backend, self.device)
+        self._kernel_peak, self._sampled_peak = reset, None
+        if self.backend == "cpu":
+            self._sampled_peak = memory.resident_bytes()
 
     def sample_peak(self) -> None:
-        """A sample for the peak this manager keeps itself (see reset_peak_memory), taken at each
-        denoising step and after the decode; nothing where the backend keeps its own peak."""
+        """A sample for the CPU peak this manager keeps (see reset_peak_memory), taken at each
+        denoising step and after the decode; nothing on accelerators, which keep their own."""
         if self._sampled_peak is not None:
-            self.memory_stats()
+            self._sampled_peak = max(self._sampled_peak, memory.resident_bytes())
 
     def set_memory_efficient_mode(self, pipe: Any, level: str = "auto") -> list[str]:
         """Enable memory savers and return their names.

@@ -70,7 +70,7 @@ def device_memory(backend: str, device: torch.device) -> dict[str, int | None]:
     """allocated/reserved/peak/total/free for one device."""
     if backend == "cpu":
         vm = psutil.virtual_memory()
-        rss = psutil.Process().memory_info().rss
+        rss = resident_bytes()
         hwm = _proc_status_kb("VmHWM")
         return {
             "allocated": rss,
@@ -105,9 +105,14 @@ def device_memory(backend: str, device: torch.device) -> dict[str, int | None]:
     }
 
 
+def resident_bytes() -> int:
+    """The process's resident set (the CPU's `allocated`): one read, cheap enough for every step."""
+    return psutil.Process().memory_info().rss
+
+
 def host_memory() -> dict[str, int]:
     vm = psutil.virtual_memory()
-    return {"host_rss": psutil.Process().memory_info().rss, "host_total": vm.total, "host_available": vm.available}
+    return {"host_rss": resident_bytes(), "host_total": vm.total, "host_available": vm.available}
 
 
 def _call_backend(backend: str, device: torch.device, name: str, *args: Any) -> None:
@@ -151,7 +156,7 @@ def _reset_cpu_peak() -> bool:
     except OSError as exc:
         log.info("cannot reset the CPU peak (VmHWM): %s; the peak is sampled at memory reads", exc)
         return False
-    peak, rss = _proc_status_kb("VmHWM"), psutil.Process().memory_info().rss
+    peak, rss = _proc_status_kb("VmHWM"), resident_bytes()
     if peak is None or peak > rss + RESET_SLACK:
         log.info("this kernel kept VmHWM after %s; the CPU peak is sampled at memory reads", CLEAR_REFS)
         return False

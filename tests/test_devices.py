@@ -342,6 +342,21 @@ def test_cpu_peak_resets_where_the_kernel_ignores_clear_refs(monkeypatch, tmp_pa
     assert (dm.memory_stats()["peak"] - before["peak"]) / MiB >= 88
 
 
+def test_cpu_peak_holds_a_steps_allocation_where_vmhwm_is_no_high_water_mark(monkeypatch):
+    """A kernel whose VmHWM just follows the resident set: the samples still hold a step's peak."""
+    import psutil
+
+    MiB = 1024 * 1024
+    monkeypatch.setattr(devices_memory, "_proc_status_kb", lambda field: psutil.Process().memory_info().rss)
+    dm = DeviceManager()
+    dm.reset_peak_memory()
+    before = dm.memory_stats()
+    brief = torch.ones(96 * MiB // 4)
+    dm.sample_peak()
+    del brief
+    assert (dm.memory_stats()["peak"] - before["peak"]) / MiB >= 88
+
+
 def test_cache_sync_peak_use_the_npu_namespace_never_cuda(monkeypatch):
     npu_calls = fakes.fake_npu(monkeypatch)
 
