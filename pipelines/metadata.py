@@ -30,7 +30,7 @@ from PIL import Image, PngImagePlugin
 from .pnginfo import JSON_KEY
 from .pnginfo import read_metadata as read_metadata  # re-exported: callers read our PNGs back from here
 from .request import GenerationResult
-from .step_cache import StepCache
+from .step_cache import CALIBRATION, StepCache
 
 
 def _quote(value: Any) -> str:
@@ -78,7 +78,8 @@ def step_cache_text(meta: dict[str, Any]) -> str | None:
     method = meta.get("step_cache")
     if not method:
         return None
-    return StepCache(method, meta.get("step_cache_threshold")).label  # read back by StepCache.from_label
+    label = StepCache(method, meta.get("step_cache_threshold")).label  # read back by StepCache.from_label
+    return f"{label} {CALIBRATION}" if meta.get("step_cache_calibration") else label
 
 
 def inpaint_fields(meta: dict[str, Any]) -> list[tuple[str, Any]]:

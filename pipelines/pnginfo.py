@@ -28,7 +28,7 @@ from .inpaint import MASKED_CONTENT
 from .pnginfo_comfy import parse_comfyui, workflow_to_graph
 from .pnginfo_files import read_text
 from .samplers import sampler_fields
-from .step_cache import StepCache
+from .step_cache import CALIBRATION, StepCache
 
 __all__ = ["parse_a1111", "parse_a1111_parameters", "parse_comfyui", "read_metadata", "read_png_info"]
 
@@ -116,8 +116,11 @@ def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
         out.update(sampler_fields(out["sampler"], extra.get("Schedule type")))
     if _NUMBER.match(extra.get("Denoising strength", "")):
         out["strength"] = float(extra["Denoising strength"])
-    cache = StepCache.from_label(extra.get("Step cache", ""))
-    if cache is not None:  # ours: the image is reproduced only with the same cache
+    text = extra.get("Step cache", "")
+    cache = StepCache.from_label(text)
+    if text.endswith(CALIBRATION):  # a MagCache run that skipped nothing: the uncached image
+        out["step_cache_calibration"] = True
+    elif cache is not None:  # ours: the image is reproduced only with the same cache
         out["step_cache"], out["step_cache_threshold"] = cache.method, cache.threshold
     _inpaint_fields(out, extra)
 

@@ -43,6 +43,7 @@ FAMILIES = (
     "and the other DiT transformers diffusers gives a cache to"
 )
 NOT_SUPPORTED = "SD 1.5 and SDXL (UNet), SD3, PixArt, Sana and HiDream have no step cache in diffusers 0.42"
+CALIBRATION = "(calibration run)"  # after the label of a MagCache run that only calibrated (it skipped nothing)
 _MAG_LOGGER = "diffusers.hooks.mag_cache"  # where diffusers reports the ratios its calibration measured
 _MAG_PREFIX = "MagCache Calibration Results:"
 
@@ -205,15 +206,17 @@ def applied(
     ratios = calibrations.get(key) if cache.method == "MagCache" else None
     run = Applied(cache, calibrating=cache.method == "MagCache" and ratios is None)
     _enable(denoiser, _config(cache, steps, ratios), cache)
-    contexts = CallContexts(denoiser)
+    contexts = None
     try:
+        contexts = CallContexts(denoiser)
         with _catch_ratios(steps) if run.calibrating else contextlib.nullcontext() as catcher:
             yield run
         if catcher is not None and catcher.ratios:
             run.ratios = calibrations[key] = catcher.ratios
             log.info("MagCache calibrated for %d steps: %d ratios kept for later requests", steps, len(run.ratios))
     finally:
-        contexts.remove()
+        if contexts is not None:
+            contexts.remove()
         denoiser.disable_cache()
 
 
@@ -224,8 +227,10 @@ class CallContexts:
     `transformer.cache_context("cond")` / `("uncond")`; its Flux img2img, inpaint, Kontext, Fill and
     Chroma pipelines do not, and the hooks then raise "No cache context is set" (so Edit and Inpaint
     on Flux failed with a cache). Here the first call at a timestep is "cond" and the next ones
-    "uncond", "uncond-2"...: the order in which every diffusers pipeline makes them, and the names the
-    wrapping pipelines use, so on those it changes nothing.
+    "uncond", "uncond-2"...: the order in which diffusers pipelines make them, and the names the
+    wrapping pipelines use (their images are bit-identical with and without it; the extra fields a
+    pipeline may pass to `cache_context`, read only by SeaCache, are not kept). The timestep must
+    come as a keyword, as in every diffusers pipeline; comparing it costs one device sync a call.
     """
 
     def __init__(self, denoiser: Any) -> None:

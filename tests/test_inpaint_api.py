@@ -159,6 +159,23 @@ def test_send_to_inpaint_from_a_generated_png(server, client):
     assert (values["prompt"], values["seed"], values["random_seed"], values["strength"]) == (PROMPT, "77", False, 1.0)
 
 
+def test_rest_callers_of_the_first_inpaint_values_still_work(server, files):
+    """/inpaint and /outpaint gained step_cache and step_cache_threshold: a plain REST call with the
+    values they first took (no step cache) still runs, with the model's."""
+    from tests.test_reliability import rest_call, rest_result, rest_upload
+
+    url = server.local_url
+    image, mask = rest_upload(url, files / "scene.png")[0], rest_upload(url, files / "mask.png")[0]
+    # prompt, negative, strength, mask_blur, masked_content, inpaint_area, padding, invert, n, steps, guidance, seed,
+    # sampler, guidance_end
+    fields = [PROMPT, "", 1.0, 4, "original", "whole picture", 32, False, 1, 2, None, 3, "", None]
+    kind, data = rest_result(url, "inpaint", rest_call(url, "inpaint", [image, mask, *fields]))
+    assert kind == "complete" and data[1]["seeds"] == [3], data
+    kind, data = rest_result(url, "outpaint", rest_call(url, "outpaint", [image, 0, 0, 32, 0, *fields]))
+    assert kind == "complete" and data[1]["num_images"] == 1, data
+    assert Image.open(data[0][0]["image"]["path"]).size == (96, 64)  # the server is this process: its file is here
+
+
 def test_a_model_that_cannot_inpaint_turns_the_buttons_off_with_the_reason(server):
     import dataclasses
 

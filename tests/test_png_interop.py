@@ -302,6 +302,13 @@ def test_the_step_cache_an_image_ran_with_is_sent_back():
     values, notes = form_values(params, ModelInfo(*_SHAPE))
     assert values["step_cache"] == "none" and "FirstBlockCache 0.3; m has none" in notes[0]
     assert "step_cache" not in parse_a1111("x\nSteps: 4, Sampler: Euler, Step cache: TeaCache 2")  # not ours
+    values, notes = form_values(parse_a1111(a1111_parameters({**meta, "step_cache_threshold": 0.005})), cached)
+    assert values["step_cache_threshold"] == 0.01 and "0.005 raised to 0.01" in notes[0]  # the slider's lowest
+    calibration = {**meta, "step_cache": "MagCache", "step_cache_threshold": 0.06, "step_cache_calibration": True}
+    text = a1111_parameters(calibration)
+    assert "Step cache: MagCache 0.06 (calibration run)" in text
+    values, notes = form_values(parse_a1111(text), cached)  # it skipped nothing: reproduced uncached
+    assert values["step_cache"] == "none" and any("calibration run" in n for n in notes)
 
 
 # ----------------------------------------------------------------------------- A1111 reads ours

@@ -80,7 +80,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
         for btn in (g["stop"], e["stop"], i["stop"]):
             btn.click(ui_stop, None, None, api_visibility="private", queue=False)
         generate_api = api.wire(studio)
-        inpaint_api.wire(studio)
+        shorter = {generate_api: api.generate_padding(), edit_api: edit_tab.padding(studio), **inpaint_api.wire(studio)}
         history_tab.select(None, None, None, js=f"() => document.getElementById('{history_refresh.elem_id}').click()")
         # Status: outside the queue, so it keeps updating while a generation runs.
         timer = gr.Timer(settings.status_interval)
@@ -88,7 +88,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
             studio.status, None, [status_md, plot], api_visibility="private", queue=False, show_progress="hidden"
         )
         demo.load(studio.status, None, [status_md, plot], api_visibility="private", queue=False)
-    api.accept_shorter_calls(demo, {generate_api: api.generate_padding(), edit_api: edit_tab.padding(studio)})
+    api.accept_shorter_calls(demo, shorter)
     studio.demo = demo
     demo.studio = studio  # for tests and embedding
     return demo

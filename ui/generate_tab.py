@@ -9,7 +9,7 @@ import gradio as gr
 from pipelines.backend import ModelInfo
 from pipelines.step_cache import DEFAULT_THRESHOLDS, FAMILIES, METHODS
 from ui import fields
-from ui.inputs import bounds
+from ui.inputs import SLIDER_THRESHOLD_MIN, bounds
 from ui.studio import Studio
 from ui.text import info_line, vocabulary_markdown
 
@@ -57,8 +57,9 @@ def sampling_controls(info: ModelInfo, prefix: str = "") -> dict[str, Any]:
 def step_cache_props(info: ModelInfo) -> dict[str, dict[str, Any]]:
     """The step cache's choice and threshold for this model: disabled, with the reason, where it has none."""
     method = info.default_step_cache
-    threshold = info.default_step_cache_threshold or DEFAULT_THRESHOLDS.get(
-        method, DEFAULT_THRESHOLDS["FirstBlockCache"]
+    threshold = max(
+        SLIDER_THRESHOLD_MIN,
+        info.default_step_cache_threshold or DEFAULT_THRESHOLDS.get(method, DEFAULT_THRESHOLDS["FirstBlockCache"]),
     )
     why = (
         "reuses work between steps: faster, slightly different images"
@@ -77,7 +78,7 @@ def step_cache_controls(info: ModelInfo, prefix: str = "") -> dict[str, Any]:
     return {
         "step_cache": gr.Dropdown(list(METHODS), **p["step_cache"], label="Step cache", elem_id=f"{prefix}step-cache"),
         "step_cache_threshold": gr.Slider(
-            0.01, bounds("step_cache_threshold")[1], **p["step_cache_threshold"], step=0.01,
+            SLIDER_THRESHOLD_MIN, bounds("step_cache_threshold")[1], **p["step_cache_threshold"], step=0.01,
             label="Step cache threshold", elem_id=f"{prefix}step-cache-threshold",
             info="higher skips more steps (faster, further from the uncached image)",
         ),

@@ -56,7 +56,16 @@ def _open(studio: Studio, image: Any, mask: Any = None):
         raise refuse(str(exc)) from exc
 
 
-def wire(studio: Studio) -> None:
+def padding() -> tuple[int, Any]:
+    """How many values the first callers of /inpaint sent after the files (the step cache came later),
+    and null (the model's) for each added since; /outpaint has its four sides more."""
+    first = INPAINT_API.index("step_cache")
+    return first, lambda: [None] * (len(INPAINT_API) - first)
+
+
+def wire(studio: Studio) -> dict[Any, tuple[int, Any]]:
+    """/inpaint and /outpaint; returns each one's `accept_shorter_calls` entry."""
+
     def api_inpaint(*args: Any):
         request, image, mask, *values, progress = args
         raw = dict(zip(INPAINT_API, values, strict=True))
@@ -88,3 +97,5 @@ def wire(studio: Studio) -> None:
     gr.Button(visible=False).click(
         api_outpaint, [_file("image"), *_inputs((*OUTPAINT_SIDES, *INPAINT_API))], outputs, api_name="outpaint", **queue
     )
+    count, added = padding()
+    return {api_inpaint: (2 + count, added), api_outpaint: (1 + len(OUTPAINT_SIDES) + count, added)}

@@ -157,6 +157,9 @@ def sampler(value: Any, model: ModelInfo) -> str | None:
     return None if value == model.scheduler else value
 
 
+SLIDER_THRESHOLD_MIN = 0.01  # the step cache sliders' lowest value (the bound itself is open at 0)
+
+
 def step_cache(raw: dict[str, Any]) -> dict[str, Any]:
     """`step_cache` (any capitalisation; "" or None: the model's default) and its threshold, dropped for
     a method without one (the form's slider always sends a value). The model's support is the
