@@ -279,6 +279,10 @@ def test_instruction_edit_in_the_browser(browser, tmp_path):
         expect(page.locator("#edit-mode")).to_contain_text("Instruction editing with tiny-shapes-edit")
         expect(page.locator("#edit-vocabulary")).to_contain_text("change the background to {value}")
         expect(page.locator("#image-guidance")).to_be_visible()
+        page.get_by_role("button", name="Advanced").locator("visible=true").first.click()  # the Edit tab's
+        expect(page.locator("#edit-step-cache")).to_be_visible()  # there, disabled: the editor's UNet has none
+        expect(page.locator("#edit-step-cache input")).to_be_disabled()
+        expect(page.get_by_label("Width").locator("visible=true")).to_have_count(0)  # an edit keeps its input's shape
         page.locator("#edit-files input[type=file]").set_input_files(str(source))
         page.locator("#edit-prompt textarea").fill("change the background to black")
         page.locator("#edit-random-seed input").uncheck()  # seed 0: the same edit on every run

@@ -88,6 +88,8 @@ def build(studio: Studio) -> dict[str, Any]:
             with gr.Accordion("Advanced", open=False):
                 controls = sampling_controls(info, prefix="edit-")
                 c.update({name: controls[name] for name in fields.SAMPLING})
+                for name in ("width", "height"):  # an edit keeps its input's aspect ratio at the model's area
+                    controls[name].unrender()
                 c.update(step_cache_controls(info, prefix="edit-"))
             with gr.Row():
                 c["run"] = gr.Button(
