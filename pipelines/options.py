@@ -22,7 +22,6 @@ down as this object; below that nothing reads the environment (arguments overrid
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -50,6 +49,7 @@ def _env_int(env: Mapping[str, str], name: str, default: int | None) -> int | No
 
 def _env_step_cache(env: Mapping[str, str]) -> tuple[str | None, float | None]:
     """STEP_CACHE (any capitalisation) and STEP_CACHE_THRESHOLD; (None, None) where unset."""
+    from .request import BOUNDS
     from .step_cache import METHODS, canonical
 
     raw = env.get("STEP_CACHE", "").strip()
@@ -59,12 +59,12 @@ def _env_step_cache(env: Mapping[str, str]) -> tuple[str | None, float | None]:
     raw = env.get("STEP_CACHE_THRESHOLD", "").strip()
     if not raw:
         return method, None
+    bound = BOUNDS["step_cache_threshold"]  # the request field's one range
     try:
         threshold = float(raw)
+        bound.check("step_cache_threshold", threshold)
     except ValueError:
-        threshold = math.nan
-    if not 0 < threshold <= 1:  # NaN too
-        raise ValueError(f"STEP_CACHE_THRESHOLD={raw!r} is not valid: expected a number in (0, 1]")
+        raise ValueError(f"STEP_CACHE_THRESHOLD={raw!r} is not valid: expected a number in {bound.describe()}") from None
     return method, threshold
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import UnsupportedTaskError
+from .request import BOUNDS
 from .request import STEP_CACHES as METHODS
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class StepCache:
     @classmethod
     def from_label(cls, text: str) -> StepCache | None:
         """The cache a `label` names (a PNG's "Step cache: FirstBlockCache 0.05"); None for a method
-        this app does not have or a threshold that is not a number in (0, 1]."""
+        this app does not have or a threshold outside request.BOUNDS."""
         name, _, threshold = text.strip().partition(" ")
         method = canonical(name)
         if method is None or method == NONE:
@@ -86,9 +87,10 @@ class StepCache:
             return cls(method)
         try:
             value = float(threshold) if threshold.strip() else DEFAULT_THRESHOLDS[method]
+            BOUNDS["step_cache_threshold"].check("step_cache_threshold", value)
         except ValueError:
             return None
-        return cls(method, value) if 0 < value <= 1 else None
+        return cls(method, value)
 
 
 def supported(denoiser: Any) -> bool:
