@@ -38,6 +38,7 @@ from typing import Any
 
 from . import quantization, step_cache
 from .errors import ModelLoadError
+from .request import BOUNDS
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +172,13 @@ def _defaults(where: str, raw: Any) -> dict[str, Any]:
         if key not in DEFAULT_KEYS:
             raise _fail(where, f"defaults.{key}: unknown (known: {', '.join(DEFAULT_KEYS)})")
         _check_type(where, f"defaults.{key}", value, DEFAULT_KEYS[key])
-        if key in ("guidance_end", "step_cache_threshold") and not 0 < value <= 1:
-            raise _fail(where, f"defaults.{key}: {value} is out of range (0, 1]")
+        if key == "guidance_end" and not 0 < value <= 1:
+            raise _fail(where, f"defaults.guidance_end: {value} is out of range (0, 1]")
+        if key == "step_cache_threshold":  # the request field's own range
+            try:
+                BOUNDS[key].check(f"defaults.{key}", value)
+            except ValueError as exc:
+                raise _fail(where, str(exc)) from None
         if key == "step_cache" and value not in step_cache.METHODS:
             raise _fail(where, f"defaults.step_cache: {value!r} is not one of {', '.join(step_cache.METHODS)}")
     return dict(raw)

@@ -9,7 +9,7 @@ import gradio as gr
 from pipelines.backend import ModelInfo
 from pipelines.step_cache import DEFAULT_THRESHOLDS, FAMILIES, METHODS
 from ui import fields
-from ui.inputs import SLIDER_THRESHOLD_MIN, bounds
+from ui.inputs import SLIDER_THRESHOLD_MIN, bounds, slider_threshold
 from ui.studio import Studio
 from ui.text import info_line, vocabulary_markdown
 
@@ -59,7 +59,7 @@ def step_cache_props(info: ModelInfo) -> dict[str, dict[str, Any]]:
     method = info.default_step_cache
     threshold = max(
         SLIDER_THRESHOLD_MIN,
-        info.default_step_cache_threshold or DEFAULT_THRESHOLDS.get(method, DEFAULT_THRESHOLDS["FirstBlockCache"]),
+        info.default_step_cache_threshold or slider_threshold(method),
     )
     why = (
         "reuses work between steps: faster, slightly different images"
@@ -93,7 +93,7 @@ def wire_step_cache(c: dict[str, Any]) -> None:
         api_visibility="private", queue=False,
     )  # fmt: skip
     c["step_cache"].input(
-        lambda m: gr.update(value=DEFAULT_THRESHOLDS.get(m, DEFAULT_THRESHOLDS["FirstBlockCache"])),
+        lambda m: gr.update(value=slider_threshold(m)),
         c["step_cache"], c["step_cache_threshold"], api_visibility="private", queue=False,
     )  # fmt: skip
 

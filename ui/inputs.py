@@ -160,6 +160,12 @@ def sampler(value: Any, model: ModelInfo) -> str | None:
 SLIDER_THRESHOLD_MIN = 0.01  # the step cache sliders' lowest value (the bound itself is open at 0)
 
 
+def slider_threshold(method: str) -> float:
+    """The threshold a form shows for `method`: its default; for a method without one (its slider is
+    hidden) FirstBlockCache's, ready for when a method with one is picked."""
+    return DEFAULT_THRESHOLDS.get(method, DEFAULT_THRESHOLDS["FirstBlockCache"])
+
+
 def step_cache(raw: dict[str, Any]) -> dict[str, Any]:
     """`step_cache` (any capitalisation; "" or None: the model's default) and its threshold, dropped for
     a method without one (the form's slider always sends a value). The model's support is the

@@ -32,9 +32,9 @@ from pipelines.inpaint import (
 )
 from pipelines.request import DEFAULTS, SEED_SPACE
 from pipelines.samplers import from_any
-from pipelines.step_cache import DEFAULT_THRESHOLDS, NONE, StepCache, canonical
+from pipelines.step_cache import NONE, StepCache, canonical
 from ui.fields import SENT_TO_EDIT, SENT_TO_GENERATE, SENT_TO_INPAINT
-from ui.inputs import SLIDER_THRESHOLD_MIN, bounds
+from ui.inputs import SLIDER_THRESHOLD_MIN, bounds, slider_threshold
 
 
 def _fit_size(value: Any, info: ModelInfo, default: int) -> int:
@@ -147,7 +147,7 @@ def _step_cache_values(params: dict[str, Any], info: ModelInfo, values: dict[str
     if params.get("step_cache_calibration"):
         notes.append("made by a MagCache calibration run, which skips nothing: sent uncached, as it ran")
     values["step_cache"] = cache.method if cache else NONE
-    threshold = cache.threshold if cache and cache.threshold is not None else DEFAULT_THRESHOLDS["FirstBlockCache"]
+    threshold = cache.threshold if cache and cache.threshold is not None else slider_threshold(values["step_cache"])
     values["step_cache_threshold"] = max(SLIDER_THRESHOLD_MIN, threshold)
     if threshold < SLIDER_THRESHOLD_MIN:
         notes.append(f"step cache threshold {threshold:g} raised to {SLIDER_THRESHOLD_MIN:g}, the form's lowest")
