@@ -31,6 +31,33 @@ RANDOM_SEED_SPACE = 2**32  # random seeds: short, and valid in tools that keep 3
 STEP_CACHES = ("none", "FirstBlockCache", "TaylorSeer", "MagCache")  # what each does: pipelines.step_cache
 
 
+class RequestError(ValueError):
+    """A refused request value, with where it is: `loc` is the field's path in the request schema
+    (("steps",), ("inpaint", "mask_blur"), ("init_images", 1), ("loras", "outline")) and `detail`
+    the sentence without the name. `str()` is "steps: 200 is out of range 1..150".
+
+    Every front end maps `loc` to its own name for the field (A1111's `loc`, OpenAI's `param`, a CLI
+    flag) without parsing the text."""
+
+    def __init__(self, loc: tuple[str | int, ...] | str, detail: str):
+        self.loc: tuple[str | int, ...] = (loc,) if isinstance(loc, str) else tuple(loc)
+        self.detail = detail
+        super().__init__(f"{dotted(self.loc)}: {detail}" if self.loc else detail)
+
+    @property
+    def field(self) -> str | None:
+        """The top-level field (the first string of `loc`), or None for the request as a whole."""
+        return next((part for part in self.loc if isinstance(part, str)), None)
+
+
+def dotted(loc: tuple[str | int, ...]) -> str:
+    """("inpaint", "mask_blur") -> "inpaint.mask_blur"; ("init_images", 1) -> "init_images[1]"."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
 @dataclass(frozen=True)
 class Bound:
     """The accepted range of one request field (`low_open`: `low` itself is refused)."""
