@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     source = pipe.generate(text).images[0]  # warm-up of text-to-image, and the picture to inpaint
     inpaint = GenerationRequest(
         prompt="a yellow square on a blue background", init_images=[source], num_images=args.images,
-        steps=steps, seed=1, strength=DEFAULT_STRENGTH, inpaint=Inpaint(centre_mask(source.size)),
+        steps=steps, seed=1, strength=DEFAULT_STRENGTH, inpaint=Inpaint(mask=centre_mask(source.size)),
     )  # fmt: skip
     pipe.generate(inpaint)  # warm-up: builds the inpainting twin
     times = alternate(dm, {"text-to-image": lambda: pipe.generate(text), "inpaint": lambda: pipe.generate(inpaint)},

@@ -8,7 +8,9 @@
 
 The same settings, backend and engine as `python app.py` (`AppSettings.from_env`, `build_engine`):
 the device pool or Ray, the embedded editor beside the embedded model, the same limits and
-defaults. (`python -m pipelines` drives one pipeline on one device directly, for porting a model.)
+defaults. Every request field is a flag (`pipelines.cli`, from the request schema; `--help` lists
+them with what each accepts). (`python -m pipelines` drives one pipeline on one device directly,
+for porting a model.)
 """
 
 from __future__ import annotations
@@ -17,85 +19,63 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
-from pipelines import GenerationRequest, PipelineError, save_images
+from pipelines import PipelineError, save_images
 from pipelines.backend import ModelInfo
-from pipelines.inpaint import DEFAULT_STRENGTH, MASKED_CONTENT, Inpaint, extend_canvas
-from pipelines.request import DEFAULTS
+from pipelines.cli import add_request_arguments, flag_message, request_values
+from pipelines.fields import TASKS, RequestError, Spec
+from pipelines.inpaint import MAX_EXTEND, extend_canvas
 
 from . import AppSettings, Progress, SettingsError, build_engine
+from .inputs import Limits, read
 from .jobs import Engine, Finished
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> tuple[argparse.ArgumentParser, list[Spec]]:
     p = argparse.ArgumentParser(prog="python -m engine", description="Generate with the app's backend.")
-    p.add_argument("prompt", nargs="+", help="one or more prompts (or edit instructions with --init-image)")
-    p.add_argument("-n", "--num-images", type=int, default=1, help="images per prompt (and per input image)")
-    p.add_argument("--negative", default=None, help="negative prompt")
-    p.add_argument("--init-image", action="append", default=[], metavar="FILE", help="edit these images")
-    p.add_argument("--seed", type=int, default=None, help="0..2^64-1; image k gets seed + k (default: random)")
-    p.add_argument("--steps", type=int, default=None, help="default: the model's")
-    p.add_argument("--guidance", type=float, default=None, help="default: the model's")
-    p.add_argument("--lora", action="append", default=[], metavar="NAME:SCALE", help="a LoRA of LORA_DIR")
+    added = add_request_arguments(p, TASKS)
     p.add_argument("--out", default="outputs", help="output folder (default: outputs/)")
     p.add_argument("--model", default=None, help="default: $MODEL_ID")
     p.add_argument("--device", default=None, help="default: $PREFERRED_DEVICE")
-    p.add_argument("--strength", type=float, default=None, help="denoising strength (default: 1.0 to inpaint)")
-    g = p.add_argument_group("inpaint / outpaint (with --init-image; pipelines.inpaint)")
-    g.add_argument("--mask", default=None, metavar="FILE", help="white = repaint; the input image's size")
-    g.add_argument("--outpaint", default=None, metavar="L,U,R,D", help="extend the canvas by these pixels")
-    g.add_argument("--mask-blur", type=int, default=4)
-    g.add_argument("--masked-content", default="original", choices=MASKED_CONTENT)
-    g.add_argument("--only-masked", type=int, default=None, metavar="PADDING", help="render only the masked box")
-    g.add_argument("--invert-mask", action="store_true")
-    return p
-
-
-def inpaint_from(args: argparse.Namespace, images: list, step: int) -> tuple[list, Inpaint | None]:
-    """The input images and the Inpaint of --mask / --outpaint (the canvas grown), or none."""
-    from PIL import Image
-
-    if args.outpaint:
-        left, up, right, down = (int(v) for v in args.outpaint.split(","))
-        grown = [extend_canvas(image, left, up, right, down, step) for image in images]
-        images, mask = [canvas for canvas, _ in grown], grown[0][1]
-    elif args.mask:
-        mask = Image.open(args.mask)
-    else:
-        return images, None
-    area = "whole picture" if args.only_masked is None else "only masked"
-    padding = 32 if args.only_masked is None else args.only_masked
-    spec = Inpaint(mask, args.mask_blur, args.masked_content, area, padding, args.invert_mask)
-    return images, spec
-
-
-def request_from(args: argparse.Namespace, info: ModelInfo) -> GenerationRequest:
-    """The request, with the model's defaults (the editor's for an edit) where an option is unset."""
-    from PIL import Image
-
-    images = [Image.open(f).convert("RGB") for f in args.init_image] or None
-    images, inpaint = inpaint_from(args, images, info.size_multiple) if images else (images, None)
-    model = info.for_edits if images and inpaint is None else info
-    strength = DEFAULT_STRENGTH if inpaint is not None else DEFAULTS.strength
-    loras = {name: float(scale or 1.0) for name, _, scale in (item.partition(":") for item in args.lora)}
-    return GenerationRequest(
-        prompt=args.prompt if len(args.prompt) > 1 else args.prompt[0],
-        negative_prompt=args.negative,
-        num_images=args.num_images,
-        steps=model.default_steps if args.steps is None else args.steps,
-        guidance_scale=model.default_guidance if args.guidance is None else args.guidance,
-        seed=args.seed,
-        init_images=images,
-        image_guidance_scale=model.default_image_guidance,
-        loras=loras,
-        strength=strength if args.strength is None else args.strength,
-        inpaint=inpaint,
+    g = p.add_argument_group("outpaint and inpaint shorthands (with --init-image; pipelines.inpaint)")
+    g.add_argument(
+        "--outpaint", default=None, metavar="L,U,R,D", help=f"extend the canvas by these pixels (0..{MAX_EXTEND})"
     )
+    g.add_argument(
+        "--only-masked", default=None, metavar="PADDING", help="= --inpaint-area 'only masked' --padding PADDING"
+    )
+    return p, added
 
 
-def run(engine: Engine, request: GenerationRequest):
+def outpaint(args: argparse.Namespace, flat: dict[str, Any], step: int) -> None:
+    """--outpaint L,U,R,D: each input image's canvas grown, the new border as the mask (an inpaint)."""
+    if not args.outpaint:
+        return
+    try:
+        left, up, right, down = (int(v) for v in args.outpaint.split(","))
+    except ValueError:
+        raise RequestError((), f"--outpaint: expected L,U,R,D pixel counts, got {args.outpaint!r}") from None
+    if not flat.get("init_images"):
+        raise RequestError("init_images", "--outpaint needs --init-image")
+    grown = [extend_canvas(image, left, up, right, down, step) for image in flat["init_images"]]
+    flat.update(init_images=[canvas for canvas, _ in grown], mask=grown[0][1], invert_mask=False)
+
+
+def request_from(args: argparse.Namespace, added: list[Spec], limits: Limits):
+    """The request of the flags, checked as every front end's is (`engine.inputs.read`); the model's
+    defaults fill what is unset when the engine takes it."""
+    flat = request_values(args, added)
+    outpaint(args, flat, limits.model.size_multiple)
+    if args.only_masked is not None:
+        flat.update(inpaint_area="only masked", padding=args.only_masked)
+    task = "inpaint" if flat.get("mask") is not None else ("img2img" if flat.get("init_images") else "txt2img")
+    return read(flat, limits.for_task(task))
+
+
+def run(engine: Engine, request: Any):
     """Submit and follow the job with a progress bar; the result."""
     bar = tqdm(total=1, unit="step", desc="denoising")
     try:
@@ -111,7 +91,8 @@ def run(engine: Engine, request: GenerationRequest):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser, added = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         settings = AppSettings.from_env()
@@ -121,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     engine = None
     try:
         engine = build_engine(settings, model=args.model, devices=args.device)
-        result = run(engine, request_from(args, engine.model_info()))
+        info: ModelInfo = engine.model_info()
+        result = run(engine, request_from(args, added, Limits.of(settings, info)))
+    except RequestError as exc:
+        print(f"error: {flag_message(exc)}", file=sys.stderr)
+        return 2
     except (PipelineError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

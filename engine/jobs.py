@@ -37,7 +37,7 @@ from typing import Any
 from pipelines import catalog
 from pipelines.backend import Capabilities, GenerationBackend, ModelInfo, ReplicaStatus
 from pipelines.errors import PipelineError
-from pipelines.request import GenerationRequest, GenerationResult, pin_seed, validate
+from pipelines.request import GenerationRequest, GenerationResult, pin_seed
 
 log = logging.getLogger(__name__)
 
@@ -216,11 +216,11 @@ class Engine:
 
     # ---------------------------------------------------------------- jobs
     def submit(self, request: GenerationRequest, caller: Caller | None = None) -> Job:
-        """Admit a request (validated, seed pinned) or raise `Refused` / ValueError naming the field."""
+        """Admit a request (validated against the model serving it, its defaults filled from that
+        model, seed pinned) or raise `Refused` / `RequestError` naming the field."""
         caller = caller or Caller()
-        info = self.backend.model_info()
-        validate(request, info.serving(request).limits)
-        job = Job(pin_seed(request), caller)
+        model = self.backend.model_info().serving(request)
+        job = Job(pin_seed(model.accept(request)).with_defaults(model), caller)
         with self._changed:
             mine = sum(j.caller.key == caller.key for j in (*self._waiting, *self._running))
             if mine >= self.admission.per_caller:

@@ -132,7 +132,7 @@ def _generate(pipeline, image, mask, prompt, steps, guidance, strength, options,
     result = pipeline.generate(
         GenerationRequest(
             prompt=prompt, init_images=[image], strength=strength, steps=steps, guidance_scale=guidance,
-            seed=seed, num_images=1, inpaint=Inpaint(mask, **options),
+            seed=seed, num_images=1, inpaint=Inpaint(mask=mask, **options),
         )
     )  # fmt: skip
     return result.images[0]

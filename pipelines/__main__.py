@@ -3,6 +3,7 @@
     python -m pipelines "a red circle on a blue background" --num-images 4 --out outputs/ \\
         [--model PATH_OR_ID] [--lora FILE:SCALE ...] [--init-image FILE ...] [--seed N] [--steps N]
 
+Every request field is a flag (`pipelines.cli`, from the request schema: `--help` lists them).
 Prints a tqdm bar per denoising step and one summary line; PNGs keep their metadata.
 """
 
@@ -18,79 +19,48 @@ from tqdm import tqdm
 from devices import DeviceManager
 from devices.memory import human_bytes
 
+from .cli import add_request_arguments, flag_message, request_values
 from .errors import PipelineError
+from .fields import TASKS, RequestError, Spec
 from .image_pipeline import ImagePipeline
 from .metadata import save_images
 from .options import PipelineOptions
-from .request import GenerationRequest
+from .request import GenerationRequest, nest
 
 
-def parse_lora(value: str) -> tuple[str, float]:
-    path, _, scale = value.rpartition(":")
-    if not path:  # no ":SCALE" part
-        return value, 1.0
-    try:
-        return path, float(scale)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--lora {value!r}: expected FILE:SCALE, e.g. outline.safetensors:0.8"
-        ) from None
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> tuple[argparse.ArgumentParser, list[Spec]]:
     p = argparse.ArgumentParser(prog="python -m pipelines", description="Generate images with Diffusion Anywhere.")
-    p.add_argument("prompt", nargs="+", help="one or more prompts")
-    p.add_argument("--negative", default=None, help="negative prompt")
-    p.add_argument("--num-images", type=int, default=1, help="images per prompt (and per input image)")
+    added = add_request_arguments(p, TASKS)  # every request field (pipelines.cli); --lora takes files too
     p.add_argument("--out", default="outputs", help="output folder (default: outputs/)")
     p.add_argument("--model", default=None, help="diffusers folder, Hub id or .safetensors (default: $MODEL_ID)")
-    p.add_argument("--lora", action="append", type=parse_lora, default=[], metavar="FILE:SCALE")
-    p.add_argument("--init-image", action="append", default=[], metavar="FILE", help="image-to-image input(s)")
-    p.add_argument("--strength", type=float, default=0.6)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--steps", type=int, default=None, help="denoising steps (default: the model's)")
-    p.add_argument("--guidance", type=float, default=None, help="CFG scale (default: the model's)")
-    p.add_argument("--image-guidance", type=float, default=None, help="instruction editors (default: the model's)")
-    p.add_argument("--guidance-end", type=float, default=None, help="share of the steps with guidance (the model's)")
-    p.add_argument("--width", type=int, default=None)
-    p.add_argument("--height", type=int, default=None)
     p.add_argument("--device", default=None, help="auto|cpu|cuda[:N]|rocm|npu[:N]|xpu[:N]|mps")
     p.add_argument("--dtype", default=None, help="float32|float16|bfloat16")
-    return p
+    return p, added
+
+
+def load_loras(pipeline: ImagePipeline, wanted: dict[str, str]) -> dict[str, str]:
+    """{name or .safetensors file: scale} -> {loaded adapter name: scale} (files outside LORA_DIR too:
+    this CLI drives one pipeline for porting a model)."""
+    loaded = {}
+    for source, scale in wanted.items():
+        path = pipeline.loras.available().get(source, source)
+        loaded[pipeline.load_lora(path, allow_outside=True)] = scale
+    return loaded
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser, added = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from pipelines.loading import quiet_load_progress_bars
 
     quiet_load_progress_bars()
-    from PIL import Image
-
     try:
+        flat = request_values(args, added)  # images read and checked before the model loads
         dm = DeviceManager(args.device, args.dtype)
         pipeline = ImagePipeline.from_pretrained(args.model, dm, PipelineOptions.from_env())  # MODEL_ID, MAX_BATCH...
-        loras = {}
-        for path, scale in args.lora:
-            loras[pipeline.load_lora(path, allow_outside=True)] = scale
-        info = pipeline.model_info()  # the same defaults the app shows
-        request = GenerationRequest(
-            prompt=args.prompt if len(args.prompt) > 1 else args.prompt[0],
-            negative_prompt=args.negative,
-            num_images=args.num_images,
-            steps=args.steps if args.steps is not None else info.default_steps,
-            guidance_scale=args.guidance if args.guidance is not None else info.default_guidance,
-            width=args.width,
-            height=args.height,
-            seed=args.seed,
-            init_images=[Image.open(f).convert("RGB") for f in args.init_image] or None,
-            strength=args.strength,
-            image_guidance_scale=args.image_guidance
-            if args.image_guidance is not None
-            else info.default_image_guidance,
-            guidance_end=args.guidance_end,
-            loras=loras,
-        )
+        flat["loras"] = load_loras(pipeline, flat.get("loras", {}))
+        request = GenerationRequest.parse(nest(flat))  # the model's defaults fill the rest (generate)
         bar = tqdm(total=1, unit="step", desc="denoising")
 
         def progress(step: int, total: int, _image: int) -> None:
@@ -100,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
 
         result = pipeline.generate(request, progress=progress)
         bar.close()
+    except RequestError as exc:
+        print(f"error: {flag_message(exc)}", file=sys.stderr)
+        return 2
     except (PipelineError, ValueError, RuntimeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

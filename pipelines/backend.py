@@ -23,7 +23,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .request import GenerationRequest, GenerationResult, RequestLimits
+from .fields import shown
+from .request import (
+    FALLBACK_IMAGE_GUIDANCE,
+    GenerationRequest,
+    GenerationResult,
+    RequestError,
+    RequestLimits,
+    routes_to_editor,
+    validate,
+)
 
 ProgressFn = Callable[[int, int, int], None]  # (steps done, steps in all, index of the image being made)
 CancelFn = Callable[[], bool]  # polled between denoising steps; True stops after the current step
@@ -93,7 +102,7 @@ class ModelInfo:
     inpaint: bool = False  # repaints a masked region (pipelines.inpaint); outpainting is an inpaint too
     guidance_label: str = "CFG scale"  # what the guidance slider drives on this model
     image_guidance: bool = False  # takes image_guidance_scale (InstructPix2Pix)
-    default_image_guidance: float = 1.5
+    default_image_guidance: float = FALLBACK_IMAGE_GUIDANCE
     guidance_end: bool = False  # can stop guidance before the last step (pipelines.guidance)
     default_guidance_end: float = 1.0
     notes: str = ""  # a recipe's notes for the user
@@ -116,10 +125,31 @@ class ModelInfo:
         """The model the Edit tab's requests go to: its defaults, samplers and limits."""
         return self.editor or self
 
-    def serving(self, request: Any) -> ModelInfo:
-        """The model that runs `request`, whose limits apply: edits go to the editor, text-to-image and
-        inpaints (an instruction editor cannot inpaint: pipelines.editing.EditRouter) to this one."""
-        return self.for_edits if request.init_images and request.inpaint is None else self
+    def for_task(self, task: str) -> ModelInfo:
+        """The model that runs a request of `task` (txt2img | img2img | inpaint), whose defaults and
+        limits apply: the routing rule is `pipelines.request.routes_to_editor`'s."""
+        return self.for_edits if routes_to_editor(task) else self
+
+    def serving(self, request: GenerationRequest) -> ModelInfo:
+        """The model that runs `request` (`for_task` of its task)."""
+        return self.for_task(request.task)
+
+    def accept(self, request: GenerationRequest) -> GenerationRequest:
+        """`request` as this model takes it, or RequestError naming the field: within its limits
+        (`validate`), a sampler it offers (its own one named: none), LoRAs it has. The engine asks
+        this of every request, so every front end gets the same answer."""
+        validate(request, self.limits)
+        if request.sampler is not None and request.sampler not in self.samplers:
+            raise RequestError(
+                "sampler", f"{shown(request.sampler, 80)} is not available; available: {', '.join(self.samplers)}"
+            )
+        unknown = [name for name in request.loras if name not in self.loras]
+        if unknown:
+            offered = ", ".join(self.loras) or "none"
+            raise RequestError("loras", f"unknown LoRA {shown(unknown[0], 80)}; available: {offered}", (unknown[0],))
+        if request.sampler is not None and request.sampler == self.scheduler:
+            request = request.model_copy(update={"sampler": None})  # the model's own: nothing to swap
+        return request
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -48,38 +48,38 @@ from tqdm import tqdm
 
 from devices import DeviceManager
 
-from .__main__ import parse_lora
+from .cli import add_request_arguments, flag_message, request_values
 from .errors import PipelineError
+from .fields import RequestError, Spec
 from .image_pipeline import ImagePipeline
 from .metadata import TEMP_SUFFIX, save_png
 from .options import PipelineOptions
-from .request import GenerationRequest, item_seed
+from .request import GenerationRequest, item_seed, nest
 
 log = logging.getLogger(__name__)
 RUN_ONLY = ("timings", "device")  # per-run values (cuda:0 vs cuda:1): manifest only; dtype/attention stay
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Not flags here: the prompts come from --prompts, one per line; a batch job is text-to-image; its
+# seed is item 0's and always fixed (resuming needs each item's seed; default 0).
+NOT_TAKEN = {"prompt": "the prompts are the --prompts file's lines", "seed": "a flag of its own: --seed, default 0"}
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, list[Spec]]:
     p = argparse.ArgumentParser(prog="python -m pipelines.batch", description=__doc__.splitlines()[0])
     p.add_argument(
         "--prompts", required=True, help="text file, one prompt per line (blank lines and # comments skipped)"
     )
-    p.add_argument("--num-images", type=int, default=1, help="images per prompt")
+    added = add_request_arguments(p, {"txt2img"}, skip=NOT_TAKEN)  # the request's fields (pipelines.cli)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--seed", type=int, default=0, help="seed of item 0; item k gets seed + k (default 0)")
-    p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--guidance", type=float, default=None)
-    p.add_argument("--width", type=int, default=None)
-    p.add_argument("--height", type=int, default=None)
-    p.add_argument("--negative", default=None)
     p.add_argument("--model", default=None, help="default: $MODEL_ID")
-    p.add_argument("--lora", action="append", type=parse_lora, default=[], metavar="NAME_OR_FILE:SCALE")
     p.add_argument("--micro-batch", type=int, default=None, help="items per pipeline call (default: MICRO_BATCH)")
     p.add_argument("--device", default=None, help="default: this process's device from accelerate")
     p.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: all cores; 1 per process under torchrun)"
     )
-    return p
+    return p, added
 
 
 def read_prompts(path: str | Path) -> list[str]:
@@ -169,30 +169,26 @@ def merge_manifest(out: Path) -> int:
     return len(entries)
 
 
-def load(args: argparse.Namespace, device: str) -> tuple[ImagePipeline, GenerationRequest]:
+def load(args: argparse.Namespace, added: list[Spec], device: str) -> tuple[ImagePipeline, GenerationRequest]:
     """The pipeline on this process's device (LoRAs from LORA_DIR, or a .safetensors path, as the
-    CLI takes them) and the whole job as one request: the app's defaults where an option is unset."""
+    CLI takes them) and the whole job as one request: the model's defaults where a flag is unset."""
+    from .__main__ import load_loras
+
     prompts = read_prompts(args.prompts)
+    flat = request_values(args, added)  # checked by the schema before the model loads
+    GenerationRequest.parse(nest({**flat, "prompt": prompts, "seed": args.seed}))
     options = {"micro_batch": args.micro_batch} if args.micro_batch else {}
     pipeline = ImagePipeline.from_pretrained(args.model, DeviceManager(device), PipelineOptions.from_env(), **options)
-    info = pipeline.model_info()
-    loras = {}
-    for name, scale in args.lora:
-        path = name if name.endswith(".safetensors") else pipeline.loras.available().get(name, name)
-        loras[pipeline.load_lora(path, allow_outside=True)] = scale
-    request = GenerationRequest(
-        prompt=prompts, negative_prompt=args.negative, num_images=args.num_images, seed=args.seed,
-        steps=info.default_steps if args.steps is None else args.steps,
-        guidance_scale=info.default_guidance if args.guidance is None else args.guidance,
-        width=args.width, height=args.height, loras=loras,
-    )  # fmt: skip
-    return pipeline, request
+    flat["loras"] = load_loras(pipeline, flat.get("loras", {}))
+    request = GenerationRequest.parse(nest({**flat, "prompt": prompts, "seed": args.seed}))
+    return pipeline, request.with_defaults(pipeline)
 
 
 def main(argv: list[str] | None = None) -> int:
     from accelerate import PartialState
 
-    args = build_parser().parse_args(argv)
+    parser, added = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # Without cpu=True, CPU processes started by torchrun would each think they are alone.
     # is_available(): a CUDA build of torch on a machine without a GPU still names cuda as its accelerator
@@ -202,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        pipeline, request = load(args, args.device or process_device(state))
+        pipeline, request = load(args, added, args.device or process_device(state))
         total = request.total_images
         todo = [k for k in range(total) if not (out / item_name(k, item_seed(args.seed, k))).is_file()]
         if state.is_main_process:
@@ -217,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             run_items(pipeline, request, list(mine), out, state.process_index, bar)
             bar.close()
+    except RequestError as exc:
+        print(f"error (process {state.process_index}): {flag_message(exc)}", file=sys.stderr)
+        return 2
     except (PipelineError, ValueError, OSError) as exc:
         print(f"error (process {state.process_index}): {exc}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .backend import CancelFn, Capabilities, GenerationBackend, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
-from .request import GenerationRequest, GenerationResult
+from .request import GenerationRequest, GenerationResult, routes_to_editor
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,8 @@ class EditRouter:
 
     def _for(self, request: GenerationRequest) -> GenerationBackend:
         """Edits to the editor; text-to-image and inpaints (a mask: the main model's inpainting twin;
-        an instruction editor has none) to the main model."""
-        if request.inpaint is not None:
-            return self.main
-        return self.editor if request.init_images and self._editing else self.main
+        an instruction editor has none) to the main model: `routes_to_editor`'s rule."""
+        return self.editor if self._editing and routes_to_editor(request.task) else self.main
 
     @property
     def capabilities(self) -> Capabilities:

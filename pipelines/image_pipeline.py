@@ -40,7 +40,17 @@ from .model_setup import read_vocabulary
 from .options import PipelineOptions
 from .preview import PreviewDecoder
 from .recipes import Recipe
-from .request import GenerationRequest, GenerationResult, RequestLimits, item_seed, pin_seed, validate
+from .request import (
+    FALLBACK_GUIDANCE,
+    FALLBACK_IMAGE_GUIDANCE,
+    FALLBACK_STEPS,
+    GenerationRequest,
+    GenerationResult,
+    RequestLimits,
+    item_seed,
+    pin_seed,
+    validate,
+)
 from .step_cache import StepCache
 from .tokens import count_tokens, fit_prompt, truncation_warnings
 from .tokens import windows as token_windows
@@ -129,7 +139,7 @@ class ImagePipeline:
         self.base_loras: dict[str, float] = {}  # a recipe's LoRAs that stay on (not fused)
         self._token_windows = token_windows(pipe, private=True)  # counted beside a running generation
         self.vocabulary = read_vocabulary(source)
-        self.default_image_guidance = float(self.vocabulary.get("default_image_guidance", 1.5))
+        self.default_image_guidance = float(self.vocabulary.get("default_image_guidance", FALLBACK_IMAGE_GUIDANCE))
         self.default_guidance_end = float(self.vocabulary.get("default_guidance_end", DEFAULT_GUIDANCE_END))
         self.activity = "idle"  # what it does now, for the status panel
         self._previews = PreviewDecoder(pipe)
@@ -165,6 +175,18 @@ class ImagePipeline:
     def diffusers_pipeline(self) -> Any:
         """The underlying diffusers pipeline (for benchmarks against raw diffusers)."""
         return self.pipe
+
+    @property
+    def default_steps(self) -> int:
+        """The steps a request naming none gets: the vocabulary's or recipe's, else FALLBACK_STEPS
+        (diffusers' signature defaults, often 50, are too many for a first image)."""
+        return int(self.vocabulary.get("default_steps", FALLBACK_STEPS))
+
+    @property
+    def default_guidance(self) -> float:
+        """The guidance a request naming none gets: the vocabulary's or recipe's, else the pipeline's own."""
+        own = self.traits.default_guidance or FALLBACK_GUIDANCE
+        return float(self.vocabulary.get("default_guidance_scale", own))
 
     @property
     def vae_scale_factor(self) -> int:
@@ -370,9 +392,9 @@ class ImagePipeline:
             count = stop - start
         validate(request, self.limits, count=count)
         self.check_task(request)
-        request = pin_seed(request)
+        request = pin_seed(request).with_defaults(self)
         if request.inpaint is not None and inpaint.is_empty(
-            inpaint.binary_mask(request.inpaint.mask, request.inpaint.invert)
+            inpaint.binary_mask(request.inpaint.mask, request.inpaint.invert_mask)
         ):
             return self._unchanged(request, item_range)
         scheduler = samplers.build(self.pipe.scheduler, request.sampler) if request.sampler else None
@@ -447,7 +469,7 @@ class ImagePipeline:
         """Each input image's start, mask and paste-back (pipelines.inpaint); "only masked" renders the
         masked crop at the request's size, else at the crop's aspect ratio at the model's native area."""
         request, spec = plan.request, plan.request.inpaint
-        mask = inpaint.binary_mask(spec.mask, spec.invert)
+        mask = inpaint.binary_mask(spec.mask, spec.invert_mask)
         if spec.only_masked:
             asked = (request.width, request.height) if request.width and request.height else None
             plan.size = inpaint.size_for(spec, mask, asked, self.default_size, self.size_multiple)

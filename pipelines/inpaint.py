@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 from PIL import Image, ImageFilter
+from pydantic import Field
+
+from .fields import About, Choice, Flag, Picture, Range, Schema
 
 MASKED_CONTENT = ("original", "fill")  # A1111's names (its "latent noise" / "latent nothing" are not offered)
 INPAINT_AREAS = ("whole picture", "only masked")
@@ -39,47 +43,44 @@ MAX_EXTEND = 2048  # pixels added on one side by an outpaint
 DEFAULT_STRENGTH = 1.0
 
 
-@dataclass(frozen=True)
-class Inpaint:
-    """What to repaint and how; a request with one is an inpaint of each of its input images.
+MASK_MODES = ("1", "L", "LA", "P", "RGB", "RGBA")  # a painted mask as any tool saves it (binary_mask reads each)
+INPAINT = frozenset({"inpaint"})
+
+
+class Inpaint(Schema):
+    """What to repaint and how; a request with one is an inpaint of each of its input images (a
+    nested part of the request schema, `pipelines.request`: every front end sends these flat).
 
     `mask` has the input images' size; white (any non-black pixel, or alpha for RGBA) = repaint.
     Defaults are A1111's (mask blur 4, original content, whole picture, padding 32) except the
     denoising strength, which the request carries (`GenerationRequest.strength`).
     """
 
-    mask: Image.Image
-    mask_blur: int = 4
-    masked_content: str = "original"
-    inpaint_area: str = "whole picture"
-    padding: int = 32
-    invert: bool = False
+    mask: Annotated[Image.Image, Picture(modes=MASK_MODES), About("Mask", tasks=INPAINT, a1111="mask", openai="mask", cli="--mask")] = Field(
+        description="what to repaint: white (any non-black pixel, or alpha) is repainted; the input image's size"
+    )  # fmt: skip
+    mask_blur: Annotated[int, Range(0, MAX_MASK_BLUR, integer=True), About("Mask blur", tasks=INPAINT, step=1, unit="px")] = Field(
+        4, description="pixels of feathering inside the mask (the seam never reaches an unpainted pixel)"
+    )  # fmt: skip
+    masked_content: Annotated[str, Choice(MASKED_CONTENT), About("Masked content", tasks=INPAINT, a1111="inpainting_fill")] = Field(
+        "original", description="what the model starts from under the mask: the picture, or a fill of its surroundings"
+    )  # fmt: skip
+    inpaint_area: Annotated[str, Choice(INPAINT_AREAS), About("Inpaint area", tasks=INPAINT, a1111="inpaint_full_res")] = Field(
+        "whole picture", description="render the whole picture, or only the masked box at the model's full resolution"
+    )  # fmt: skip
+    padding: Annotated[int, Range(0, MAX_PADDING, integer=True), About("Only masked padding, pixels", tasks=INPAINT, a1111="inpaint_full_res_padding", step=1, unit="px")] = Field(
+        32, description="pixels around the mask's box rendered with it (\"only masked\")"
+    )  # fmt: skip
+    invert_mask: Annotated[bool, Flag(), About("Invert mask", tasks=INPAINT, a1111="inpainting_mask_invert")] = Field(
+        False, description="repaint everything but the mask"
+    )  # fmt: skip
 
     @property
     def only_masked(self) -> bool:
         return self.inpaint_area == "only masked"
 
-    def check(self, images: list[Image.Image]) -> None:
-        """Raise ValueError naming the first bad field (pipelines.request.validate calls it)."""
-        if not isinstance(self.mask, Image.Image):
-            raise ValueError(f"mask: must be a PIL image, got {type(self.mask).__name__}")
-        for i, image in enumerate(images):
-            if image.size != self.mask.size:
-                raise ValueError(
-                    f"mask: {self.mask.width}x{self.mask.height} but input image {i} is {image.width}x{image.height}; "
-                    "the mask must have its image's size"
-                )
-        for name, top in (("mask_blur", MAX_MASK_BLUR), ("padding", MAX_PADDING)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
-                raise ValueError(f"{name}: must be a whole number of pixels in 0..{top}, got {value!r}")
-        if self.masked_content not in MASKED_CONTENT:
-            raise ValueError(f"masked_content: {self.masked_content!r} is not one of {', '.join(MASKED_CONTENT)}")
-        if self.inpaint_area not in INPAINT_AREAS:
-            raise ValueError(f"inpaint_area: {self.inpaint_area!r} is not one of {', '.join(INPAINT_AREAS)}")
 
-
-INPAINT_DEFAULTS = Inpaint(Image.new("L", (1, 1)))  # the option defaults, read by forms that leave one out
+INPAINT_DEFAULTS = Inpaint(mask=Image.new("L", (8, 8)))  # the option defaults, read by forms that leave one out
 
 
 def binary_mask(mask: Image.Image, invert: bool = False) -> Image.Image:
@@ -222,5 +223,5 @@ def metadata(inpaint: Inpaint) -> dict[str, object]:
         "masked_content": inpaint.masked_content,
         "inpaint_area": inpaint.inpaint_area,
         "padding": inpaint.padding,
-        "invert_mask": inpaint.invert,
+        "invert_mask": inpaint.invert_mask,
     }

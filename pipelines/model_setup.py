@@ -222,7 +222,6 @@ def describe(self: Any) -> ModelInfo:
     """`ImagePipeline.model_info`: the loaded model's defaults and limits, as the UI and the API
     enforce them (the vocabulary's and recipe's defaults over diffusers' signature defaults)."""
     vocab, traits = self.vocabulary, self.traits
-    defaults = GenerationRequest(prompt="")
     w, h = self.default_size
     stops_guidance = self._stops_guidance(self.pipe)
     return ModelInfo(
@@ -233,8 +232,8 @@ def describe(self: Any) -> ModelInfo:
         max_side=self.max_side,
         max_pixels=self.max_pixels,
         max_batch=self.options.max_batch,
-        default_steps=int(vocab.get("default_steps", defaults.steps)),  # signature defaults (50) are too many
-        default_guidance=float(vocab.get("default_guidance_scale", traits.default_guidance or defaults.guidance_scale)),
+        default_steps=self.default_steps,
+        default_guidance=self.default_guidance,
         scheduler=self.scheduler_name,
         samplers=tuple(s.name for s in samplers.offered(self.pipe.scheduler)),
         loras=tuple(sorted(self.loras.available())),

@@ -49,7 +49,7 @@ def _env_int(env: Mapping[str, str], name: str, default: int | None) -> int | No
 
 def _env_step_cache(env: Mapping[str, str]) -> tuple[str | None, float | None]:
     """STEP_CACHE (any capitalisation) and STEP_CACHE_THRESHOLD; (None, None) where unset."""
-    from .request import BOUNDS
+    from .request import spec
     from .step_cache import METHODS, canonical
 
     raw = env.get("STEP_CACHE", "").strip()
@@ -59,12 +59,11 @@ def _env_step_cache(env: Mapping[str, str]) -> tuple[str | None, float | None]:
     raw = env.get("STEP_CACHE_THRESHOLD", "").strip()
     if not raw:
         return method, None
-    bound = BOUNDS["step_cache_threshold"]  # the request field's one range
+    field = spec("step_cache_threshold")  # the request field's one range
     try:
-        threshold = float(raw)
-        bound.check("step_cache_threshold", threshold)
+        threshold = field.parse(raw)
     except ValueError:
-        raise ValueError(f"STEP_CACHE_THRESHOLD={raw!r} is not valid: expected a number in {bound.describe()}") from None
+        raise ValueError(f"STEP_CACHE_THRESHOLD={raw!r} is not valid: expected a number in {field.accepted()}") from None
     return method, threshold
 
 

@@ -38,24 +38,21 @@ from typing import Any
 
 from . import quantization, step_cache
 from .errors import ModelLoadError
-from .request import BOUNDS
+from .request import spec as request_field
 
 log = logging.getLogger(__name__)
 
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "models" / "recipes"
 TASKS = ("text-to-image", "edit", "both", "inpaint")  # "inpaint": a model that needs a mask (Flux Fill)
 DTYPES = ("float32", "float16", "bfloat16")
-DEFAULT_KEYS = {
-    "steps": int,
-    "guidance": float,
-    "image_guidance": float,
-    "guidance_end": float,
-    "width": int,
-    "height": int,
-    "sampler": str,
-    "step_cache": str,  # none | FirstBlockCache | TaylorSeer | MagCache (pipelines.step_cache)
-    "step_cache_threshold": float,
-}
+# A recipe's defaults: its key -> the request field it is the model's default for, checked by that
+# field's own rules (type and range: pipelines.request).
+DEFAULT_FIELDS = {
+    "steps": "steps", "guidance": "guidance_scale", "image_guidance": "image_guidance_scale",
+    "guidance_end": "guidance_end", "width": "width", "height": "height", "sampler": "sampler",
+    "step_cache": "step_cache", "step_cache_threshold": "step_cache_threshold",
+}  # fmt: skip
+_JSON_TYPES = {"whole": int, "number": float, "text": str, "choice": str}
 TOP_KEYS = {
     "name", "description", "source", "pipeline_class", "custom_pipeline", "components", "dtype", "loras",
     "defaults", "task", "vocabulary", "notes", "$schema", "inpaint_pipeline", "quantization",
@@ -169,17 +166,15 @@ def _loras(where: str, raw: Any) -> tuple[RecipeLora, ...]:
 def _defaults(where: str, raw: Any) -> dict[str, Any]:
     _check_type(where, "defaults", raw, dict)
     for key, value in raw.items():
-        if key not in DEFAULT_KEYS:
-            raise _fail(where, f"defaults.{key}: unknown (known: {', '.join(DEFAULT_KEYS)})")
-        _check_type(where, f"defaults.{key}", value, DEFAULT_KEYS[key])
-        if key == "guidance_end" and not 0 < value <= 1:
-            raise _fail(where, f"defaults.guidance_end: {value} is out of range (0, 1]")
-        if key == "step_cache_threshold":  # the request field's own range
-            try:
-                BOUNDS[key].check(f"defaults.{key}", value)
-            except ValueError as exc:
-                raise _fail(where, str(exc)) from None
-        if key == "step_cache" and value not in step_cache.METHODS:
+        if key not in DEFAULT_FIELDS:
+            raise _fail(where, f"defaults.{key}: unknown (known: {', '.join(DEFAULT_FIELDS)})")
+        field = request_field(DEFAULT_FIELDS[key])
+        _check_type(where, f"defaults.{key}", value, _JSON_TYPES[field.kind])
+        try:
+            field.parse(value)
+        except ValueError as exc:
+            raise _fail(where, f"defaults.{key}: {exc}") from None
+        if key == "step_cache" and value not in step_cache.METHODS:  # written as the method's own name
             raise _fail(where, f"defaults.step_cache: {value!r} is not one of {', '.join(step_cache.METHODS)}")
     return dict(raw)
 

@@ -1,12 +1,21 @@
-"""What the UI, the CLI and the APIs ask for, and what they get back; the bounds every caller obeys.
+"""The request schema: what a generation request is, every field, default, bound and rule written once.
 
-This module owns every request bound and default (`BOUNDS`, the dataclass defaults): the UI's
-sliders, the API's parsing, Send-to's clamping and `validate` all read them from here, so a
-bound cannot drift between front ends. A model's own limits (size step, largest side and area,
-batch) come as one `RequestLimits` object (`ModelInfo.limits`).
+`GenerationRequest` is the one description of a request that every front end derives from: the
+Gradio tabs and `/generate` `/edit` `/inpaint`, the A1111 and OpenAI HTTP APIs, both CLIs, the
+Ray wire and the ZeroGPU call. Each field is declared here once (`Annotated[type, <value type>,
+About(...)]` and `Field(default, description=...)`, building blocks in `pipelines.fields`): its
+type, default, bounds or choices, a one-line description, its label, the kinds of request that
+use it, and the name A1111, OpenAI and the CLI give it. `fields()` lists them flat (the
+inpaint's options are sent flat by every front end); tests/test_fields.py checks that every front
+end takes every field or says why not, and docs/request-fields.md is generated from `fields()`.
 
-`validate(request, limits)` is the pipeline's `check_inputs`: every rule raises a `ValueError`
-that names the field and the bad value, before any model work starts.
+Validation lives here too, in two steps that raise one error type, `RequestError(loc, detail)`:
+- the schema's own rules, when a request is made (`GenerationRequest(...)`, or `parse(data)` for
+  raw caller values): types, bounds, text hygiene, one task's fields together;
+- the serving model's limits (`validate(request, limits)`, the pipeline's `check_inputs`): the
+  batch cap, the size step, the largest side and area.
+Fields whose default is "the model's" are None in a request until `with_defaults(model)` fills
+them from the model that serves it (the engine does at submit, a pipeline when called directly).
 
 Seeds: any seed 0..2^64-1 is accepted (the range of torch's generators, and what ComfyUI writes);
 a request without one gets a random seed once (`pin_seed`, below 2^32 as A1111 draws them, so it
@@ -16,87 +25,257 @@ stays valid in tools with 32-bit seeds), and image k of a request has seed (seed
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 import secrets
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Annotated, Any, Protocol
 
 from PIL import Image
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from .inpaint import Inpaint
+from .fields import (
+    About,
+    Choice,
+    Picture,
+    Prompts,
+    Range,
+    RequestError,
+    Scales,
+    Schema,
+    Seed,
+    Spec,
+    Text,
+    dotted,
+    refuse,
+    request_error,
+)
 
-IMAGE_MODES = ("RGB", "RGBA", "L")
+__all__ = ["RequestError", "dotted", "request_error"]  # re-exported: the schema's error type
+from .inpaint import DEFAULT_STRENGTH, Inpaint
+
 SEED_SPACE = 2**64  # torch.Generator.manual_seed takes 0..2^64-1
 RANDOM_SEED_SPACE = 2**32  # random seeds: short, and valid in tools that keep 32-bit seeds
-STEP_CACHES = ("none", "FirstBlockCache", "TaylorSeer", "MagCache")  # what each does: pipelines.step_cache
+IMG2IMG_STRENGTH = 0.6  # image-to-image's default strength (an inpaint's is DEFAULT_STRENGTH)
+STRENGTH = {"img2img": IMG2IMG_STRENGTH, "inpaint": DEFAULT_STRENGTH}  # a request's strength by its task
+# The step caches (what each does: pipelines.step_cache) and the default threshold of those that
+# have one (diffusers' own defaults; TaylorSeer has none).
+STEP_CACHES = ("none", "FirstBlockCache", "TaylorSeer", "MagCache")
+STEP_CACHE_THRESHOLDS = {"FirstBlockCache": 0.05, "MagCache": 0.06}
+# A model's defaults where it names none (its vocabulary, recipe or diffusers signature): 20 steps
+# (the signatures' 50 are too many for a first image), CFG 4, image guidance 1.5 (InstructPix2Pix's).
+FALLBACK_STEPS, FALLBACK_GUIDANCE, FALLBACK_IMAGE_GUIDANCE = 20, 4.0, 1.5
+EDIT_TASKS = frozenset({"img2img", "inpaint"})
+IMG2IMG = frozenset({"img2img"})
+INPAINT = frozenset({"inpaint"})
 
 
-class RequestError(ValueError):
-    """A refused request value, with where it is: `loc` is the field's path in the request schema
-    (("steps",), ("inpaint", "mask_blur"), ("init_images", 1), ("loras", "outline")) and `detail`
-    the sentence without the name. `str()` is "steps: 200 is out of range 1..150".
+class ModelDefaults(Protocol):
+    """What `with_defaults` reads of the model serving a request (`ModelInfo` has it)."""
 
-    Every front end maps `loc` to its own name for the field (A1111's `loc`, OpenAI's `param`, a CLI
-    flag) without parsing the text."""
+    default_steps: int
+    default_guidance: float
+    default_image_guidance: float
 
-    def __init__(self, loc: tuple[str | int, ...] | str, detail: str):
-        self.loc: tuple[str | int, ...] = (loc,) if isinstance(loc, str) else tuple(loc)
-        self.detail = detail
-        super().__init__(f"{dotted(self.loc)}: {detail}" if self.loc else detail)
+
+class GenerationRequest(Schema):
+    """One unit of work: prompts x images per prompt (x input images for editing).
+
+    Immutable: `replace(**changes)` is a checked copy. None means "the model's" (or, for
+    `strength`, the task's), filled by `with_defaults`."""
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise request_error(exc) from None
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any], max_chars: int | None = None) -> GenerationRequest:
+        """A request from a caller's raw values (`nest` makes the shape from flat ones); its text at most
+        `max_chars` long (MAX_PROMPT_CHARS)."""
+        request = cls(**data)
+        if max_chars is not None:
+            for name in ("prompt", "negative_prompt"):
+                texts = getattr(request, name)
+                for i, text in enumerate([texts] if isinstance(texts, str | None) else texts):
+                    if text is not None and len(text) > max_chars:
+                        sub = () if isinstance(texts, str) else (i,)
+                        raise RequestError(
+                            name, f"{len(text)} characters, more than the limit of {max_chars} (MAX_PROMPT_CHARS)", sub
+                        )
+        return request
+
+    prompt: Annotated[str | list[str], Prompts(), About("Prompt", a1111="prompt", openai="prompt", cli="prompt")] = Field(
+        description="what to draw (an edit: the instruction); a list of prompts makes images of each"
+    )
+    negative_prompt: Annotated[str | None, Text(), About("Negative prompt", cli="--negative")] = Field(
+        None, description="what to keep out of the images"
+    )
+    num_images: Annotated[int, Range(1, 10_000, integer=True), About("Number of images", a1111="batch_size", openai="n", cli="--num-images", step=1)] = Field(
+        1, description="images per prompt (and per input image); at most the server's MAX_BATCH in all"
+    )  # fmt: skip
+    steps: Annotated[int | None, Range(1, 150, integer=True), About("Steps", step=1)] = Field(
+        None, description="denoising steps; null: the model's (150: A1111's slider end)"
+    )
+    guidance_scale: Annotated[float | None, Range(0.0, 50.0), About("Guidance (CFG)", a1111="cfg_scale", cli="--guidance", step=0.5)] = Field(
+        None, description="classifier-free guidance; null: the model's (50: what some distilled models run at)"
+    )  # fmt: skip
+    width: Annotated[int | None, Range(8, 16384, integer=True), About("Width", openai="size", unit="px")] = Field(
+        None, description="a multiple of the model's size step; null: the model's (an edit: the input's aspect ratio)"
+    )
+    height: Annotated[int | None, Range(8, 16384, integer=True), About("Height", openai="size", unit="px")] = Field(
+        None, description="a multiple of the model's size step; null: the model's (an edit: the input's aspect ratio)"
+    )
+    seed: Annotated[int | None, Seed(), About("Seed")] = Field(
+        None, description="0..2^64-1; image k gets seed + k; null or negative: random"
+    )
+    loras: Annotated[dict[str, float], Scales(Range(-4.0, 4.0)), About("LoRAs", a1111="prompt", cli="--lora", step=0.05)] = Field(
+        default_factory=dict, description="LoRA name (from the server's LORA_DIR) -> scale (+-4: beyond that merges are noise)"
+    )  # fmt: skip
+    sampler: Annotated[str | None, Text(), About("Sampler", a1111="sampler_name")] = Field(
+        None, description="an A1111 sampler name the model offers (\"DPM++ 2M Karras\"); null: the model's own"
+    )
+    guidance_end: Annotated[float | None, Range(0.01, 1.0), About("Guidance end", step=0.01)] = Field(
+        None, description="share of the steps with guidance, the last ones unguided (0 would skip all); null: the model's"
+    )
+    step_cache: Annotated[str | None, Choice(STEP_CACHES), About("Step cache")] = Field(
+        None, description="reuse work between steps (DiT models; pipelines.step_cache); null: the model's"
+    )
+    step_cache_threshold: Annotated[float | None, Range(0.0, 1.0, low_open=True), About("Step cache threshold", step=0.01)] = Field(
+        None, description="higher skips more steps (a relative change: 0 would skip none); null: the method's default"
+    )  # fmt: skip
+    init_images: Annotated[list[Image.Image] | None, Picture(many=True), About("Input images", tasks=EDIT_TASKS, a1111="init_images", openai="image", cli="--init-image")] = Field(
+        None, description="the images to edit or inpaint; null: text-to-image"
+    )  # fmt: skip
+    strength: Annotated[float | None, Range(0.01, 1.0), About("Strength", tasks=EDIT_TASKS, a1111="denoising_strength", step=0.01)] = Field(
+        None, description=f"how much of each input is re-drawn (0 would keep it); null: {DEFAULT_STRENGTH:g} to inpaint, {IMG2IMG_STRENGTH:g} for image-to-image"
+    )  # fmt: skip
+    image_guidance_scale: Annotated[float | None, Range(0.0, 10.0), About("Image guidance", tasks=IMG2IMG, a1111="image_cfg_scale", cli="--image-guidance", step=0.1)] = Field(
+        None, description="instruction editors: how closely the result keeps the input (InstructPix2Pix runs 1-5); null: the model's"
+    )  # fmt: skip
+    inpaint: Annotated[Inpaint | None, About("Inpaint", tasks=INPAINT)] = Field(
+        None, description="repaint only the mask of each input image (pipelines.inpaint)"
+    )
+
+    @model_validator(mode="after")
+    def _one_task(self) -> GenerationRequest:
+        """What holds between fields: an inpaint has its images, of its mask's size."""
+        if self.inpaint is None:
+            return self
+        if not self.init_images:
+            raise refuse("needs the input image the mask belongs to (init_images)", field=("inpaint",))
+        mask = self.inpaint.mask
+        for i, image in enumerate(self.init_images):
+            if image.size != mask.size:
+                raise refuse(
+                    f"{mask.width}x{mask.height} but input image {i} is {image.width}x{image.height}; "
+                    "the mask must have its image's size",
+                    field=("inpaint", "mask"),
+                )
+        return self
+
+    def replace(self, **changes: Any) -> GenerationRequest:
+        """A checked copy with `changes` (RequestError as construction)."""
+        return type(self)(**{**{name: getattr(self, name) for name in type(self).model_fields}, **changes})
 
     @property
-    def field(self) -> str | None:
-        """The top-level field (the first string of `loc`), or None for the request as a whole."""
-        return next((part for part in self.loc if isinstance(part, str)), None)
+    def prompts(self) -> list[str]:
+        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+
+    @property
+    def total_images(self) -> int:
+        return len(self.prompts) * self.num_images * max(1, len(self.init_images or []))
+
+    @property
+    def task(self) -> str:
+        """txt2img | img2img | inpaint: which fields apply, and which model serves it (`routes_to_editor`)."""
+        return "inpaint" if self.inpaint is not None else ("img2img" if self.init_images else "txt2img")
+
+    def with_defaults(self, model: ModelDefaults) -> GenerationRequest:
+        """Every "the model's" default filled from `model`, and the task's strength (one place, so
+        the CLI, the APIs and the UI make the same request from the same fields)."""
+        changes: dict[str, Any] = {}
+        if self.steps is None:
+            changes["steps"] = model.default_steps
+        if self.guidance_scale is None:
+            changes["guidance_scale"] = model.default_guidance
+        if self.image_guidance_scale is None:
+            changes["image_guidance_scale"] = model.default_image_guidance
+        if self.strength is None and self.init_images:
+            changes["strength"] = STRENGTH[self.task]
+        return self.model_copy(update=changes) if changes else self
 
 
-def dotted(loc: tuple[str | int, ...]) -> str:
-    """("inpaint", "mask_blur") -> "inpaint.mask_blur"; ("init_images", 1) -> "init_images[1]"."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+def routes_to_editor(task: str) -> bool:
+    """The routing rule, written once: an edit without a mask (img2img) goes to the model serving edits
+    (an instruction editor where one is loaded); text-to-image and inpaints (an instruction editor
+    cannot inpaint) go to the main model. `ModelInfo.for_task` and `EditRouter` both ask this."""
+    return task == "img2img"
+
+
+def _walk(model: type[BaseModel]) -> list[Spec]:
+    """The fields of `model` as Specs; a nested part (the inpaint) contributes its own fields, flat,
+    with the part's tasks (its fields apply where the part does)."""
+    out = []
+    for name, info in model.model_fields.items():
+        about = next(m for m in info.metadata if isinstance(m, About))
+        parts = [t for t in typing.get_args(info.annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
+        if parts:
+            out += [
+                dataclasses.replace(s, path=(name, *s.path), about=dataclasses.replace(s.about, tasks=about.tasks))
+                for s in _walk(parts[0])
+            ]
+            continue
+        value = next(m for m in info.metadata if hasattr(m, "__get_pydantic_core_schema__"))
+        default = None if info.is_required() else info.get_default(call_default_factory=True)
+        nullable = type(None) in typing.get_args(info.annotation)
+        out.append(Spec(name, (name,), value, about, default, info.description or "", info.is_required(), nullable))
     return out
 
 
-@dataclass(frozen=True)
-class Bound:
-    """The accepted range of one request field (`low_open`: `low` itself is refused)."""
-
-    low: float
-    high: float
-    integer: bool = False
-    low_open: bool = False
-
-    def check(self, name: str, value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int if self.integer else int | float):
-            raise ValueError(f"{name}: must be {'an integer' if self.integer else 'a number'}, got {value!r}")
-        if not self.integer and (math.isnan(value) or math.isinf(value)):
-            raise ValueError(f"{name}: must be a finite number, got {value}")
-        if value > self.high or value < self.low or (self.low_open and value == self.low):
-            raise ValueError(f"{name}: {value} is out of range {self.describe()}")
-
-    def describe(self) -> str:
-        if self.integer:
-            return f"{self.low}..{self.high}"
-        return f"({self.low:g}, {self.high:g}]" if self.low_open else f"[{self.low:g}, {self.high:g}]"
+@functools.cache
+def _specs() -> Mapping[str, Spec]:
+    """The flat field list, read once from the classes (it cannot change after import)."""
+    specs = _walk(GenerationRequest)
+    names = [s.name for s in specs]
+    assert len(set(names)) == len(names), f"flat field names must be unique: {names}"
+    return MappingProxyType({s.name: s for s in specs})
 
 
-# Every numeric field a caller sets, with its one range. Why these numbers:
-# steps 150 (A1111's slider end), guidance 50 (what some distilled models are run at),
-# strength and guidance end down to 0.01 (0 would skip every step / all guidance), image
-# guidance 10 (InstructPix2Pix-style editors are run at 1-5), LoRA scales +-4 (A1111 allows any,
-# Forge's sliders stop at +-2 and merges beyond 4 are noise), a step cache's threshold up to 1 (a
-# relative change: FirstBlockCache at 1 would skip nearly every step; 0 would skip none).
-BOUNDS: dict[str, Bound] = {
-    "steps": Bound(1, 150, integer=True),
-    "guidance_scale": Bound(0.0, 50.0),
-    "guidance_end": Bound(0.01, 1.0),
-    "strength": Bound(0.01, 1.0),
-    "image_guidance_scale": Bound(0.0, 10.0),
-    "lora_scale": Bound(-4.0, 4.0),
-    "seed": Bound(0, SEED_SPACE - 1, integer=True),
-    "step_cache_threshold": Bound(0.0, 1.0, low_open=True),
-}
+def fields(task: str | None = None) -> list[Spec]:
+    """Every field of a request, flat and in the schema's order (what front ends derive from);
+    `task`: only those a request of that kind uses."""
+    return [spec for spec in _specs().values() if task is None or task in spec.about.tasks]
+
+
+def spec(name: str) -> Spec:
+    """One field by its flat name ("steps", "mask_blur")."""
+    return _specs()[name]
+
+
+def names(ecosystem: str) -> dict[str, str]:
+    """flat field -> its name in `ecosystem` ("a1111", "openai", "cli"): the schema's `About`, else
+    our name (the CLI's: --our-name)."""
+    own = {"cli": lambda name: "--" + name.replace("_", "-")}.get(ecosystem, lambda name: name)
+    return {s.name: getattr(s.about, ecosystem) or own(s.name) for s in fields()}
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """A front end's flat values as the request's shape: the inpaint's fields under `inpaint` (only
+    when a mask is given); unknown names are left out (each front end reads its own fields)."""
+    data: dict[str, Any] = {}
+    for item in fields():
+        if item.name in flat:
+            target = data
+            for part in item.path[:-1]:
+                target = target.setdefault(part, {})
+            target[item.path[-1]] = flat[item.name]
+    if "inpaint" in data and data["inpaint"].get("mask") is None:
+        del data["inpaint"]  # inpaint options without a mask: not an inpaint
+    return data
 
 
 @dataclass(frozen=True)
@@ -109,42 +288,6 @@ class RequestLimits:
     max_side: int = 16384  # largest width or height
 
 
-@dataclass
-class GenerationRequest:
-    """One unit of work: prompts x images per prompt (x input images for editing)."""
-
-    prompt: str | list[str]
-    negative_prompt: str | None = None
-    num_images: int = 1  # per prompt (and per input image)
-    steps: int = 20
-    guidance_scale: float = 4.0
-    width: int | None = None  # None: the model's default size
-    height: int | None = None
-    seed: int | None = None  # None: random (pin_seed), reported back in the result
-    init_images: list[Image.Image] | None = None
-    strength: float = 0.6  # image-to-image: how much of the input is re-drawn
-    image_guidance_scale: float = 1.5  # instruction-edit pipelines only (InstructPix2Pix-style)
-    guidance_end: float | None = None  # share of the steps with guidance (pipelines.guidance); None: the model's
-    loras: dict[str, float] = field(default_factory=dict)  # adapter name -> scale
-    sampler: str | None = None  # A1111-style name ("DPM++ 2M Karras"); None: the model's own scheduler
-    inpaint: Inpaint | None = None  # repaint only the mask of each input image (pipelines.inpaint)
-    step_cache: str | None = (
-        None  # none | FirstBlockCache | TaylorSeer | MagCache (pipelines.step_cache); None: the model's
-    )
-    step_cache_threshold: float | None = None  # None: the method's default (TaylorSeer has none)
-
-    @property
-    def prompts(self) -> list[str]:
-        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
-
-    @property
-    def total_images(self) -> int:
-        return len(self.prompts) * self.num_images * max(1, len(self.init_images or []))
-
-
-DEFAULTS = GenerationRequest(prompt="")  # the request defaults, read by forms that leave a field out
-
-
 def pin_seed(request: GenerationRequest) -> GenerationRequest:
     """The request with its seed fixed: a random one drawn here when it has none.
 
@@ -153,7 +296,7 @@ def pin_seed(request: GenerationRequest) -> GenerationRequest:
     """
     if request.seed is not None:
         return request
-    return dataclasses.replace(request, seed=secrets.randbelow(RANDOM_SEED_SPACE))
+    return request.model_copy(update={"seed": secrets.randbelow(RANDOM_SEED_SPACE)})
 
 
 def item_seed(seed: int, index: int) -> int:
@@ -162,81 +305,36 @@ def item_seed(seed: int, index: int) -> int:
 
 
 def validate(request: GenerationRequest, limits: RequestLimits, count: int | None = None) -> None:
-    """Raise ValueError naming the first bad field; cheap, runs before any model work.
+    """The serving model's limits (the schema checked everything else when the request was made):
+    RequestError naming the field; cheap, runs before any model work.
 
     `count`: the images actually run now when only a range of the request runs (a pool or a
     batch job splitting it); the batch cap applies to those.
     """
-    _check_prompts(request)
-    Bound(1, limits.max_batch, integer=True).check("num_images", request.num_images)
+    if request.num_images > limits.max_batch:
+        raise RequestError("num_images", f"{request.num_images} is out of range 1..{limits.max_batch} (MAX_BATCH)")
     if (count if count is not None else request.total_images) > limits.max_batch:
-        raise ValueError(
-            f"num_images: {len(request.prompts)} prompt(s) x {request.num_images} image(s)"
+        raise RequestError(
+            "num_images",
+            f"{len(request.prompts)} prompt(s) x {request.num_images} image(s)"
             + (f" x {len(request.init_images)} input image(s)" if request.init_images else "")
-            + f" = {request.total_images} images, more than MAX_BATCH={limits.max_batch}"
+            + f" = {request.total_images} images, more than MAX_BATCH={limits.max_batch}",
         )
-    for name in ("steps", "guidance_scale"):
-        BOUNDS[name].check(name, getattr(request, name))
-    if request.guidance_end is not None:
-        BOUNDS["guidance_end"].check("guidance_end", request.guidance_end)
-    _check_size(request, limits)
-    if request.seed is not None:
-        BOUNDS["seed"].check("seed", request.seed)
-    if request.init_images is not None:
-        _check_images(request)
-    if request.inpaint is not None:
-        if not request.init_images:
-            raise ValueError("inpaint: needs the input image the mask belongs to (init_images)")
-        request.inpaint.check(request.init_images)
-    if not isinstance(request.loras, dict):
-        raise ValueError(f"loras: must be a dict of adapter name -> scale, got {type(request.loras).__name__}")
-    for name, scale in request.loras.items():
-        BOUNDS["lora_scale"].check(f"loras[{name!r}]", scale)
-    if request.step_cache is not None and request.step_cache not in STEP_CACHES:
-        raise ValueError(f"step_cache: {str(request.step_cache)[:40]!r} is not one of {', '.join(STEP_CACHES)}")
-    if request.step_cache_threshold is not None:
-        BOUNDS["step_cache_threshold"].check("step_cache_threshold", request.step_cache_threshold)
-
-
-def _check_prompts(request: GenerationRequest) -> None:
-    prompts = request.prompts
-    if not prompts:
-        raise ValueError("prompt: at least one prompt is required, got an empty list")
-    for p in prompts:
-        if not isinstance(p, str) or not p.strip():
-            raise ValueError(f"prompt: must be non-empty text, got {p!r}")
-    if request.negative_prompt is not None and not isinstance(request.negative_prompt, str):
-        raise ValueError(f"negative_prompt: must be text or None, got {request.negative_prompt!r}")
-
-
-def _check_size(request: GenerationRequest, limits: RequestLimits) -> None:
     step = limits.size_multiple
     for name in ("width", "height"):
         value = getattr(request, name)
         if value is None:
             continue
-        Bound(step, limits.max_side, integer=True).check(name, value)
+        if not step <= value <= limits.max_side:
+            raise RequestError(name, f"{value} is out of range {step}..{limits.max_side} (this model's limits)")
         if value % step:
-            raise ValueError(f"{name}: {value} is not a multiple of {step} (this model's size step)")
+            raise RequestError(name, f"{value} is not a multiple of {step} (this model's size step)")
     if request.width and request.height and request.width * request.height > limits.max_pixels:
-        raise ValueError(
-            f"width x height: {request.width}x{request.height} = {request.width * request.height} pixels, "
-            f"more than this model's cap of {limits.max_pixels} on this device (MAX_PIXELS)"
+        raise RequestError(
+            "width",
+            f"{request.width}x{request.height} = {request.width * request.height} pixels, "
+            f"more than this model's cap of {limits.max_pixels} on this device (MAX_PIXELS)",
         )
-
-
-def _check_images(request: GenerationRequest) -> None:
-    if not request.init_images:
-        raise ValueError("init_images: empty list; pass None for text-to-image")
-    for i, image in enumerate(request.init_images):
-        if not isinstance(image, Image.Image):
-            raise ValueError(f"init_images[{i}]: must be a PIL image, got {type(image).__name__}")
-        if image.mode not in IMAGE_MODES:
-            raise ValueError(f"init_images[{i}]: image mode {image.mode!r} not supported; use RGB")
-        if image.width < 8 or image.height < 8:
-            raise ValueError(f"init_images[{i}]: {image.width}x{image.height} is too small")
-    BOUNDS["strength"].check("strength", request.strength)
-    BOUNDS["image_guidance_scale"].check("image_guidance_scale", request.image_guidance_scale)
 
 
 @dataclass

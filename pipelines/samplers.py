@@ -26,6 +26,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from .fields import RequestError
+
 KARRAS = {"use_karras_sigmas": True}
 # A typical default. On tiny-shapes' schedule the Karras variants and Heun fail at every step count
 # from 8 to 50, DPM2 a up to 20. At 4 steps nearly every sampler misses the spread by more than the
@@ -40,6 +42,7 @@ class Sampler:
     name: str  # as A1111 writes it in "Sampler:" (Karras variants: A1111 >= 1.9 writes "Schedule type: Karras")
     scheduler: str  # diffusers class name
     options: dict[str, Any] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()  # A1111's own aliases for it (k-diffusion names), as /sdapi/v1/samplers lists them
 
     @property
     def a1111(self) -> tuple[str, str | None]:
@@ -52,26 +55,26 @@ class Sampler:
 log = logging.getLogger(__name__)
 
 SAMPLERS = [
-    Sampler("DPM++ 2M", "DPMSolverMultistepScheduler", {"use_karras_sigmas": False, "algorithm_type": "dpmsolver++"}),
+    Sampler("DPM++ 2M", "DPMSolverMultistepScheduler", {"use_karras_sigmas": False, "algorithm_type": "dpmsolver++"}, ("k_dpmpp_2m",)),
     Sampler("DPM++ 2M Karras", "DPMSolverMultistepScheduler", {**KARRAS, "algorithm_type": "dpmsolver++"}),
-    Sampler("DPM++ 2M SDE", "DPMSolverMultistepScheduler", {"use_karras_sigmas": False, **SDE}),
+    Sampler("DPM++ 2M SDE", "DPMSolverMultistepScheduler", {"use_karras_sigmas": False, **SDE}, ("k_dpmpp_2m_sde",)),
     Sampler("DPM++ 2M SDE Karras", "DPMSolverMultistepScheduler", {**KARRAS, **SDE}),
-    Sampler("DPM++ SDE", "DPMSolverSinglestepScheduler", {"use_karras_sigmas": False}),
+    Sampler("DPM++ SDE", "DPMSolverSinglestepScheduler", {"use_karras_sigmas": False}, ("k_dpmpp_sde",)),
     Sampler("DPM++ SDE Karras", "DPMSolverSinglestepScheduler", KARRAS),
-    Sampler("DPM2", "KDPM2DiscreteScheduler", {"use_karras_sigmas": False}),
+    Sampler("DPM2", "KDPM2DiscreteScheduler", {"use_karras_sigmas": False}, ("k_dpm_2",)),
     Sampler("DPM2 Karras", "KDPM2DiscreteScheduler", KARRAS),
-    Sampler("DPM2 a", "KDPM2AncestralDiscreteScheduler", {"use_karras_sigmas": False}),
+    Sampler("DPM2 a", "KDPM2AncestralDiscreteScheduler", {"use_karras_sigmas": False}, ("k_dpm_2_a",)),
     Sampler("DPM2 a Karras", "KDPM2AncestralDiscreteScheduler", KARRAS),
-    Sampler("Euler", "EulerDiscreteScheduler", {"use_karras_sigmas": False}),
-    Sampler("Euler a", "EulerAncestralDiscreteScheduler"),
-    Sampler("Heun", "HeunDiscreteScheduler", {"use_karras_sigmas": False}),
-    Sampler("LMS", "LMSDiscreteScheduler", {"use_karras_sigmas": False}),
+    Sampler("Euler", "EulerDiscreteScheduler", {"use_karras_sigmas": False}, ("k_euler",)),
+    Sampler("Euler a", "EulerAncestralDiscreteScheduler", {}, ("k_euler_a", "k_euler_ancestral")),
+    Sampler("Heun", "HeunDiscreteScheduler", {"use_karras_sigmas": False}, ("k_heun",)),
+    Sampler("LMS", "LMSDiscreteScheduler", {"use_karras_sigmas": False}, ("k_lms",)),
     Sampler("LMS Karras", "LMSDiscreteScheduler", KARRAS),
-    Sampler("DDIM", "DDIMScheduler"),
-    Sampler("PLMS", "PNDMScheduler"),
-    Sampler("UniPC", "UniPCMultistepScheduler"),
+    Sampler("DDIM", "DDIMScheduler", {}, ("ddim",)),
+    Sampler("PLMS", "PNDMScheduler", {}, ("plms",)),
+    Sampler("UniPC", "UniPCMultistepScheduler", {}, ("unipc",)),
     Sampler("DEIS", "DEISMultistepScheduler"),
-    Sampler("LCM", "LCMScheduler"),
+    Sampler("LCM", "LCMScheduler", {}, ("k_lcm",)),
     Sampler("Euler (flow matching)", "FlowMatchEulerDiscreteScheduler"),
 ]
 BY_NAME = {s.name: s for s in SAMPLERS}
@@ -149,7 +152,7 @@ def build(scheduler: Any, name: str) -> Any:
     if name not in choices:
         why = faults(scheduler).get(name)
         reason = f" (it cannot run this model's noise schedule: {why})" if why else ""
-        raise ValueError(f"sampler: {name!r} is not available for this model{reason}; available: {', '.join(choices)}")
+        raise RequestError("sampler", f"{name!r} is not available for this model{reason}; available: {', '.join(choices)}")
     return _make(choices[name], scheduler.config)
 
 
@@ -242,7 +245,7 @@ A1111_AUTOMATIC = {"DPM++ 2M": "Karras", "DPM++ SDE": "Karras", "DPM2": "Karras"
 # suffix and A1111's schedule suffixes removed first) -> ours. InvokeAI's " k" suffix means Karras.
 ALIASES = {
     "euler": "Euler", "euler a": "Euler a", "euler ancestral": "Euler a", "heun": "Heun", "lms": "LMS",
-    "dpm 2": "DPM2", "dpm2": "DPM2", "kdpm 2": "DPM2", "dpm 2 ancestral": "DPM2 a", "dpm2 a": "DPM2 a",
+    "dpm 2": "DPM2", "dpm2": "DPM2", "kdpm 2": "DPM2", "dpm 2 ancestral": "DPM2 a", "dpm2 a": "DPM2 a", "dpm 2 a": "DPM2 a",
     "kdpm 2 a": "DPM2 a", "dpm2 ancestral": "DPM2 a", "dpmpp 2m": "DPM++ 2M", "dpm++ 2m": "DPM++ 2M",
     "dpmpp 2m sde": "DPM++ 2M SDE", "dpm++ 2m sde": "DPM++ 2M SDE", "dpmpp sde": "DPM++ SDE",
     "dpm++ sde": "DPM++ SDE", "ddim": "DDIM", "ddim v3": "DDIM", "plms": "PLMS", "pndm": "PLMS",

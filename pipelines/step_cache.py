@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import UnsupportedTaskError
-from .request import BOUNDS
+from .request import STEP_CACHE_THRESHOLDS as DEFAULT_THRESHOLDS
 from .request import STEP_CACHES as METHODS
+from .request import spec
 
 log = logging.getLogger(__name__)
 
 NONE = METHODS[0]  # the names are pipelines.request's (the owner of every request value)
-DEFAULT_THRESHOLDS = {"FirstBlockCache": 0.05, "MagCache": 0.06}  # diffusers' own defaults; TaylorSeer has none
 FAMILIES = (
     "Flux (also Kontext and Fill), Qwen-Image (also Qwen-Image-Edit), Chroma, Wan, HunyuanImage, CogView4 "
     "and the other DiT transformers diffusers gives a cache to"
@@ -78,7 +78,7 @@ class StepCache:
     @classmethod
     def from_label(cls, text: str) -> StepCache | None:
         """The cache a `label` names (a PNG's "Step cache: FirstBlockCache 0.05"); None for a method
-        this app does not have or a threshold outside request.BOUNDS."""
+        this app does not have or a threshold outside the request field's range."""
         name, _, threshold = text.strip().partition(" ")
         method = canonical(name)
         if method is None or method == NONE:
@@ -87,7 +87,7 @@ class StepCache:
             return cls(method)
         try:
             value = float(threshold) if threshold.strip() else DEFAULT_THRESHOLDS[method]
-            BOUNDS["step_cache_threshold"].check("step_cache_threshold", value)
+            spec("step_cache_threshold").parse(value)
         except ValueError:
             return None
         return cls(method, value)

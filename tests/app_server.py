@@ -2,7 +2,7 @@
 
 Settings come from an environment mapping through `AppSettings.from_env` (the same parsing as a
 real start), the engine and its backend from `engine.build_engine` (a device pool, with the
-embedded editor beside the embedded model), the UI from `ui.demo.create_demo` + `launch`. Only a
+embedded editor beside the embedded model), the UI and the HTTP APIs from `app.serve`. Only a
 test that is about another backend (Ray, a hand-made pool) passes its own.
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import app
 from engine import AppSettings, build_engine
 from pipelines.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
-from ui.demo import create_demo, launch
 
 
 def free_port() -> int:
@@ -50,7 +50,7 @@ def running_app(model: Path, output_dir: Path, lora_dir: Path = DEFAULT_LORA_DIR
     """
     config = app_settings(model, output_dir, lora_dir, env, **settings)
     engine = build_engine(config, backend)
-    demo = launch(create_demo(engine, config), config, quiet=True)
+    demo = app.serve(engine, config, quiet=True)
     try:
         yield demo, engine.backend
     finally:

@@ -300,8 +300,8 @@ def test_a_model_switch_is_refused_where_switching_is_off(http):
 
 # ---------------------------------------------------------------- without a server: parsing and error shapes
 def limits(**model):
+    from engine.inputs import Limits
     from pipelines.backend import ModelInfo
-    from ui.inputs import Limits
 
     fields = dict(model_name="m", default_width=64, default_height=64, size_multiple=8, max_side=256, max_pixels=16384,
                   max_batch=16, default_steps=20, default_guidance=4.0, scheduler="DPM++ 2M",
@@ -321,10 +321,11 @@ def test_samplers_schedules_sizes_and_overrides_are_read_as_a1111_means_them():
     assert read(sampler_name="DPM++ 2M", scheduler="automatic").request.sampler == "DPM++ 2M Karras"  # A1111's default
     without = parse.txt2img({"prompt": PROMPT, "sampler_name": "DPM++ 2M", "scheduler": "Automatic"},
                             limits(samplers=("DPM++ 2M", "Euler a")))  # fmt: skip
-    assert without.request.sampler is None and without.warnings == []  # Automatic: the best the model has
+    assert without.request.sampler == "DPM++ 2M" and without.warnings == []  # Automatic: the best the model has
+    assert limits().model.accept(without.request).sampler is None  # the model's own: the engine swaps nothing
     karras = parse.txt2img({"prompt": PROMPT, "sampler_name": "DPM++ 2M", "scheduler": "Karras"},
                            limits(samplers=("DPM++ 2M", "Euler a")))  # fmt: skip
-    assert karras.request.sampler is None and "with the Karras schedule is not available" in karras.warnings[0]
+    assert karras.request.sampler == "DPM++ 2M" and "with the Karras schedule is not available" in karras.warnings[0]
     euler = read(sampler_name="Euler a", scheduler="Karras")  # no Karras variant offered: the sampler's own
     assert euler.request.sampler == "Euler a" and euler.warnings[0].startswith("scheduler='Karras'")
     odd = read(width=100, height=64)
@@ -344,20 +345,19 @@ def test_inpaint_fields_map_to_our_inpaint():
             "inpaint_full_res": 1, "inpaint_full_res_padding": 8, "inpainting_mask_invert": 1, "mask_blur": 0}  # fmt: skip
     parsed = parse.img2img(body, limits(), 10_000_000)
     spec = parsed.request.inpaint
-    assert (spec.masked_content, spec.inpaint_area, spec.padding, spec.invert, spec.mask_blur) == (
+    assert (spec.masked_content, spec.inpaint_area, spec.padding, spec.invert_mask, spec.mask_blur) == (
         "original", "only masked", 8, True, 0,
     )  # fmt: skip
     assert parsed.warnings == ["inpainting_fill=2 (latent noise/nothing): not supported here, 'original' used"]
-    assert parsed.request.strength == 1.0  # an inpaint's own default when the client sends none
+    assert parsed.request.strength is None  # an inpaint's own default (1.0) when the client sends none
+    assert parsed.request.with_defaults(limits().model).strength == 1.0
     assert parse.img2img({**body, "mask": None}, limits(), 10_000_000).request.strength == 0.75  # A1111's
-    from pipelines.inpaint import INPAINT_DEFAULTS
+    from pipelines.request import spec as field
 
     bare = parse.img2img({k: body[k] for k in ("prompt", "init_images", "mask")}, limits(), 10_000_000)
-    spec = bare.request.inpaint  # fields left out: the app's inpaint defaults (their one owner)
-    assert (spec.masked_content, spec.inpaint_area, spec.padding, spec.invert, spec.mask_blur) == (
-        INPAINT_DEFAULTS.masked_content, INPAINT_DEFAULTS.inpaint_area, INPAINT_DEFAULTS.padding,
-        INPAINT_DEFAULTS.invert, INPAINT_DEFAULTS.mask_blur,
-    )  # fmt: skip
+    spec = bare.request.inpaint  # fields left out: the schema's inpaint defaults (their one owner)
+    names = ("masked_content", "inpaint_area", "padding", "invert_mask", "mask_blur")
+    assert [getattr(spec, name) for name in names] == [field(name).default for name in names]
 
 
 def test_engine_refusals_and_failures_answer_in_a1111s_error_shape(caplog):
@@ -373,13 +373,19 @@ def test_engine_refusals_and_failures_answer_in_a1111s_error_shape(caplog):
     status, error = body(TooManyJobs("you already have 4 generation(s)"))
     assert status == 429 and error["error"] == "TooManyJobs" and error["detail"] == error["errors"]
     assert body(QueueFull("the queue is full"))[0] == 503
+    for refusal in (TooManyJobs("x"), QueueFull("y")):  # a client is told when to try again, as OpenAI's answers say
+        assert answer_error(refusal, "txt2img").headers["retry-after"] == "2"
     assert body(OutOfMemoryError("out of memory even at one image"))[0] == 500
     status, error = body(KeyError("secret internals"))
     assert status == 500 and "secret" not in json.dumps(error) and "the server's log" in error["detail"]
     assert "KeyError: 'secret internals'" in caplog.text  # the traceback is in the log
     assert body(ClientGone())[0] == 499
-    status, error = body(ValueError("num_images: 1 prompt(s) x 40 image(s) = 40 images, more than MAX_BATCH=16"))
+    from pipelines.fields import RequestError
+
+    status, error = body(RequestError("num_images", "1 prompt(s) x 40 image(s) = 40 images, more than MAX_BATCH=16"))
     assert error["detail"][0]["loc"] == ["body", "batch_size"] and error["detail"][0]["msg"].startswith("batch_size: ")
+    status, error = body(RequestError(("inpaint", "masked_content"), "'x' is not one of original, fill"))
+    assert error["detail"][0]["loc"] == ["body", "inpainting_fill"]  # A1111's name for our field, from the schema
 
 
 def test_webapi_does_not_import_gradio():

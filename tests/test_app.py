@@ -242,15 +242,17 @@ def test_a_gradio_client_caller_of_generate_sees_the_steps(client):
     assert steps and steps[0].startswith("2 image(s): step "), seen
 
 
-def test_generate_takes_guidance_end_and_callers_of_the_ten_values_still_work(server, client):
+def test_generate_takes_guidance_end_and_rest_callers_name_what_they_send(server, client):
+    """A plain REST caller of the ten values /generate was published with names them (Gradio's own
+    /gradio_api/call/v2/generate): every parameter added since takes its default."""
     from tests.test_reliability import rest_call, rest_result
 
     images, _ = generate(client, seed=6, steps=4, guidance_end=0.5)
     params = read_metadata(images[0]["image"])
     assert params["json"]["guidance_end"] == 0.5 and params["parameters"]["guidance_end"] == 0.5
-    ten = list(generate_args(seed=6, steps=4, sampler="").values())
-    assert len(ten) == 10  # the documented signature, sent positionally over plain REST
-    kind, data = rest_result(server[0].local_url, "generate", rest_call(server[0].local_url, "generate", ten))
+    ten = generate_args(seed=6, steps=4, sampler="")
+    assert len(ten) == 10  # the documented signature
+    kind, data = rest_result(server[0].local_url, "generate", rest_call(server[0].local_url, "v2/generate", ten))
     assert kind == "complete" and data[1]["seeds"] == [6]
     with pytest.raises(Exception, match=r"guidance_end: 0 is out of range 0.01..1"):
         generate(client, guidance_end=0)
@@ -260,17 +262,18 @@ def test_generate_takes_guidance_end_and_callers_of_the_ten_values_still_work(se
 
 
 def test_edit_callers_of_the_published_values_still_work(server, tmp_path):
-    """/edit gained step_cache and step_cache_threshold; a plain REST caller that sends the files and
-    the ten values /edit was published with still gets its edit (the new ones: the model's)."""
+    """/edit gained step_cache, step_cache_threshold, negative_prompt and loras; a plain REST caller
+    that names the files and the ten values /edit was published with still gets its edit (the new
+    ones: their defaults, the model's)."""
     from tests.test_reliability import rest_call, rest_result, rest_upload
 
     url = server[0].local_url
     picture = tmp_path / "in.png"
     Image.new("RGB", (64, 64), "blue").save(picture)
     files = rest_upload(url, picture)
-    # files, prompt, strength, num_images, steps, guidance, seed, random_seed, sampler, image_guidance, guidance_end
-    published = [files, "make the background red", 0.8, 1, 2, 4.0, "9", False, "Euler", 1.5, 1.0]
-    kind, data = rest_result(url, "edit", rest_call(url, "edit", published))
+    published = dict(files=files, prompt="make the background red", strength=0.8, num_images=1, steps=2, guidance=4.0,
+                     seed="9", random_seed=False, sampler="Euler", image_guidance=1.5, guidance_end=1.0)  # fmt: skip
+    kind, data = rest_result(url, "edit", rest_call(url, "v2/edit", published))
     assert kind == "complete", data
     assert len(data[0]) == 2 and data[0][1]["caption"] == "result 1 · seed 9"  # the input, then its edit
     assert "1 image(s) in" in data[1]

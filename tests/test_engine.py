@@ -34,9 +34,10 @@ from engine import (
 from pipelines import GenerationRequest
 from pipelines.backend import Capabilities
 from pipelines.editing import EditRouter
+from pipelines.fields import RequestError
 from pipelines.options import DEFAULT_MODEL
 from pipelines.pool import DevicePool
-from pipelines.request import BOUNDS, SEED_SPACE, RequestLimits, item_seed, pin_seed, validate
+from pipelines.request import SEED_SPACE, RequestLimits, item_seed, pin_seed, spec, validate
 from tests.app_server import app_settings, embedded_model_available
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -202,16 +203,16 @@ def test_one_off_rest_calls_share_the_limit_by_address():
 
 
 # ---------------------------------------------------------------- one owner per fact
-def test_the_ui_sliders_and_the_api_take_the_pipelines_bounds():
-    from ui.inputs import bounds, finite_number
+def test_send_to_and_the_request_take_the_schemas_bounds():
     from ui.send import _fit
 
-    for name in ("steps", "guidance_scale", "guidance_end", "strength", "image_guidance_scale", "lora_scale"):
-        low, high = bounds(name)
-        assert (low, high) == (BOUNDS[name].low, BOUNDS[name].high)
+    for name in ("steps", "guidance_scale", "guidance_end", "strength", "image_guidance_scale"):
+        low, high = spec(name).value.low, spec(name).value.high
         assert _fit(name, high + 100) == high and _fit(name, low - 100) == low
-    finite_number("strength", BOUNDS["strength"].low, *bounds("strength"))  # the API takes the lowest too
-    request = GenerationRequest(prompt="x", strength=BOUNDS["strength"].low, guidance_end=BOUNDS["guidance_end"].low)
+        assert getattr(GenerationRequest.parse({"prompt": "x", name: str(low)}), name) == low  # text, as a form sends
+        with pytest.raises(RequestError, match=f"{name}: .* is out of range"):
+            GenerationRequest.parse({"prompt": "x", name: high + 1})
+    request = GenerationRequest(prompt="x", strength=spec("strength").value.low, guidance_end=0.01)
     validate(request, RequestLimits())  # and so does the pipeline
 
 
@@ -228,14 +229,15 @@ def test_the_form_sliders_are_built_from_the_bounds(tmp_path):
             sliders.setdefault(c["props"]["label"], c["props"])
     for label, name in (("Steps", "steps"), ("Guidance (CFG)", "guidance_scale"), ("Guidance end", "guidance_end"),
                         ("Strength", "strength"), ("Image guidance", "image_guidance_scale")):  # fmt: skip
-        assert (sliders[label]["minimum"], sliders[label]["maximum"]) == (BOUNDS[name].low, BOUNDS[name].high), label
+        bound = spec(name).value
+        assert (sliders[label]["minimum"], sliders[label]["maximum"]) == (bound.low, bound.high), label
 
 
 def test_seeds_take_the_generators_whole_range(app_engine):
     top = SEED_SPACE - 1
     validate(GenerationRequest(prompt="x", seed=top), RequestLimits())
-    with pytest.raises(ValueError, match="seed: 18446744073709551616 is out of range"):
-        validate(GenerationRequest(prompt="x", seed=SEED_SPACE), RequestLimits())
+    with pytest.raises(RequestError, match="seed: 18446744073709551616 is out of range"):
+        GenerationRequest(prompt="x", seed=SEED_SPACE)
     result = app_engine.run(GenerationRequest(prompt=PROMPT, num_images=2, steps=2, seed=top))
     assert result.seeds == [top, 0] and [m["seed"] for m in result.metadata] == [top, 0]  # seed + k mod 2^64
     again = app_engine.run(GenerationRequest(prompt=PROMPT, num_images=1, steps=2, seed=0))
@@ -247,12 +249,14 @@ def test_seeds_take_the_generators_whole_range(app_engine):
 
 
 def test_a_64_bit_seed_typed_as_text_is_read_exactly():
-    from ui.inputs import seed
-
+    seed = spec("seed").parse
     assert seed("18446744073709551615") == 2**64 - 1
     assert seed("-1") is None and seed("") is None and seed(7.0) == 7
     with pytest.raises(ValueError, match="out of range"):
         seed(str(2**64))
+    for bad in ("²", "١٢", "9" * 5000, "1e3", True):  # Python's int() takes the first three; a seed is ASCII digits
+        with pytest.raises(ValueError, match="must be a whole number"):
+            seed(bad)
 
 
 # ---------------------------------------------------------------- settings read once
@@ -369,8 +373,8 @@ def test_an_inpaint_is_checked_against_the_main_models_limits_not_the_editors():
     engine = Engine(gate)
     picture = Image.new("RGB", (128, 128))
     inpaint = GenerationRequest(prompt="p", num_images=2, width=128, height=128, init_images=[picture],
-                                inpaint=Inpaint(Image.new("L", (128, 128), 255)))  # fmt: skip
+                                inpaint=Inpaint(mask=Image.new("L", (128, 128), 255)))  # fmt: skip
     gate.release.set()
     assert len(engine.run(inpaint).images) == 2
     with pytest.raises(ValueError, match=r"num_images: 2 is out of range 1..1"):  # the same as an instruction edit: the editor's cap
-        engine.submit(dataclasses.replace(inpaint, inpaint=None))
+        engine.submit(inpaint.replace(inpaint=None))

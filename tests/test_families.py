@@ -340,7 +340,7 @@ def test_inpaint_keeps_every_unmasked_pixel_or_refuses_clearly(family_root, name
 
     pipe = load(family_root, name)
     image, mask = _scene(name)
-    req = request(name, init_images=[image], strength=1.0, num_images=2, inpaint=Inpaint(mask))
+    req = request(name, init_images=[image], strength=1.0, num_images=2, inpaint=Inpaint(mask=mask))
     assert pipe.model_info().inpaint == (name in INPAINTS)
     if name not in INPAINTS:
         with pytest.raises(UnsupportedTaskError, match=r"cannot inpaint.*Families that inpaint"):
@@ -354,5 +354,5 @@ def test_inpaint_keeps_every_unmasked_pixel_or_refuses_clearly(family_root, name
         assert diff[outside].max() == 0, "a pixel outside the mask changed"
         assert diff[~outside].max() > 10, "the masked area was not repainted"
     assert result.metadata[0]["mask_blur"] == 4 and result.metadata[0]["strength"] == 1.0
-    alone = pipe.generate(request(name, init_images=[image], strength=1.0, seed=8, inpaint=Inpaint(mask)))
+    alone = pipe.generate(request(name, init_images=[image], strength=1.0, seed=8, inpaint=Inpaint(mask=mask)))
     assert np.abs(pixels(alone.images[0]) - pixels(result.images[1])).max() <= 3  # seed 8 = image 2

@@ -49,7 +49,7 @@ def request(mask=None, image=None, **kw) -> GenerationRequest:
     image = image or scene()
     spec = kw.pop("spec", {})
     kw = {"prompt": PROMPT, "steps": 8, "seed": 5, "strength": 1.0, **kw}
-    return GenerationRequest(init_images=[image], inpaint=Inpaint(mask or box_mask(size=image.size), **spec), **kw)
+    return GenerationRequest(init_images=[image], inpaint=Inpaint(mask=mask or box_mask(size=image.size), **spec), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def test_unpainted_pixels_stay_exactly_and_the_painted_box_changes(embedded, spe
 
 def test_invert_repaints_everything_but_the_strokes(embedded):
     original = scene()
-    result = embedded.generate(request(spec={"invert": True}, prompt="a red circle on a black background"))
+    result = embedded.generate(request(spec={"invert_mask": True}, prompt="a red circle on a black background"))
     kept = np.asarray(box_mask()) > 0
     assert (pixels(result.images[0]) == pixels(original))[kept].all()
     assert np.abs(pixels(result.images[0]) - pixels(original))[~kept].mean() > 5
@@ -108,7 +108,7 @@ def test_invert_repaints_everything_but_the_strokes(embedded):
 def test_an_empty_mask_returns_the_original_with_a_warning(embedded):
     original = scene()
     for mask, invert in ((Image.new("L", (64, 64), 0), False), (Image.new("L", (64, 64), 255), True)):
-        result = embedded.generate(request(mask, spec={"invert": invert}, num_images=2))
+        result = embedded.generate(request(mask, spec={"invert_mask": invert}, num_images=2))
         assert result.warnings == [EMPTY_MASK_WARNING]
         assert all((pixels(im) == pixels(original)).all() for im in result.images) and result.seeds == [5, 6]
 
@@ -119,7 +119,7 @@ def test_a_mask_of_another_size_is_refused_naming_both_sizes(embedded):
     with pytest.raises(ValueError, match="masked_content"):
         embedded.generate(request(spec={"masked_content": "latent noise"}))
     with pytest.raises(ValueError, match="needs the input image"):
-        embedded.generate(GenerationRequest(prompt=PROMPT, inpaint=Inpaint(box_mask())))
+        embedded.generate(GenerationRequest(prompt=PROMPT, inpaint=Inpaint(mask=box_mask())))
 
 
 def test_same_seed_same_image_alone_in_a_batch_and_on_a_pool_of_two(embedded):
@@ -168,7 +168,7 @@ def test_brush_strokes_count_by_alpha_and_any_grey():
 
 
 def test_the_png_records_the_inpaint_as_a1111_does_and_reads_it_back(embedded, tmp_path):
-    result = embedded.generate(request(spec={"inpaint_area": "only masked", "padding": 8, "invert": False}))
+    result = embedded.generate(request(spec={"inpaint_area": "only masked", "padding": 8, "invert_mask": False}))
     path = save_images(result, tmp_path)[0]
     info = read_png_info(path)
     assert "Mask blur: 4, Masked content: original, Inpaint area: Only masked, Masked area padding: 8" in info["raw"]

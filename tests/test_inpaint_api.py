@@ -103,13 +103,14 @@ def test_outpaint_right_extends_and_keeps_the_picture(client, files):
 
 
 def test_view_api_lists_inpaint_and_outpaint_with_named_parameters(client):
-    from ui.fields import INPAINT_API, OUTPAINT_SIDES
+    from ui.fields import OUTPAINT_SIDES, PUBLISHED, parameters
 
     api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
     names = [p["parameter_name"] for p in api["/inpaint"]["parameters"]]
-    assert names == ["image", "mask", *INPAINT_API]
+    assert names == ["image", "mask", *parameters("inpaint")]
+    assert names[2 : 2 + len(PUBLISHED["inpaint"])] == list(PUBLISHED["inpaint"])  # positional callers' order
     names = [p["parameter_name"] for p in api["/outpaint"]["parameters"]]
-    assert names == ["image", *OUTPAINT_SIDES, *INPAINT_API]
+    assert names == ["image", *OUTPAINT_SIDES, *parameters("inpaint")]
 
 
 def test_send_to_inpaint_from_png_info_fills_the_form(server, tmp_path):
@@ -120,7 +121,6 @@ def test_send_to_inpaint_from_png_info_fills_the_form(server, tmp_path):
     import gradio as gr
 
     from pipelines.metadata import png_info
-    from ui.fields import SENT_TO_INPAINT
     from ui.send import inpaint_updates
 
     meta = {"prompt": "a green square on a white background", "negative_prompt": "blurry", "steps": 12,
@@ -128,9 +128,10 @@ def test_send_to_inpaint_from_png_info_fills_the_form(server, tmp_path):
             "masked_content": "fill", "inpaint_area": "only masked", "padding": 12, "invert_mask": True}  # fmt: skip
     png = tmp_path / "inpainted.png"
     Image.new("RGB", (64, 64), "white").save(png, pnginfo=png_info(meta))
-    editor, *form = inpaint_updates(meta, server.studio.info, str(png))
-    assert editor["value"] == str(png)
-    values = {name: update["value"] for name, update in zip(SENT_TO_INPAINT, form, strict=True)}
+    form = server.tabs["inpaint"]["form"]
+    out = inpaint_updates(meta, server.studio.info, str(png), form)
+    assert out[form.c["editor"]]["value"] == str(png)
+    values = form.values_of(out)
     assert values["prompt"] == meta["prompt"] and values["negative_prompt"] == "blurry"
     assert values["seed"] == "4242" and values["random_seed"] is False and values["steps"] == 12
     assert values["strength"] == 0.8 and values["mask_blur"] == 64  # clamped to MAX_MASK_BLUR
@@ -138,9 +139,9 @@ def test_send_to_inpaint_from_png_info_fills_the_form(server, tmp_path):
         "fill", "only masked", 12, True,
     )  # fmt: skip
     # a plain text-to-image PNG: the inpaint's own defaults
-    plain = inpaint_updates({"prompt": "x"}, server.studio.info, None)
-    assert plain[0] == gr.update()
-    values = {name: update["value"] for name, update in zip(SENT_TO_INPAINT, plain[1:], strict=True)}
+    plain = inpaint_updates({"prompt": "x"}, server.studio.info, None, form)
+    assert plain[form.c["editor"]] == gr.update()
+    values = form.values_of(plain)
     assert (values["strength"], values["mask_blur"], values["masked_content"], values["invert_mask"]) == (
         1.0, 4, "original", False,
     )  # fmt: skip
@@ -148,32 +149,36 @@ def test_send_to_inpaint_from_png_info_fills_the_form(server, tmp_path):
 
 def test_send_to_inpaint_from_a_generated_png(server, client):
     """Send to Inpaint under a gallery: the result's PNG as the editor's picture, its prompt and seed in the form."""
-    from ui.fields import SENT_TO_INPAINT
     from ui.inpaint_tab import send_image
 
     gallery, _ = client.predict(prompt=PROMPT, num_images=1, steps=2, seed=77, api_name="/generate")
     path = gallery[0]["image"]
-    editor, *form, tab = send_image(server.studio, path)
-    assert editor["value"] == path and tab.selected == "inpaint"
-    values = {name: update["value"] for name, update in zip(SENT_TO_INPAINT, form, strict=True)}
+    tab, tabs = server.tabs["inpaint"], object()
+    out = send_image(server.studio, path, tab, tabs)
+    assert out[tab["editor"]]["value"] == path and out[tabs].selected == "inpaint"
+    values = tab["form"].values_of(out)
     assert (values["prompt"], values["seed"], values["random_seed"], values["strength"]) == (PROMPT, "77", False, 1.0)
 
 
-def test_rest_callers_of_the_first_inpaint_values_still_work(server, files):
-    """/inpaint and /outpaint gained step_cache and step_cache_threshold: a plain REST call with the
-    values they first took (no step cache) still runs, with the model's."""
+def test_rest_callers_name_what_they_send_and_the_rest_is_the_default(server, files):
+    """A plain REST call that names its values (Gradio's `/gradio_api/call/v2/<endpoint>`) may leave out
+    every parameter added since it was written: each takes its default (the model's). A positional call
+    sends every parameter, in the endpoint's order (`ui.fields.parameters`)."""
     from tests.test_reliability import rest_call, rest_result, rest_upload
+    from ui.fields import parameters
 
     url = server.local_url
     image, mask = rest_upload(url, files / "scene.png")[0], rest_upload(url, files / "mask.png")[0]
-    # prompt, negative, strength, mask_blur, masked_content, inpaint_area, padding, invert, n, steps, guidance, seed,
-    # sampler, guidance_end
-    fields = [PROMPT, "", 1.0, 4, "original", "whole picture", 32, False, 1, 2, None, 3, "", None]
-    kind, data = rest_result(url, "inpaint", rest_call(url, "inpaint", [image, mask, *fields]))
+    first = {"image": image, "mask": mask, "prompt": PROMPT, "steps": 2, "seed": 3}  # the first callers' names
+    kind, data = rest_result(url, "inpaint", rest_call(url, "v2/inpaint", first))
     assert kind == "complete" and data[1]["seeds"] == [3], data
-    kind, data = rest_result(url, "outpaint", rest_call(url, "outpaint", [image, 0, 0, 32, 0, *fields]))
+    kind, data = rest_result(url, "outpaint", rest_call(url, "v2/outpaint", {**first, "right": 32}))
     assert kind == "complete" and data[1]["num_images"] == 1, data
     assert Image.open(data[0][0]["image"]["path"]).size == (96, 64)  # the server is this process: its file is here
+    values = {"prompt": PROMPT, "steps": 2, "seed": 4}
+    positional = [image, mask, *(values.get(name, "") for name in parameters("inpaint"))]
+    kind, data = rest_result(url, "inpaint", rest_call(url, "inpaint", positional))
+    assert kind == "complete" and data[1]["seeds"] == [4], data
 
 
 def test_a_model_that_cannot_inpaint_turns_the_buttons_off_with_the_reason(server):
@@ -183,9 +188,7 @@ def test_a_model_that_cannot_inpaint_turns_the_buttons_off_with_the_reason(serve
 
     info = server.studio.info
     assert info.inpaint  # the embedded model inpaints
-    tab = {name: object() for name in ("unavailable", "run", "outpaint", "sampler", "steps", "guidance_scale",
-                                      "guidance_end", "left", "up", "right", "down", "step_cache",
-                                      "step_cache_threshold")}  # fmt: skip
+    tab = server.tabs["inpaint"]
     out = updates(dataclasses.replace(info, inpaint=False, model_name="no-inpaint"), tab)
     assert out[tab["run"]]["interactive"] is False and out[tab["outpaint"]]["interactive"] is False
     assert out[tab["unavailable"]]["visible"] is True and "no-inpaint" in out[tab["unavailable"]]["value"]
@@ -216,13 +219,12 @@ def test_an_inpaint_png_round_trips_through_png_info_into_the_form(server, clien
     """The PNG an /inpaint returns records its settings as A1111 does; PNG info reads them, and Send
     to Inpaint puts them back in the form."""
     from pipelines.pnginfo import read_png_info
-    from ui.fields import SENT_TO_INPAINT
     from ui.send import inpaint_updates
 
     asked = dict(strength=0.9, mask_blur=6, masked_content="fill", inpaint_area="only masked", padding=8)
     gallery, _ = inpaint(client, files, num_images=1, **asked)
     read = read_png_info(gallery[0]["image"])
     assert "Mask blur: 6, Masked content: fill, Inpaint area: Only masked, Masked area padding: 8" in read["raw"]
-    _, *form = inpaint_updates(read["parameters"], server.studio.info, gallery[0]["image"])
-    values = {name: update["value"] for name, update in zip(SENT_TO_INPAINT, form, strict=True)}
+    form = server.tabs["inpaint"]["form"]
+    values = form.values_of(inpaint_updates(read["parameters"], server.studio.info, gallery[0]["image"], form))
     assert {k: values[k] for k in asked} == asked and values["seed"] == "3"

@@ -105,9 +105,9 @@ def test_attention_type_npu_end_to_end(npu_with_fused_attention, monkeypatch, ti
     Only the weights stay on the CPU (the simulated NPU holds no tensors)."""
     from diffusers import DiffusionPipeline
 
+    from app import check_settings
     from engine import build_backend
     from pipelines import GenerationRequest
-    from ui.main import check_settings
 
     calls = npu_with_fused_attention
     monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", "npu")

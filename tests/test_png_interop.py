@@ -19,11 +19,12 @@ from pipelines.backend import ModelInfo
 from pipelines.hashing import lora_hash, short_hash
 from pipelines.metadata import a1111_parameters, save_png
 from pipelines.pnginfo import parse_a1111, read_png_info
+from pipelines.request import spec
 from pipelines.samplers import SAMPLERS, from_any
 from tests.a1111_infotext import effective_schedule, get_sampler_and_scheduler, parse_generation_parameters
-from ui import inputs
 from ui.history import params_markdown
 from ui.send import form_values, inpaint_values
+from ui.studio import one_prompt_per_line
 
 FIXTURES = Path(__file__).parent / "fixtures" / "pnginfo"
 DUCK = {"prompt": "photo of a duck", "negative_prompt": "monochrome", "seed": 235284042, "steps": 15,
@@ -254,25 +255,30 @@ def test_a_sampler_this_model_lacks_keeps_the_models_and_says_why():
                      "DPM++ 2M SDE runs its own schedule"]  # fmt: skip
 
 
+def _seed(values: dict) -> int | None:
+    """The seed a form sends for Send to Generate's seed box and Random seed switch (`ui.form.Form.read`)."""
+    return None if values["random_seed"] else spec("seed").parse(values["seed"])
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_each_fixture_fills_the_form_with_a_sampler_we_offer(name):
     values, _notes = form_values(read_png_info(FIXTURES / name)["parameters"], ALL)
     assert values["sampler"] in ALL.samplers
-    assert "\n" not in values["prompt"] and isinstance(inputs.prompts(values["prompt"], 10_000), str)
-    assert inputs.seed(values["seed"], values["random_seed"]) == EXPECTED[name][1].get("seed")
+    assert "\n" not in values["prompt"] and isinstance(one_prompt_per_line(values["prompt"]), str)
+    assert _seed(values) == EXPECTED[name][1].get("seed")
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2**32, 2**63 + 5, 2**64 - 1])
 def test_64_bit_seeds_are_sent_and_accepted_exactly(seed):
     values, notes = form_values({"prompt": "x", "seed": seed}, ALL)
     assert (values["seed"], values["random_seed"], notes) == (str(seed), False, [])
-    assert inputs.seed(values["seed"], values["random_seed"]) == seed
+    assert _seed(values) == seed
 
 
 @pytest.mark.parametrize("seed", [-1, 2**64, "12"])
 def test_a_seed_outside_the_range_is_random(seed):
     values, notes = form_values({"prompt": "x", "seed": seed}, ALL)
-    assert values["random_seed"] is True and inputs.seed(values["seed"], values["random_seed"]) is None
+    assert values["random_seed"] is True and _seed(values) is None
     assert seed == -1 or notes
 
 
@@ -280,7 +286,7 @@ def test_a_multi_line_prompt_is_sent_as_one_prompt():
     params = parse_a1111("a castle,\n  on a hill\n\nat dusk\nNegative prompt: blurry\nSteps: 4, Sampler: Euler, Seed: 2")
     values, notes = form_values(params, ALL)
     assert values["prompt"] == "a castle, on a hill at dusk" and "3 lines were joined" in notes[0]
-    assert inputs.prompts(values["prompt"], 10_000) == "a castle, on a hill at dusk"  # one prompt: one image
+    assert one_prompt_per_line(values["prompt"]) == "a castle, on a hill at dusk"  # one prompt: one image
 
 
 def test_the_step_cache_an_image_ran_with_is_sent_back():

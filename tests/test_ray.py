@@ -76,7 +76,7 @@ def test_an_inpaint_travels_with_its_mask_and_keeps_the_unmasked_pixels(backend,
 
     image, mask = Image.new("RGB", (32, 32), (200, 30, 30)), Image.new("L", (32, 32), 0)
     mask.paste(255, (8, 8, 24, 24))
-    inpaint = request(init_images=[image], strength=1.0, inpaint=Inpaint(mask, masked_content="fill"))
+    inpaint = request(init_images=[image], strength=1.0, inpaint=Inpaint(mask=mask, masked_content="fill"))
     remote = backend.generate(inpaint)
     assert_same(remote, local.generate(inpaint))
     assert remote.metadata[0]["masked_content"] == "fill"

@@ -66,9 +66,11 @@ def wait_until_busy(url: str, timeout: float = 60, auth: tuple[str, str] | None 
     raise AssertionError("no generation started")
 
 
-def rest_call(url: str, api: str, data: list) -> str:
-    """POST /gradio_api/call/<api>: the event id (the REST caller's job id)."""
-    response = httpx.post(f"{url}gradio_api/call/{api}", json={"data": data}, timeout=30)
+def rest_call(url: str, api: str, data: list | dict) -> str:
+    """POST /gradio_api/call/<api>: the event id (the REST caller's job id). A list is the positional
+    form ({"data": [...]}); a dict names its values (for Gradio's `call/v2/<api>`)."""
+    body = data if isinstance(data, dict) else {"data": data}
+    response = httpx.post(f"{url}gradio_api/call/{api}", json=body, timeout=30)
     response.raise_for_status()
     return response.json()["event_id"]
 

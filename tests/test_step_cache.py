@@ -114,7 +114,7 @@ def test_image_to_image_edits_and_inpaints_run_with_the_cache_too(family_root, n
     mask = Image.new("L", (64, 64), 0)
     ImageDraw.Draw(mask).rectangle((16, 16, 47, 47), fill=255)
     edit = {} if name == "flux-kontext" else {"strength": 0.8}  # Kontext edits by instruction
-    for extra in (edit, {"inpaint": Inpaint(mask)}):
+    for extra in (edit, {"inpaint": Inpaint(mask=mask)}):
         counter = AttentionCounter(transformer)
         cached = pipe.generate(request(init_images=[picture], **extra))
         skipped = counter.take()
@@ -175,24 +175,25 @@ def test_request_and_recipe_validation():
 
 
 def test_form_and_api_values_pass_through():
-    """ui.inputs turns the form's or /generate's raw values into the request's fields."""
+    """The form's or /generate's raw values become the request's fields (engine.inputs.read)."""
+    from engine.inputs import Limits, read
     from pipelines.backend import ModelInfo
-    from ui.fields import API_FIELDS, STEP_CACHE
-    from ui.inputs import InputError, Limits, generation_request
+    from pipelines.fields import RequestError
+    from ui.fields import parameters
 
-    assert set(STEP_CACHE) <= set(API_FIELDS)
+    assert {"step_cache", "step_cache_threshold"} <= set(parameters("generate"))
     info = ModelInfo("m", 64, 64, 16, 256, 256 * 256, 4, 10, 3.0, "Euler", step_cache=True)
     limits = Limits(info, 100, 4, 10**6)
     raw = {"prompt": "a cat", "step_cache": "magcache", "step_cache_threshold": "0.2"}
-    req = generation_request(raw, limits)
+    req = read(raw, limits)
     assert (req.step_cache, req.step_cache_threshold) == ("MagCache", 0.2)
-    req = generation_request({**raw, "step_cache": "TaylorSeer"}, limits)
-    assert (req.step_cache, req.step_cache_threshold) == ("TaylorSeer", None)  # it has no threshold
-    assert generation_request({"prompt": "a cat"}, limits).step_cache is None  # the model's default
-    with pytest.raises(InputError, match="step_cache"):
-        generation_request({**raw, "step_cache": "fast"}, limits)
-    with pytest.raises(InputError, match="step_cache_threshold"):
-        generation_request({**raw, "step_cache_threshold": 2}, limits)
+    assert read({"prompt": "a cat", "step_cache": ""}, limits).step_cache is None  # the model's default
+    assert read({"prompt": "a cat"}, limits).step_cache is None
+    with pytest.raises(RequestError, match="step_cache") as caught:
+        read({**raw, "step_cache": "fast"}, limits)
+    assert caught.value.field == "step_cache"
+    with pytest.raises(RequestError, match="step_cache_threshold"):
+        read({**raw, "step_cache_threshold": 2}, limits)
 
 
 def test_ray_wire_carries_the_choice_and_the_report():
@@ -254,9 +255,10 @@ def test_edit_and_inpaint_endpoints_take_a_step_cache(family_root, tmp_path):
         edit = dict(files=[handle_file(str(picture))], **common, random_seed=False, api_name="/edit")
         assert "step cache TaylorSeer" in client.predict(**edit)[1]  # the server's default
         assert "step cache" not in client.predict(**edit, step_cache="none")[1]
-        # files, prompt, strength, num_images, steps, guidance, seed, random_seed, sampler, image_guidance, guidance_end
-        published = [rest_upload(url, picture), "make it red", 0.8, 1, 4, 3.5, "5", False, "Euler (flow matching)", 1.5, 1.0]
-        kind, data = rest_result(url, "edit", rest_call(url, "edit", published))
+        published = dict(files=rest_upload(url, picture), prompt="make it red", strength=0.8, num_images=1, steps=4,
+                         guidance=3.5, seed="5", random_seed=False, sampler="Euler (flow matching)", image_guidance=1.5,
+                         guidance_end=1.0)  # fmt: skip
+        kind, data = rest_result(url, "edit", rest_call(url, "v2/edit", published))
         assert kind == "complete" and "step cache TaylorSeer" in data[1], data
         _, result = client.predict(
             handle_file(str(picture)), handle_file(str(mask)), **common,

@@ -1,7 +1,8 @@
-"""The code's shape: layering (lower layers never import the UI), function length, no import cycles.
+"""The code's shape: the layers (import-linter's contracts in pyproject.toml), function length, no
+import cycles.
 
-Static checks with ast over the repository's own .py files (no module is imported), so they are fast.
-Imports are counted at every level: module level and inside functions or methods.
+The length and cycle checks are static, with ast over the repository's own .py files (no module is
+imported), so they are fast; imports are counted at every level, module level and inside functions.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LOWER_LAYERS = ("pipelines", "serving", "devices", "engine")  # packages below the UI (those that exist)
-UI_MODULES = ("ui", "gradio")  # what a lower layer must never import (also submodules: ui.x, gradio.y)
 MAX_FUNCTION_LINES = 60
 SKIPPED = ("tests", ".venv", "models/train/runs")  # not checked: tests, the environment, training outputs
 
@@ -69,37 +68,23 @@ def imported_names(path: Path) -> Iterator[tuple[int, str]]:
                 yield node.lineno, full if full in modules() else base
 
 
-def is_ui(name: str) -> bool:
-    return any(name == top or name.startswith(top + ".") for top in UI_MODULES)
+def test_the_layers_contract_holds():
+    """The import-linter contracts of pyproject.toml (the layers ui | webapi -> engine -> serving ->
+    pipelines -> devices, gradio only in ui, no tool imported by the app): kept, or this fails with
+    import-linter's report of every import that breaks one."""
+    import contextlib
+    import io
 
+    import tomllib
+    from importlinter.cli import lint_imports
 
-def test_lower_layers_never_import_the_ui():
-    layers = [layer for layer in LOWER_LAYERS if (ROOT / layer).is_dir()]
-    assert {"pipelines", "serving", "devices"} <= set(layers)
-    offenders = sorted(
-        f"{path.relative_to(ROOT)}:{line} imports {name}"
-        for path in source_files()
-        if path.relative_to(ROOT).parts[0] in layers
-        for line, name in imported_names(path)
-        if is_ui(name)
-    )
-    assert offenders == [], "lower layers import the UI:\n" + "\n".join(offenders)
-
-
-def test_the_http_apis_never_import_gradio():
-    """webapi's routes live beside Gradio's, not inside it: they share only the UI's input parsing
-    (ui.inputs, which imports no gradio), so that a bound has one owner for every front end."""
-    allowed = {"ui.inputs"}
-    offenders = sorted(
-        f"{path.relative_to(ROOT)}:{line} imports {name}"
-        for path in source_files()
-        if path.relative_to(ROOT).parts[0] == "webapi"
-        for line, name in imported_names(path)
-        if is_ui(name) and name not in allowed
-    )
-    ui_inputs = [name for _, name in imported_names(ROOT / "ui" / "inputs.py")]
-    assert offenders == [], "webapi imports the UI:\n" + "\n".join(offenders)
-    assert not [n for n in ui_inputs if n == "gradio" or n.startswith("gradio.")], "ui.inputs imports gradio"
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c for c in config["contracts"] if c["type"] == "layers")["layers"]
+    assert layers == ["ui | webapi", "engine", "serving", "pipelines", "devices"]  # ui and webapi: neither imports the other
+    report = io.StringIO()
+    with contextlib.redirect_stdout(report):
+        code = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
+    assert code == 0, report.getvalue()
 
 
 def test_no_function_longer_than_60_lines():

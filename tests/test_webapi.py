@@ -19,8 +19,8 @@ from pipelines import GenerationRequest
 from pipelines.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, running_app
 from tests.test_engine import _Gate
-from ui.inputs import InputError
 from webapi.access import Access, Unauthorized
+from webapi.errors import WireError
 from webapi.images import from_base64, open_bytes
 from webapi.running import ClientGone, wait
 
@@ -132,17 +132,18 @@ def _png(size, mode="RGB") -> bytes:
 def test_uploads_are_checked_before_they_are_decoded():
     small = _png((32, 16))
     data_url = "data:image/png;base64," + base64.b64encode(small).decode()
-    assert open_bytes(from_base64(data_url, "image", 10**6), "image", 4096, 10**6).size == (32, 16)
+    assert open_bytes(from_base64(data_url, ("image",), 10**6), ("image",), 4096, 10**6).size == (32, 16)
     bomb = _png((20000, 20000), "1")  # a few KB that would decode to 400 M pixels
     assert len(bomb) < 100_000
-    with pytest.raises(InputError, match=r"init_images\[0\]: .*pixels.*MAX_UPLOAD_PIXELS"):
-        open_bytes(bomb, "init_images[0]", 4096 * 4096, 10**6)
-    with pytest.raises(InputError, match="mask: not valid base64"):
-        from_base64("abc$%^", "mask", 10**6)
-    with pytest.raises(InputError, match="image: not an image"):
-        open_bytes(b"hello, world", "image", 4096, 10**6)
-    with pytest.raises(InputError, match="MAX_FILE_SIZE"):
-        from_base64("A" * 4000, "image", 1000)
+    with pytest.raises(WireError, match=r"init_images\[0\]: .*pixels.*MAX_UPLOAD_PIXELS") as caught:
+        open_bytes(bomb, ("init_images", 0), 4096 * 4096, 10**6)
+    assert caught.value.loc == ("init_images", 0)
+    with pytest.raises(WireError, match="mask: not valid base64"):
+        from_base64("abc$%^", ("mask",), 10**6)
+    with pytest.raises(WireError, match="image: not an image"):
+        open_bytes(b"hello, world", ("image",), 4096, 10**6)
+    with pytest.raises(WireError, match="MAX_FILE_SIZE"):
+        from_base64("A" * 4000, ("image",), 1000)
     assert AppSettings().max_file_bytes == 10 * 1024**2
     assert AppSettings.from_env({"MAX_FILE_SIZE": "1.5 KB"}).max_file_bytes == 1536
 

@@ -88,6 +88,6 @@ spaces.zero.torch.init = _init_on_cpu
 spaces.zero.torch.move = _move_on_cpu
 
 if __name__ == "__main__":
-    from ui.main import main
+    from app import main
 
     main([])

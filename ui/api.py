@@ -1,117 +1,110 @@
 """The public API: /generate (keyword parameters as raw JSON), /stop (per caller or job id), /status,
-/models and /load_model (switching, where allowed)."""
+/models and /load_model (switching, where allowed).
+
+`/generate`'s parameters are the request schema's fields of the Generate tab (`ui.fields.parameters`),
+each a hidden input named by Gradio's own `inputs_kwargs`; their values arrive raw (checked by the
+schema, `engine.inputs.read`, not by UI sliders).
+"""
 
 from __future__ import annotations
 
-import inspect
 import json
-from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gradio as gr
 
-from ui.fields import API_FIELDS
+from pipelines.request import spec
+from ui.fields import FORM_ONLY, api_name, parameters
+from ui.form import FIRST_VALUES
 from ui.status import status_json
 from ui.studio import Studio
+from ui.text import info_line
 
-# Labels of /generate's parameters (what gradio_client's view_api shows beside the names).
-API_LABELS = {
-    "prompt": "Prompt", "negative_prompt": "Negative prompt", "num_images": "num_images", "steps": "steps",
-    "guidance_scale": "guidance_scale", "width": "width", "height": "height", "seed": "seed (-1: random)",
-    "loras": "loras (name -> scale)", "sampler": "sampler (\"\": the model's)",
-    "guidance_end": "guidance_end (share of the steps with guidance; null: the model's)",
-    "step_cache": "step_cache (none | FirstBlockCache | TaylorSeer | MagCache; null: the model's)",
-    "step_cache_threshold": "step_cache_threshold (0..1; null: the method's default)",
-}  # fmt: skip
+UNSET = ""  # a parameter left out: "" is "the default" (the model's) to the request reader, and a default to Gradio
 
 
-def api_defaults(studio: Studio) -> dict[str, Any]:
-    """The value each /generate parameter takes when a caller leaves it out."""
-    info = studio.info
-    return {
-        "prompt": "", "negative_prompt": "", "num_images": 4, "steps": info.default_steps,
-        "guidance_scale": info.default_guidance, "width": info.default_width, "height": info.default_height,
-        "seed": -1, "loras": {}, "sampler": "", "guidance_end": None, "step_cache": None,
-        "step_cache_threshold": None,
-    }  # fmt: skip
+def default(endpoint: str, field: str) -> Any:
+    """What a caller that leaves `field` out gets: the tab's first value, else the schema's default,
+    else UNSET ("the model's"; the seed's is -1, random)."""
+    first = FIRST_VALUES.get(endpoint, {})
+    if field in first:
+        return first[field]
+    if field == "seed":
+        return -1
+    if field in FORM_ONLY:
+        return False  # the random-seed switch: off (the seed decides)
+    value = spec(field).default
+    return UNSET if value is None else value
 
 
-def with_parameters(fn: Any, names: Sequence[str], defaults: Mapping[str, Any] | None = None) -> Any:
-    """Name the public parameters of `fn(request, *values, progress)` for Gradio, which reads a handler's
-    signature for the API's parameter names and for where to pass the request and the progress tracker.
-    Built from a list of fields, so the API cannot drift from the form (ui.fields)."""
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    given = {} if defaults is None else defaults
-    params = [inspect.Parameter("request", kind, annotation=gr.Request)]  # first: it has no default
-    params += [inspect.Parameter(n, kind, **({"default": given[n]} if n in given else {})) for n in names]
-    params.append(inspect.Parameter("progress", kind, default=gr.Progress()))
-    fn.__signature__ = inspect.Signature(params)
-    fn.__annotations__ = {"request": gr.Request}
-    return fn
+def label(field: str) -> str:
+    """A parameter's label in the API page: the form's label, what it accepts, and what it is."""
+    if field in FORM_ONLY:
+        return "random seed (true: draw one)"
+    item = spec(field)
+    return f"{item.about.label} [{item.accepted()}]: {item.description}"
+
+
+def hidden_inputs(endpoint: str, names: tuple[str, ...]) -> dict[str, Any]:
+    """A hidden input per parameter, by its published name: a text box for text, JSON for the rest."""
+    out = {}
+    for field in names:
+        value = default(endpoint, field)
+        text = field not in FORM_ONLY and spec(field).kind in ("text", "prompt", "choice")
+        component = gr.Textbox if text else gr.JSON
+        out[api_name(endpoint, field)] = component(
+            value=value if text else json.dumps(value), label=label(field), visible=False
+        )
+    return out
 
 
 def generate_endpoint(studio: Studio):
-    """`/generate`'s function, its parameters named by API_FIELDS (Gradio reads the signature)."""
+    """`/generate`'s function: the parameters arrive as keyword arguments named by the schema."""
 
-    def api_generate(*args: Any):
-        request, *values, progress = args
-        raw = dict(zip(API_FIELDS, values, strict=True))
-        gallery, result, _ = studio.generate(raw, request, progress)
+    def api_generate(request: gr.Request, progress=gr.Progress(), **values: Any):
+        """Generate images. seed < 0 means random (any seed 0..2^64-1 reproduces); loras maps LoRA names to
+        scales; a parameter left out (or null) is the model's default; step_cache (none | FirstBlockCache |
+        TaylorSeer | MagCache) works on models that have one."""
+        gallery, result, _ = studio.generate(values, request, progress)
         return gallery, result.info()
 
-    with_parameters(api_generate, API_FIELDS, api_defaults(studio))
-    api_generate.__doc__ = (
-        "Generate images. seed < 0 means random (any seed 0..2^64-1 reproduces); loras maps LoRA names to "
-        "scales; sampler \"\" is the model's; guidance_end null is the model's; step_cache null is the model's "
-        "(none | FirstBlockCache | TaylorSeer | MagCache, on models that have one)."
-    )
     return api_generate
 
 
-def wire(studio: Studio) -> Any:
-    """The public API: keyword parameters taken as raw JSON (checked by ui.inputs, not by UI sliders).
-    Returns /generate's function, for `accept_shorter_calls` once the Blocks exist."""
-    defaults = api_defaults(studio)
-    api_inputs = [gr.Textbox(value=defaults[n], label=API_LABELS[n], visible=False) for n in API_FIELDS[:2]]
-    api_inputs += [gr.JSON(value=json.dumps(defaults[n]), label=API_LABELS[n], visible=False) for n in API_FIELDS[2:]]
-    event = gr.Button(visible=False).click(
-        generate_endpoint(studio),
-        api_inputs,
-        [gr.Gallery(visible=False, format="png"), gr.JSON(visible=False)],
-        api_name="generate",
-        concurrency_id="generate",
-        concurrency_limit=None,  # the engine admits and queues (ui.demo)
-    )
+def edit_endpoint(studio: Studio):
+    """`/edit`'s function: the files, then the Edit tab's fields by their published names."""
+
+    def api_edit(request: gr.Request, files: Any = None, progress=gr.Progress(), **values: Any):
+        """Edit the uploaded images (an instruction, or image-to-image from a prompt and a strength):
+        several files give results for each. A parameter left out (or null) is the model's default;
+        random_seed true draws a seed."""
+        flat = {field: values[api_name("edit", field)] for field in parameters("edit")}
+        if flat.pop("random_seed", False) is True:
+            flat["seed"] = None
+        for kind, value in studio.edit(flat, files, request, progress):
+            if kind == "done":  # what the Edit tab shows, as /edit was published: pairs, the info line, the PNGs
+                pairs, result, paths = value
+                return pairs, info_line(result), paths
+        raise AssertionError("unreachable: an edit's events end with done")
+
+    return api_edit
+
+
+def wire(studio: Studio) -> None:
+    """The public API: `/generate`, `/edit` and the control endpoints."""
+    outputs = [gr.Gallery(visible=False, format="png"), gr.JSON(visible=False)]
+    queue = dict(concurrency_id="generate", concurrency_limit=None)  # the engine admits and queues (ui.demo)
+    gr.Button(visible=False).click(
+        generate_endpoint(studio), inputs=[], inputs_kwargs=hidden_inputs("generate", parameters("generate")),
+        outputs=outputs, api_name="generate", **queue,
+    )  # fmt: skip
+    files = gr.File(label="images to edit", file_count="multiple", type="filepath", visible=False)
+    edited = [gr.Gallery(visible=False, format="png"), gr.Markdown(visible=False), gr.File(file_count="multiple", visible=False)]
+    gr.Button(visible=False).click(
+        edit_endpoint(studio), inputs=[files], inputs_kwargs=hidden_inputs("edit", parameters("edit")),
+        outputs=edited, api_name="edit", **queue,
+    )  # fmt: skip
     _wire_control(studio)
-    return event.fn
-
-
-PUBLISHED = API_FIELDS.index("sampler") + 1  # /generate's values that callers have always sent
-
-
-def accept_shorter_calls(blocks: gr.Blocks, published: Mapping[Any, tuple[int, Callable[[], list[Any]]]]) -> None:
-    """Let a call of each `fn` in `published` that sends only the values its callers have always sent
-    through. `published[fn]` is (that count, a function giving the values of the inputs added since,
-    read at call time: the loaded model's defaults).
-
-    gradio_client fills parameters it knows to have defaults, but a plain REST caller sends a list,
-    and Gradio refuses a list shorter than the inputs before our function sees it
-    (`Blocks.validate_inputs`). So this Blocks' check pads such a call first.
-    """
-    check = blocks.validate_inputs
-
-    def validate_inputs(block_fn: Any, inputs: list[Any]) -> None:
-        count, added = published.get(block_fn.fn, (len(block_fn.inputs), list))
-        if count <= len(inputs) < len(block_fn.inputs):
-            inputs.extend(added()[len(inputs) - count :])
-        check(block_fn, inputs)
-
-    blocks.validate_inputs = validate_inputs  # type: ignore[method-assign]
-
-
-def generate_padding() -> tuple[int, Callable[[], list[Any]]]:
-    """/generate's published values, and null (the model's) for each parameter added since."""
-    return PUBLISHED, lambda: [None] * (len(API_FIELDS) - PUBLISHED)
 
 
 def _wire_control(studio: Studio) -> None:

@@ -62,7 +62,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
         generate_tab.wire(studio, g)
         tab = {"generate": g, "edit": e, "inpaint": i}
         models.wire(studio, picker, tab, header, tabs, lambda info: _header(engine, info))
-        edit_api = edit_tab.wire(studio, e)
+        edit_tab.wire(studio, e)
         inpaint_tab.wire(studio, i)
         inpaint_tab.wire_sends(
             studio,
@@ -79,8 +79,8 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
 
         for btn in (g["stop"], e["stop"], i["stop"]):
             btn.click(ui_stop, None, None, api_visibility="private", queue=False)
-        generate_api = api.wire(studio)
-        shorter = {generate_api: api.generate_padding(), edit_api: edit_tab.padding(studio), **inpaint_api.wire(studio)}
+        api.wire(studio)
+        inpaint_api.wire(studio)
         history_tab.select(None, None, None, js=f"() => document.getElementById('{history_refresh.elem_id}').click()")
         # Status: outside the queue, so it keeps updating while a generation runs.
         timer = gr.Timer(settings.status_interval)
@@ -88,16 +88,16 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
             studio.status, None, [status_md, plot], api_visibility="private", queue=False, show_progress="hidden"
         )
         demo.load(studio.status, None, [status_md, plot], api_visibility="private", queue=False)
-    api.accept_shorter_calls(demo, shorter)
     studio.demo = demo
     demo.studio = studio  # for tests and embedding
+    demo.tabs = tab  # each tab's components by name, its form under "form"
     return demo
 
 
 def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
     """Launch without blocking. Every route is queued (REST included: api_open=False); generations are
     admitted by the engine, so Gradio needs a thread for each one it holds (QUEUE_SIZE waiting plus
-    the running ones) besides its own 40."""
+    the running ones) besides its own 40. (The HTTP APIs are mounted beside it by `app.serve`.)"""
     settings.output_dir.mkdir(parents=True, exist_ok=True)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1, api_open=False)
     options = dict(
@@ -114,10 +114,4 @@ def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
     )
     options.update(kwargs)
     demo.launch(**options)
-    if settings.http_api_enabled:  # beside Gradio's routes on the same port (webapi checks its own callers)
-        import webapi
-
-        webapi.mount(demo.app, demo.studio.engine, settings)
-    else:
-        log.info("HTTP APIs (A1111 /sdapi/v1, OpenAI /v1/images) not served: %s", settings.http_api_off_reason)
     return demo

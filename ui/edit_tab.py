@@ -7,18 +7,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
-from pipelines.request import DEFAULTS
-from ui import fields
-from ui.api import with_parameters
-from ui.generate_tab import (
-    sampling_controls,
-    sampling_props,
-    seed_box,
-    step_cache_controls,
-    step_cache_props,
-    wire_step_cache,
-)
-from ui.inputs import bounds
+from ui.form import Form, wire_step_cache
 from ui.studio import Studio
 from ui.text import info_line, vocabulary_markdown
 
@@ -36,12 +25,8 @@ def mode_text(info: ModelInfo) -> str:
 def updates(info: ModelInfo, e: dict[str, Any]) -> dict[Any, Any]:
     """What changes in this tab when another model is loaded."""
     info = info.for_edits
-    props = sampling_props(info)
-    out = {e[name]: gr.update(**props[name]) for name in fields.SAMPLING}
-    out.update({e[name]: gr.update(**p) for name, p in step_cache_props(info).items()})
+    out = e["form"].updates(info)
     out[e["mode"]] = gr.update(value=mode_text(info))
-    out[e["strength"]] = gr.update(visible=info.image_to_image and not info.edit)
-    out[e["image_guidance_scale"]] = gr.update(visible=info.image_guidance, value=info.default_image_guidance)
     out[e["run"]] = gr.update(interactive=info.edit or info.image_to_image)
     text = vocabulary_text(info)
     out[e["vocabulary"]] = gr.update(value=text, visible=bool(text))
@@ -63,34 +48,23 @@ def build(studio: Studio) -> dict[str, Any]:
     info = studio.info.for_edits
     vocabulary = vocabulary_text(info)
     c: dict[str, Any] = {}
+    form = c["form"] = Form("edit", info, c)
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
             c["files"] = gr.File(
                 label="Input images", file_count="multiple", file_types=["image"], height=140, elem_id="edit-files"
             )
-            c["prompt"] = gr.Textbox(
-                label="Instruction / prompt", lines=2, placeholder=placeholder(info), elem_id="edit-prompt"
-            )
+            form.add("prompt", label="Instruction / prompt", lines=2, placeholder=placeholder(info))
             c["mode"] = gr.Markdown(mode_text(info), elem_id="edit-mode")
             c["vocabulary"] = gr.Markdown(vocabulary, elem_id="edit-vocabulary", visible=bool(vocabulary))
-            c["strength"] = gr.Slider(
-                *bounds("strength"), value=DEFAULTS.strength, step=0.01, label="Strength", info="how much of each input is re-drawn",
-                visible=info.image_to_image and not info.edit,
-            )  # fmt: skip
-            c["image_guidance_scale"] = gr.Slider(
-                *bounds("image_guidance_scale"), value=info.default_image_guidance, step=0.1, label="Image guidance", visible=info.image_guidance,
-                info="how closely the result keeps the input image", elem_id="image-guidance",
-            )  # fmt: skip
-            c["num_images"] = gr.Slider(1, info.max_batch, value=1, step=1, label="Images per input")
-            with gr.Row():
-                c["seed"] = seed_box()
-                c["random_seed"] = gr.Checkbox(label="Random seed", value=True, elem_id="edit-random-seed")
+            form.add("strength", info="how much of each input is re-drawn")
+            form.add("image_guidance_scale", info="how closely the result keeps the input image")
+            form.add("num_images", label="Images per input")
+            form.add("seed")
             with gr.Accordion("Advanced", open=False):
-                controls = sampling_controls(info, prefix="edit-")
-                c.update({name: controls[name] for name in fields.SAMPLING})
-                for name in ("width", "height"):  # an edit keeps its input's aspect ratio at the model's area
-                    controls[name].unrender()
-                c.update(step_cache_controls(info, prefix="edit-"))
+                for name in ("sampler", "steps", "guidance_scale", "guidance_end", "step_cache", "step_cache_threshold"):
+                    form.add(name)
+                form.add_rest()  # the negative prompt, the LoRAs, and any field new to the schema
             with gr.Row():
                 c["run"] = gr.Button(
                     "Edit", variant="primary", elem_id="edit-btn", interactive=info.edit or info.image_to_image
@@ -107,39 +81,29 @@ def build(studio: Studio) -> dict[str, Any]:
     return c
 
 
-# /edit's inputs that callers have always sent: the files, then EDIT_API up to the step cache
-PUBLISHED = 1 + [name for name, _ in fields.EDIT_API].index("step_cache")
+def wire(studio: Studio, e: dict[str, Any]) -> None:
+    """The Edit button (the public `/edit` is `ui.api`'s: the same handler, raw values by name)."""
+    form: Form = e["form"]
 
-
-def padding(studio: Studio) -> tuple[int, Any]:
-    """/edit's published inputs, and the values of those added since for a caller that sends none:
-    the editing model's step cache (null) at its threshold (the slider takes no null)."""
-    return PUBLISHED, lambda: [None, step_cache_props(studio.info.for_edits)["step_cache_threshold"]["value"]]
-
-
-def wire(studio: Studio, e: dict[str, Any]) -> Any:
-    """The Edit button; its public API (`/edit`) keeps the parameter names it was published with.
-    Returns the API's function, for `accept_shorter_calls`."""
-    api_names = [name for name, _ in fields.EDIT_API]
-
-    def ui_edit(*args):
-        request, files, *values, progress = args
-        raw = {field: value for (_, field), value in zip(fields.EDIT_API, values, strict=True)}
-        for kind, value in studio.edit(raw, files, request, progress):
-            if kind == "preview":  # the results forming
-                yield [(im, "preview") for im in value], gr.skip(), gr.skip()
-            else:
-                pairs, result, paths = value
-                yield pairs, info_line(result), paths
+    def ui_edit(v: dict, request: gr.Request, progress=gr.Progress()):
+        yield from answers(studio.edit(form.read(v), v[e["files"]], request, progress))
 
     wire_step_cache(e)
-    with_parameters(ui_edit, ("files", *api_names))
     e["run"].click(
         ui_edit,
-        [e["files"], *(e[field] for _, field in fields.EDIT_API)],
+        {e["files"], *form.inputs},
         [e["gallery"], e["info"], e["downloads"]],
-        api_name="edit",
+        api_visibility="private",
         concurrency_id="generate",
         concurrency_limit=None,  # the engine admits and queues (ui.demo)
     )
-    return ui_edit
+
+
+def answers(events):
+    """The tab's outputs for an edit's events: previews while it denoises, then inputs and results paired."""
+    for kind, value in events:
+        if kind == "preview":  # the results forming
+            yield [(im, "preview") for im in value], gr.skip(), gr.skip()
+        else:
+            pairs, result, paths = value
+            yield pairs, info_line(result), paths

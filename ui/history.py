@@ -16,7 +16,7 @@ import gradio as gr
 
 from pipelines.pnginfo import read_png_info
 from ui.inpaint_tab import send_image
-from ui.send import generate_targets, generate_updates, inpaint_targets
+from ui.send import generate_updates, inpaint_targets, targets
 from ui.studio import Studio
 
 PAGE = 24
@@ -79,10 +79,10 @@ def build(studio: Studio, g: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs) -
         if index is None:
             raise gr.Error("select an image first", print_exception=False)
         params = read_png_info(chunk[index])["parameters"]
-        return [*generate_updates(params, studio.info, g["scales"]), gr.Tabs(selected="generate")]
+        return {**generate_updates(params, studio.info, g["form"]), tabs: gr.Tabs(selected="generate")}
 
     def send_to_inpaint(chunk: list[str], index: int | None):
-        return send_image(studio, None if index is None else chunk[index])
+        return send_image(studio, None if index is None else chunk[index], i, tabs)
 
     def remove(number: int, chunk: list[str], index: int | None, request: gr.Request):
         if index is not None:
@@ -102,7 +102,7 @@ def build(studio: Studio, g: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs) -
     previous.click(newer, page, listing, **events)
     following.click(older, page, listing, **events)
     gallery.select(choose, files, [selected, details], **events)
-    send.click(send_to_generate, [files, selected], [*generate_targets(g), tabs], **events)
-    to_inpaint.click(send_to_inpaint, [files, selected], [*inpaint_targets(i), tabs], **events)
+    send.click(send_to_generate, [files, selected], [*targets(g["form"]), tabs], **events)
+    to_inpaint.click(send_to_inpaint, [files, selected], [*inpaint_targets(i["form"]), tabs], **events)
     delete.click(remove, [page, files, selected], listing, **events)
     return refresh

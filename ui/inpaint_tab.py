@@ -14,29 +14,15 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
-from pipelines.inpaint import (
-    DEFAULT_STRENGTH,
-    INPAINT_AREAS,
-    INPAINT_DEFAULTS,
-    INPAINT_FAMILIES,
-    MASKED_CONTENT,
-    MAX_MASK_BLUR,
-    MAX_PADDING,
-)
+from pipelines.inpaint import INPAINT_FAMILIES
 from pipelines.pnginfo import read_png_info
-from ui import fields, inpainting
-from ui.generate_tab import (
-    sampling_controls,
-    sampling_props,
-    seed_box,
-    step_cache_controls,
-    step_cache_props,
-    wire_step_cache,
-)
-from ui.inputs import InputError, bounds
+from ui import inpainting
+from ui.fields import OUTPAINT_SIDES
+from ui.form import Form, wire_step_cache
 from ui.send import inpaint_targets, inpaint_updates
 from ui.studio import Studio
 from ui.text import info_line, refuse
+from ui.uploads import InputError
 
 MAX_OUTPAINT_SLIDER = 512  # the sliders' range; the API takes up to pipelines.inpaint.MAX_EXTEND
 
@@ -50,51 +36,39 @@ def unavailable_text(info: ModelInfo) -> str:
 
 def updates(info: ModelInfo, c: dict[str, Any]) -> dict[Any, Any]:
     """What changes in this tab when another model is loaded."""
-    props = sampling_props(info)
-    out = {c[name]: gr.update(**props[name]) for name in fields.SAMPLING}
-    out.update({c[name]: gr.update(**p) for name, p in step_cache_props(info).items()})
+    out = c["form"].updates(info)
     out[c["unavailable"]] = gr.update(value=unavailable_text(info), visible=not info.inpaint)
     out[c["run"]] = gr.update(interactive=info.inpaint)
     out[c["outpaint"]] = gr.update(interactive=info.inpaint)
-    for side in fields.OUTPAINT_SIDES:
+    for side in OUTPAINT_SIDES:
         out[c[side]] = gr.update(step=info.size_multiple, value=0)
     return out
 
 
-def _form(info: ModelInfo, c: dict[str, Any]) -> None:
-    """The prompt and the inpaint's own controls."""
-    c["prompt"] = gr.Textbox(label="Prompt", lines=2, elem_id="inpaint-prompt", info="what the painted area becomes")
-    c["negative_prompt"] = gr.Textbox(value="", label="Negative prompt", lines=1, elem_id="inpaint-negative")
-    c["strength"] = gr.Slider(
-        *bounds("strength"), value=DEFAULT_STRENGTH, step=0.01, label="Denoising strength", elem_id="inpaint-strength",
-        info="how much of what was under the mask is re-drawn",
-    )  # fmt: skip
+def _form(form: Form) -> None:
+    """The prompt and the inpaint's own controls; the sampling ones under Advanced."""
+    form.add("prompt", lines=2, info="what the painted area becomes")
+    form.add("negative_prompt")
+    form.add("strength", label="Denoising strength", info="how much of what was under the mask is re-drawn")
     with gr.Row():
-        c["mask_blur"] = gr.Slider(
-            0, MAX_MASK_BLUR, value=INPAINT_DEFAULTS.mask_blur, step=1, label="Mask blur", elem_id="inpaint-mask-blur"
-        )
-        c["padding"] = gr.Slider(
-            0, MAX_PADDING, value=INPAINT_DEFAULTS.padding, step=1, label="Only masked padding, pixels"
-        )
+        form.add("mask_blur")
+        form.add("padding")
     with gr.Row():
-        c["masked_content"] = gr.Radio(list(MASKED_CONTENT), value=INPAINT_DEFAULTS.masked_content, label="Masked content")
-        c["inpaint_area"] = gr.Radio(list(INPAINT_AREAS), value=INPAINT_DEFAULTS.inpaint_area, label="Inpaint area")
-    c["invert_mask"] = gr.Checkbox(label="Invert mask (repaint everything but the strokes)", value=False)
-    c["num_images"] = gr.Slider(1, info.max_batch, value=1, step=1, label="Images", elem_id="inpaint-num-images")
-    with gr.Row():
-        c["seed"] = seed_box(elem_id="inpaint-seed")
-        c["random_seed"] = gr.Checkbox(label="Random seed", value=True, elem_id="inpaint-random-seed")
+        form.add("masked_content")
+        form.add("inpaint_area")
+    form.add("invert_mask", label="Invert mask (repaint everything but the strokes)")
+    form.add("num_images", label="Images")
+    form.add("seed")
     with gr.Accordion("Advanced", open=False, elem_id="inpaint-advanced"):
-        controls = sampling_controls(info, prefix="inpaint-")
-        c.update({name: controls[name] for name in fields.SAMPLING})
-        for name in ("width", "height"):  # an inpaint keeps its picture's size
-            controls[name].unrender()
-        c.update(step_cache_controls(info, prefix="inpaint-"))
+        for name in ("sampler", "steps", "guidance_scale", "guidance_end", "step_cache", "step_cache_threshold"):
+            form.add(name)
+        form.add_rest()  # the LoRAs, and any field new to the schema
 
 
 def build(studio: Studio) -> dict[str, Any]:
     info = studio.info
     c: dict[str, Any] = {}
+    form = c["form"] = Form("inpaint", info, c)
     with gr.Row(equal_height=False):
         with gr.Column(scale=3, min_width=320):
             c["editor"] = gr.ImageEditor(
@@ -106,7 +80,7 @@ def build(studio: Studio) -> dict[str, Any]:
                 type="pil", image_mode=None, label="Mask image (optional: used instead of the strokes)", height=140,
                 sources=["upload"], elem_id="inpaint-mask",
             )  # fmt: skip
-            _form(info, c)
+            _form(form)
             c["unavailable"] = gr.Markdown(
                 unavailable_text(info), elem_id="inpaint-unavailable", visible=not info.inpaint
             )
@@ -115,7 +89,7 @@ def build(studio: Studio) -> dict[str, Any]:
                 c["stop"] = gr.Button("Stop", variant="stop")
             with gr.Accordion("Outpaint", open=False):
                 with gr.Row():
-                    for side in fields.OUTPAINT_SIDES:
+                    for side in OUTPAINT_SIDES:
                         c[side] = gr.Slider(0, MAX_OUTPAINT_SLIDER, value=0, step=info.size_multiple, label=side.title(), elem_id=f"outpaint-{side}")  # fmt: skip
                 c["outpaint"] = gr.Button("Outpaint", elem_id="outpaint-btn", interactive=info.inpaint)
         with gr.Column(scale=3, min_width=360):
@@ -142,7 +116,7 @@ def _answers(events):
 
 def wire(studio: Studio, c: dict[str, Any]) -> None:
     """The Inpaint and Outpaint buttons (the public API is ui.inpaint_api's: it takes files)."""
-    names = [n for n in fields.INPAINT]
+    form: Form = c["form"]
 
     def picture(value: Any, mask: Any):
         try:
@@ -151,12 +125,12 @@ def wire(studio: Studio, c: dict[str, Any]) -> None:
             raise refuse(str(exc)) from exc
 
     def ui_inpaint(v: dict, request: gr.Request, progress=gr.Progress()):
-        raw = {name: v[c[name]] for name in names}
+        raw = form.read(v)
         image, mask = picture(v[c["editor"]], v[c["mask"]])
         yield from _answers(inpainting.inpaint(studio, raw, image, mask, request, progress))
 
     def ui_outpaint(v: dict, request: gr.Request, progress=gr.Progress()):
-        raw = {name: v[c[name]] for name in (*names, *fields.OUTPAINT_SIDES)}
+        raw = {**form.read(v), **{side: v[c[side]] for side in OUTPAINT_SIDES}}
         image, _ = picture(v[c["editor"]], None)
         yield from _answers(inpainting.outpaint(studio, raw, image, request, progress))
 
@@ -168,12 +142,12 @@ def wire(studio: Studio, c: dict[str, Any]) -> None:
         concurrency_limit=None,  # the engine admits and queues (ui.demo)
     )
     wire_step_cache(c)
-    form = {c["editor"], c["mask"], *(c[n] for n in names)}
-    c["run"].click(ui_inpaint, form, **common)
-    c["outpaint"].click(ui_outpaint, {*form, *(c[s] for s in fields.OUTPAINT_SIDES)}, **common)
+    inputs = {c["editor"], c["mask"], *form.inputs}
+    c["run"].click(ui_inpaint, inputs, **common)
+    c["outpaint"].click(ui_outpaint, {*inputs, *(c[s] for s in OUTPAINT_SIDES)}, **common)
 
 
-def send_image(studio: Studio, path: str | None) -> list[Any]:
+def send_image(studio: Studio, path: str | None, i: dict[str, Any], tabs: gr.Tabs) -> dict[Any, Any]:
     """Send to Inpaint: the PNG at `path` as the editor's picture, its parameters in the form, the tab opened."""
     if not path:
         raise gr.Error("select an image first", print_exception=False)
@@ -181,7 +155,7 @@ def send_image(studio: Studio, path: str | None) -> list[Any]:
         params = read_png_info(path)["parameters"]
     except (ValueError, OSError):  # no parameters in it: the picture alone
         params = {}
-    return [*inpaint_updates(params, studio.info, path), gr.Tabs(selected="inpaint")]
+    return {**inpaint_updates(params, studio.info, path, i["form"]), tabs: gr.Tabs(selected="inpaint")}
 
 
 def _picker(stride: int):
@@ -201,10 +175,10 @@ def wire_sends(studio: Studio, i: dict[str, Any], tabs: gr.Tabs, galleries: list
     for gallery, downloads, button, stride in galleries:
         chosen = gr.State(0)
 
-        def send(paths: list[str] | None, index: int) -> list[Any]:
+        def send(paths: list[str] | None, index: int) -> dict[Any, Any]:
             paths = paths or []
-            return send_image(studio, paths[min(index, len(paths) - 1)] if paths else None)
+            return send_image(studio, paths[min(index, len(paths) - 1)] if paths else None, i, tabs)
 
         events = dict(api_visibility="private", queue=False)
         gallery.select(_picker(stride), None, chosen, **events)
-        button.click(send, [downloads, chosen], [*inpaint_targets(i), tabs], **events)
+        button.click(send, [downloads, chosen], [*inpaint_targets(i["form"]), tabs], **events)

@@ -13,8 +13,10 @@ from typing import Any
 import gradio as gr
 from PIL import Image
 
+from pipelines.fields import whole
 from pipelines.inpaint import EMPTY_MASK_WARNING, binary_mask, extend_canvas
-from ui import inputs
+from ui import uploads
+from ui.fields import OUTPAINT_SIDES
 from ui.studio import Studio, _previews
 from ui.text import refuse
 
@@ -27,7 +29,7 @@ def editor_image_and_mask(value: Any, mask_upload: Image.Image | None) -> tuple[
     """
     background = (value or {}).get("background")
     if background is None:
-        raise inputs.InputError("image: upload a picture into the editor first")
+        raise uploads.InputError("image: upload a picture into the editor first")
     image = background.convert("RGB")
     if mask_upload is not None:
         return image, mask_upload
@@ -43,8 +45,8 @@ def editor_image_and_mask(value: Any, mask_upload: Image.Image | None) -> tuple[
 def inpaint(studio: Studio, raw: dict[str, Any], image: Image.Image, mask: Image.Image, request, progress):
     """Yields ("preview", images) while denoising, then ("done", (gallery, result, paths))."""
     try:
-        inputs.check_pixels(image, "image", studio.limits)
-        req = inputs.inpaint_request(raw, studio.limits, image, mask)
+        uploads.check_pixels(image, "image", studio.limits)
+        req = studio.request({**raw, "init_images": [image], "mask": mask}, studio.limits.for_task("inpaint"))
     except ValueError as exc:
         raise refuse(str(exc)) from exc
     result = yield from _previews(studio.run(req, request, progress))
@@ -58,12 +60,23 @@ def inpaint(studio: Studio, raw: dict[str, Any], image: Image.Image, mask: Image
 def outpaint(studio: Studio, raw: dict[str, Any], image: Image.Image, request, progress):
     """Extend the canvas by `raw`'s left/up/right/down pixels and inpaint the new border (same events)."""
     try:
-        inputs.check_pixels(image, "image", studio.limits)
-        sides = inputs.outpaint_sides(raw)
+        uploads.check_pixels(image, "image", studio.limits)
+        sides = {side: _pixels(side, raw.get(side)) for side in OUTPAINT_SIDES}
         canvas, mask = extend_canvas(image, **sides, step=studio.info.size_multiple)
     except ValueError as exc:
         raise refuse(str(exc)) from exc
     yield from inpaint(studio, {**raw, "invert_mask": False}, canvas, mask, request, progress)
+
+
+def _pixels(side: str, value: Any) -> int:
+    """An outpaint side's pixels by the schema's whole-number rules (0 when unset); its range and the
+    model's size step are `extend_canvas`'s to check."""
+    if value in (None, ""):
+        return 0
+    try:
+        return whole(value)
+    except ValueError as exc:
+        raise uploads.InputError(f"{side}: {exc}") from None
 
 
 def finish(events) -> tuple[list, Any, list[str]]:

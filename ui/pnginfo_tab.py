@@ -11,16 +11,7 @@ import gradio as gr
 
 from pipelines.pnginfo import read_png_info
 from ui.history import params_markdown, table_cell
-from ui.send import (
-    edit_targets,
-    edit_updates,
-    form_values,
-    generate_targets,
-    generate_updates,
-    inpaint_targets,
-    inpaint_updates,
-    model_for,
-)
+from ui.send import edit_updates, form_values, generate_updates, inpaint_targets, inpaint_updates, model_for, targets
 from ui.studio import Studio
 
 
@@ -56,16 +47,16 @@ def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], i: dict[str, Any
         return p
 
     def send_generate(p: dict | None):
-        return [*generate_updates(need(p), studio.info, g["scales"]), gr.Tabs(selected="generate")]
+        return {**generate_updates(need(p), studio.info, g["form"]), tabs: gr.Tabs(selected="generate")}
 
     def send_edit(p: dict | None):
-        return [*edit_updates(need(p), studio.info), gr.Tabs(selected="edit")]
+        return {**edit_updates(need(p), studio.info, e["form"]), tabs: gr.Tabs(selected="edit")}
 
     def send_inpaint(p: dict | None, path: str | None):
-        return [*inpaint_updates(need(p), studio.info, path), gr.Tabs(selected="inpaint")]
+        return {**inpaint_updates(need(p), studio.info, path, i["form"]), tabs: gr.Tabs(selected="inpaint")}
 
     events = dict(api_visibility="private", queue=False)
     upload.change(read, upload, [details, raw, params], **events)
-    to_generate.click(send_generate, params, [*generate_targets(g), tabs], **events)
-    to_edit.click(send_edit, params, [*edit_targets(e), tabs], **events)
-    to_inpaint.click(send_inpaint, [params, upload], [*inpaint_targets(i), tabs], **events)
+    to_generate.click(send_generate, params, [*targets(g["form"]), tabs], **events)
+    to_edit.click(send_edit, params, [*targets(e["form"]), tabs], **events)
+    to_inpaint.click(send_inpaint, [params, upload], [*inpaint_targets(i["form"]), tabs], **events)

@@ -22,19 +22,11 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
-from pipelines.inpaint import (
-    DEFAULT_STRENGTH,
-    INPAINT_AREAS,
-    INPAINT_DEFAULTS,
-    MASKED_CONTENT,
-    MAX_MASK_BLUR,
-    MAX_PADDING,
-)
-from pipelines.request import DEFAULTS, SEED_SPACE
+from pipelines.inpaint import DEFAULT_STRENGTH
+from pipelines.request import IMG2IMG_STRENGTH, SEED_SPACE, spec
 from pipelines.samplers import from_any
 from pipelines.step_cache import NONE, StepCache, canonical
-from ui.fields import SENT_TO_EDIT, SENT_TO_GENERATE, SENT_TO_INPAINT
-from ui.inputs import SLIDER_THRESHOLD_MIN, bounds, slider_threshold
+from ui.form import SLIDER_THRESHOLD_MIN, Form, slider_threshold
 
 
 def _fit_size(value: Any, info: ModelInfo, default: int) -> int:
@@ -129,7 +121,7 @@ def _edit_values(params: dict[str, Any], info: ModelInfo, values: dict[str, Any]
         values["image_guidance_scale"] = _fit("image_guidance_scale", float(wanted))
     elif wanted is not None:
         notes.append(f"image guidance {wanted:g} is for instruction editors; {info.model_name} does not take it")
-    values["strength"] = _fit("strength", float(params.get("strength", DEFAULTS.strength)))
+    values["strength"] = _fit("strength", float(params.get("strength", IMG2IMG_STRENGTH)))
 
 
 def _step_cache_values(params: dict[str, Any], info: ModelInfo, values: dict[str, Any], notes: list[str]) -> None:
@@ -155,72 +147,82 @@ def _step_cache_values(params: dict[str, Any], info: ModelInfo, values: dict[str
 
 def _fit(field: str, value: float) -> float:
     """`value` clamped to the field's bounds (what its slider and the pipeline accept)."""
-    low, high = bounds(field)
-    return min(high, max(low, value))
+    bound = spec(field).value
+    return min(bound.high, max(bound.low, value))
 
 
-def generate_updates(params: dict[str, Any], info: ModelInfo, scales: list) -> list[Any]:
-    """gr.update()s for the Generate tab's SENT_TO_GENERATE components, then one per LoRA scale slider."""
+# What Send fills: every field of the tab but the number of images (a PNG is one image).
+NOT_SENT = {"num_images"}
+
+
+def fill(form: Form, values: dict[str, Any]) -> dict[Any, Any]:
+    """gr.update()s setting `form`'s fields (those `values` has, but NOT_SENT) to `values`."""
+    c, out = form.c, {}
+    for name in form.built:
+        if name in NOT_SENT or name not in values:
+            continue
+        if name == "loras":
+            chosen = values["loras"]
+            out[c["loras"]] = gr.update(value=list(chosen))
+            for lora, slider in zip(form.lora_names, c["scales"], strict=True):
+                out[slider] = gr.update(value=chosen.get(lora, 1.0), visible=lora in chosen)
+        else:
+            out[c[name]] = gr.update(value=values[name])
+    if "seed" in form.built and "random_seed" in values:
+        out[c["random_seed"]] = gr.update(value=values["random_seed"])
+    return out
+
+
+def targets(form: Form) -> list[Any]:
+    """Every component `fill` may set (an event's outputs)."""
+    return [component for component in form.inputs]
+
+
+def generate_updates(params: dict[str, Any], info: ModelInfo, form: Form) -> dict[Any, Any]:
+    """Send to Generate: the Generate form's fields from a PNG's parameters (fitted to the main model)."""
     values, _ = form_values(params, info)
-    chosen = values.pop("loras")
-    updates = [gr.update(value=values[name]) for name in SENT_TO_GENERATE if name != "loras"]
-    updates.append(gr.update(value=list(chosen)))
-    updates += [
-        gr.update(value=chosen.get(name, 1.0), visible=name in chosen)
-        for name, _slider in zip(info.loras, scales, strict=True)
-    ]
-    return updates
+    return fill(form, values)
 
 
-def generate_targets(g: dict[str, Any]) -> list[Any]:
-    """The components `generate_updates` fills, in its order."""
-    return [g[name] for name in SENT_TO_GENERATE if name != "loras"] + [g["loras"], *g["scales"]]
-
-
-def edit_updates(params: dict[str, Any], info: ModelInfo) -> list[Any]:
-    """gr.update()s for the Edit tab's SENT_TO_EDIT components (values fitted to the model that edits)."""
+def edit_updates(params: dict[str, Any], info: ModelInfo, form: Form) -> dict[Any, Any]:
+    """Send to Edit: the Edit form's fields (values fitted to the model that edits)."""
     values, _ = form_values(params, info.for_edits)
-    return [gr.update(value=values[name]) for name in SENT_TO_EDIT]
-
-
-def edit_targets(e: dict[str, Any]) -> list[Any]:
-    """The components `edit_updates` fills, in its order."""
-    return [e[name] for name in SENT_TO_EDIT]
+    return fill(form, values)
 
 
 def inpaint_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any], list[str]]:
     """The Inpaint form's values for `params` (fitted to the main model, which inpaints), and notes."""
     values, notes = form_values(params, info)
     values["strength"] = _fit("strength", float(params.get("strength", DEFAULT_STRENGTH)))
-    values["mask_blur"] = _whole(params.get("mask_blur"), INPAINT_DEFAULTS.mask_blur, MAX_MASK_BLUR)
-    values["padding"] = _whole(params.get("padding"), INPAINT_DEFAULTS.padding, MAX_PADDING)
-    values["masked_content"] = _one_of(params.get("masked_content"), MASKED_CONTENT)
-    values["inpaint_area"] = _one_of(params.get("inpaint_area"), INPAINT_AREAS)
+    for name in ("mask_blur", "padding"):
+        values[name] = _whole(params.get(name), spec(name))
+    for name in ("masked_content", "inpaint_area"):
+        values[name] = _one_of(params.get(name), spec(name).value.options)
     values["invert_mask"] = params.get("invert_mask") is True
     if not info.inpaint:
         notes.append(f"{info.model_name} cannot inpaint; load a model that does")
     return values, notes
 
 
-def _whole(value: Any, default: int, high: int) -> int:
-    """A pixel count clamped to 0..high; the default where the PNG has none (or not a number)."""
+def _whole(value: Any, field: Any) -> int:
+    """A pixel count clamped to the field's range; its default where the PNG has none (or not a number)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        return default
-    return min(high, max(0, round(value)))
+        return field.default
+    return int(min(field.value.high, max(field.value.low, round(value))))
 
 
 def _one_of(value: Any, options: tuple[str, ...]) -> str:
     return value if value in options else options[0]
 
 
-def inpaint_updates(params: dict[str, Any], info: ModelInfo, image: str | None) -> list[Any]:
-    """gr.update()s for the Inpaint tab's editor (`image` as its picture, no strokes) and its
-    SENT_TO_INPAINT components."""
+def inpaint_updates(params: dict[str, Any], info: ModelInfo, image: str | None, form: Form) -> dict[Any, Any]:
+    """Send to Inpaint: the editor's picture (`image`, no strokes) and the Inpaint form's fields."""
     values, _ = inpaint_values(params, info)
-    editor = gr.update(value=image) if image else gr.update()
-    return [editor, *(gr.update(value=values[name]) for name in SENT_TO_INPAINT)]
+    out = fill(form, values)
+    out[form.c["editor"]] = gr.update(value=image) if image else gr.update()
+    return out
 
 
-def inpaint_targets(i: dict[str, Any]) -> list[Any]:
-    """The components `inpaint_updates` fills, in its order."""
-    return [i["editor"], *(i[name] for name in SENT_TO_INPAINT)]
+def inpaint_targets(form: Form) -> list[Any]:
+    """The components `inpaint_updates` fills."""
+    return [form.c["editor"], *targets(form)]

@@ -7,7 +7,6 @@ Gradio's progress and warnings work (they live in that thread's context variable
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -15,11 +14,12 @@ from typing import Any
 import gradio as gr
 
 from engine import AppSettings, Engine, Finished, Preview, Progress, Queued, Refused
+from engine.inputs import Limits, read
 from engine.jobs import Job
 from pipelines import GenerationRequest, GenerationResult, OutOfMemoryError, PipelineError
 from pipelines.backend import ModelInfo
 from pipelines.tokens import token_summary
-from ui import inputs
+from ui import uploads
 from ui.callers import caller_of, user_of
 from ui.outputs import OutputStore
 from ui.status import MemoryHistory, status_markdown
@@ -41,9 +41,12 @@ class Studio:
 
     def _set_info(self, info: ModelInfo) -> None:
         self.info = info
-        s = self.settings
-        self.limits = inputs.Limits(info, s.max_prompt_chars, s.max_edit_files, s.max_upload_pixels)
-        self.edit_limits = dataclasses.replace(self.limits, model=info.for_edits)  # an editor's own defaults
+        self.limits = Limits.of(self.settings, info)
+        self.edit_limits = self.limits.for_task("img2img")  # the model serving edits: its own limits
+
+    def request(self, flat: dict[str, Any], limits: Limits) -> GenerationRequest:
+        """The request of a tab's or an endpoint's flat values; the forms take one prompt per line."""
+        return read({**flat, "prompt": one_prompt_per_line(flat.get("prompt"))}, limits)
 
     # ---------------------------------------------------------------- models
     def models(self) -> dict[str, Any]:
@@ -136,7 +139,7 @@ class Studio:
     def generate_live(self, raw: dict[str, Any], request: gr.Request | None, progress: gr.Progress | None):
         """Yields ("preview", images) while denoising, then ("done", (gallery, result, paths))."""
         try:
-            req = inputs.generation_request(raw, self.limits)
+            req = self.request(raw, self.limits)
         except ValueError as exc:
             raise refuse(str(exc)) from exc
         result = yield from _previews(self.run(req, request, progress))
@@ -153,8 +156,8 @@ class Studio:
 
     def edit(self, raw: dict[str, Any], files: Any, request: gr.Request | None, progress: gr.Progress | None):
         try:
-            images = inputs.open_images(inputs.upload_paths(files, self.edit_limits), self.edit_limits)
-            req = inputs.generation_request(raw, self.edit_limits, init_images=images)
+            images = uploads.open_images(uploads.upload_paths(files, self.edit_limits), self.edit_limits)
+            req = self.request({**raw, "init_images": images}, self.edit_limits)
         except ValueError as exc:
             raise refuse(str(exc)) from exc
         result = yield from _previews(self.run(req, request, progress))
@@ -200,6 +203,15 @@ class Studio:
         if self.settings.exposed_without_sign_in:
             notes.append(f"listening on {self.settings.server_name} without sign-in: anyone on the network can use it")
         return notes
+
+
+def one_prompt_per_line(value: Any) -> Any:
+    """The forms' convention: each non-empty line is a prompt (one line: one prompt); "" stays "" so
+    the schema names it; anything but text goes to the schema as it is."""
+    if not isinstance(value, str):
+        return value
+    lines = [line.strip() for line in value.splitlines() if line.strip()]
+    return "" if not lines else lines[0] if len(lines) == 1 else lines
 
 
 def _previews(run: Iterator[Preview]):

@@ -7,8 +7,8 @@ in the UI; images are returned, never saved on the server (A1111's API default `
 
 Errors, as A1111's clients show them:
 - a refused value: 422 `{"detail": [{"loc": ["body", field], "msg": ..., "type": "value_error"}]}`;
-- a refused job: 429 (QUEUE_PER_USER) or 503 (queue full), 403 (model switch not allowed), and 500
-  for a pipeline failure, as `{"error", "detail", "body", "errors"}`;
+- a refused job: 429 (QUEUE_PER_USER) or 503 (queue full), both with `Retry-After`, 403 (model
+  switch not allowed), and 500 for a pipeline failure, as `{"error", "detail", "body", "errors"}`;
 - anything unexpected: 500 with a short message; the traceback goes to the log only.
 Documented for users in docs/a1111-api.md.
 """
@@ -16,7 +16,6 @@ Documented for users in docs/a1111-api.md.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -26,48 +25,32 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from engine import AppSettings, Caller, Engine
-from engine.jobs import CancelledBeforeStart, Refused, SwitchRefused, TooManyJobs
+from engine.inputs import Limits
+from engine.jobs import CancelledBeforeStart, QueueFull, Refused, SwitchRefused, TooManyJobs
 from pipelines import GenerationResult
 from pipelines.errors import PipelineError
-from ui.inputs import Limits
+from pipelines.fields import RequestError
 
 from . import a1111_info as answers
 from . import a1111_request as parse
-from . import images, running
-from .a1111_request import FieldError
+from . import body, images, running
 from .access import Access, Unauthorized
-from .fields import named_field
+from .errors import WireError
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Request, Caller], Awaitable[Any]]
-# Our field names (in the engine's messages) -> A1111's.
-FIELD_NAMES = {
-    "num_images": "batch_size", "guidance_scale": "cfg_scale", "strength": "denoising_strength",
-    "image_guidance_scale": "image_cfg_scale", "sampler": "sampler_name", "width x height": "width",
-    "loras": "prompt", "inpaint": "mask", "padding": "inpaint_full_res_padding", "masked_content": "inpainting_fill",
-    "inpaint_area": "inpaint_full_res", "invert_mask": "inpainting_mask_invert",
-}  # fmt: skip
-
-
-def loc_of(message: str) -> tuple[tuple[str | int, ...], str]:
-    """(A1111's field, message) for a ValueError that names our field first ("steps: ...")."""
-    field = named_field(message)
-    if field is None:
-        return (), message
-    name = FIELD_NAMES.get(field.name, field.name)
-    if name != field.name and " " not in field.name and field.name != "loras":
-        message = f"{name}: {field.detail}"
-    return ((name, field.index) if field.index is not None else (name,)), message
+RETRY_AFTER = {"Retry-After": "2"}  # a full queue or a caller's own limit clears in seconds: say when to retry
 
 
 def invalid(loc: tuple[str | int, ...], message: str) -> JSONResponse:
     return JSONResponse({"detail": [{"loc": ["body", *loc], "msg": message, "type": "value_error"}]}, 422)
 
 
-def api_error(status: int, exc: BaseException, message: str) -> JSONResponse:
+def api_error(status: int, exc: BaseException, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     """A1111's API error body (modules/api/api.py `api_error_handler`), without a traceback."""
-    return JSONResponse({"error": type(exc).__name__, "detail": message, "body": "", "errors": message}, status)
+    body = {"error": type(exc).__name__, "detail": message, "body": "", "errors": message}
+    return JSONResponse(body, status, headers=headers)
 
 
 def unauthorized() -> JSONResponse:
@@ -78,12 +61,14 @@ def answer_error(exc: Exception, name: str) -> Response:
     """The response for an exception a route raised."""
     if isinstance(exc, running.ClientGone):
         return Response(status_code=499)
-    if isinstance(exc, FieldError):
+    if isinstance(exc, WireError):
         return invalid(exc.loc, str(exc))
-    if isinstance(exc, ValueError):  # our messages name the field (ui.inputs, pipelines.request.validate)
-        return invalid(*loc_of(str(exc)))
-    if isinstance(exc, TooManyJobs):
-        return api_error(429, exc, str(exc))
+    if isinstance(exc, RequestError):  # the schema's, or the model's limits: named by our field
+        return invalid(parse.a1111_loc(exc), parse.a1111_message(exc))
+    if isinstance(exc, ValueError):
+        return invalid((), str(exc))
+    if isinstance(exc, TooManyJobs | QueueFull):
+        return api_error(429 if isinstance(exc, TooManyJobs) else 503, exc, str(exc), RETRY_AFTER)
     if isinstance(exc, SwitchRefused):
         return api_error(403, exc, str(exc))
     if isinstance(exc, Refused):
@@ -115,21 +100,11 @@ def endpoint(access: Access, handler: Handler, name: str) -> Callable[[Request],
 
 async def read_body(request: Request, cap: int) -> dict[str, Any]:
     """The JSON object of a request body, read up to `cap` bytes; an empty body is {}."""
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > cap:
-            raise FieldError((), f"the request body is over {cap} bytes (MAX_FILE_SIZE per image)")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
-    if not raw.strip():
+    data = await body.json_body(request, cap)
+    if data is None:
         return {}
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise FieldError((), "the request body is not valid JSON") from None
     if not isinstance(data, dict):
-        raise FieldError((), "the request body must be a JSON object")
+        raise WireError((), "the request body must be a JSON object")
     return data
 
 
@@ -145,19 +120,24 @@ class A1111:
         self.hashes: dict[str, str] = {}  # model name -> hash, from results' metadata
 
     def limits(self) -> Limits:
-        s = self.settings
-        return Limits(self.engine.model_info(), s.max_prompt_chars, s.max_edit_files, s.max_upload_pixels)
+        return Limits.of(self.settings, self.engine.model_info())
 
     @property
     def body_cap(self) -> int:
+        """img2img: up to MAX_EDIT_FILES images and a mask, base64, beside the fields."""
         return (self.settings.max_edit_files + 1) * (self.max_bytes * 4 // 3 + 64) + 1_000_000
+
+    @property
+    def fields_cap(self) -> int:
+        """txt2img and the other JSON routes: fields only (prompts are capped by MAX_PROMPT_CHARS)."""
+        return body.fields_cap(self.settings.max_prompt_chars)
 
     def model_hash(self) -> str | None:
         return self.hashes.get(self.engine.model_info().model_name)
 
     # ---------------------------------------------------------------- generating
     async def txt2img(self, request: Request, caller: Caller) -> dict[str, Any]:
-        payload = await read_body(request, self.body_cap)
+        payload = await read_body(request, self.fields_cap)
         switched = await self.checkpoint(payload)  # first: the request is read against the model that runs it
         parsed = parse.txt2img(payload, self.limits())
         parsed.warnings[:0] = switched
@@ -196,7 +176,11 @@ class A1111:
         return await asyncio.to_thread(self.response, parsed, payload, result)
 
     def response(self, parsed: parse.Parsed, payload: dict[str, Any], result: GenerationResult) -> dict[str, Any]:
-        echo = dict(payload)
+        """A1111's answer. `parameters` echoes the request as A1111's request model holds it: its own
+        fields only (a client's `auth`, `url` or any unknown key is not sent back), images only when
+        `include_init_images` asks."""
+        own = parse.A1111_FIELDS["img2img" if "init_images" in payload else "txt2img"]
+        echo = {k: v for k, v in payload.items() if k in own}
         if not payload.get("include_init_images"):
             echo.update({k: None for k in ("init_images", "mask") if k in echo})
         send = payload.get("send_images", True) is not False
@@ -218,8 +202,7 @@ class A1111:
             )
         known = [m["name"] for m in self.engine.models()["models"]]
         if want not in known:
-            raise FieldError(loc, f"sd_model_checkpoint: {name[:80]!r} is not a model of this server; available: "
-                                  + ", ".join(known))  # fmt: skip
+            raise WireError(loc, f"{name[:80]!r} is not a model of this server; available: " + ", ".join(known))
         log.info("A1111 API: switching the model to %s", want)
         await asyncio.to_thread(self.engine.load_model, want)
         warnings.append(f"sd_model_checkpoint: the model was switched to {want} for every user, and stays loaded")
@@ -229,11 +212,11 @@ class A1111:
         return answers.options(self.engine.model_info(), self.model_hash())
 
     async def set_options(self, request: Request, caller: Caller) -> None:
-        payload = await read_body(request, 1_000_000)
+        payload = await read_body(request, self.fields_cap)
         name = payload.get("sd_model_checkpoint")
         if name is not None:
             if not isinstance(name, str):
-                raise FieldError(("sd_model_checkpoint",), "sd_model_checkpoint: must be text (a model's title)")
+                raise WireError(("sd_model_checkpoint",), "must be text (a model's title)")
             warnings: list[str] = []
             await self.switch(name, ("sd_model_checkpoint",), warnings)
         ignored = sorted(k for k in payload if k != "sd_model_checkpoint")
@@ -256,8 +239,8 @@ class A1111:
 
     async def png_info(self, request: Request, caller: Caller) -> dict[str, Any]:
         payload = await read_body(request, self.max_bytes * 4 // 3 + 1_000_000)
-        data = images.from_base64(payload.get("image"), "image", self.max_bytes)
-        images.open_bytes(data, "image", self.settings.max_upload_pixels, self.max_bytes, None)  # a readable image
+        data = images.from_base64(payload.get("image"), ("image",), self.max_bytes)
+        images.open_bytes(data, ("image",), self.settings.max_upload_pixels, self.max_bytes, None)  # a readable image
         return await asyncio.to_thread(answers.png_info, data)
 
     async def refresh(self, request: Request, caller: Caller) -> None:

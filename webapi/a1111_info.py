@@ -23,7 +23,7 @@ from pipelines.pnginfo import parse_a1111, read_png_info
 from pipelines.pnginfo_files import read_text
 from pipelines.samplers import BY_NAME
 
-from .a1111_request import SAMPLER_ALIASES, Parsed, a1111_sampler_names
+from .a1111_request import Parsed, a1111_sampler_names
 from .running import png_base64
 
 log = logging.getLogger(__name__)
@@ -145,10 +145,11 @@ def options(model: ModelInfo, model_hash: str | None) -> dict[str, Any]:
 
 
 def samplers(model: ModelInfo) -> list[dict[str, Any]]:
-    aliases: dict[str, list[str]] = {}
-    for alias, name in SAMPLER_ALIASES.items():
-        aliases.setdefault(name, []).append(alias)
-    return [{"name": n, "aliases": aliases.get(n, []), "options": {}} for n in a1111_sampler_names(model)]
+    """The model's samplers by A1111's names, with A1111's own aliases for each (the sampler table's)."""
+    return [
+        {"name": n, "aliases": list(BY_NAME[n].aliases) if n in BY_NAME else [], "options": {}}
+        for n in a1111_sampler_names(model)
+    ]
 
 
 def schedulers(model: ModelInfo) -> list[dict[str, Any]]:

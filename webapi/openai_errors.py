@@ -25,19 +25,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from .fields import named_field
+from pipelines.fields import RequestError
+
+from .errors import WireError
+from .openai_params import param_name
 
 log = logging.getLogger(__name__)
-
-# The names our checks use in their messages -> the OpenAI request field a client sent.
-_PARAMS = {
-    "num_images": "n",
-    "width": "size",
-    "height": "size",
-    "width x height": "size",
-    "init_images": "image",
-    "images": "image",
-}
 
 
 class OpenAIError(Exception):
@@ -61,18 +54,21 @@ class OpenAIError(Exception):
         return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
-def param_of(message: str) -> str | None:
-    """The request field a check's message names ("steps: 200 is out of range" -> "steps")."""
-    field = named_field(message)
-    if field is None:
-        return None
-    return _PARAMS.get(field.name, field.name if field.name.isidentifier() else None)
-
-
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> OpenAIError:
-    """A 400 for a refused value; `param` defaults to the field the message starts with."""
-    param = param if param is not None else param_of(message)
+    """A 400 for a refused value of `param` (OpenAI's name for the field; None: the request)."""
     return OpenAIError(400, message, param=param, code=code or "invalid_value")
+
+
+def refused(exc: ValueError) -> OpenAIError:
+    """A 400 for a refusal: the schema's (`RequestError`, its field named as OpenAI names it), an
+    OpenAI field's own (`WireError`), or any other check's (no field)."""
+    if isinstance(exc, RequestError):
+        param = param_name(exc)
+        where = param + "".join(f"[{p}]" for p in exc.sub if isinstance(p, int)) if param else ""
+        return bad_request(f"{where}: {exc.detail}" if where else exc.detail, param)
+    if isinstance(exc, WireError):
+        return bad_request(str(exc), str(exc.loc[0]) if exc.loc else None)
+    return bad_request(str(exc))
 
 
 def not_found(message: str, param: str | None = None) -> OpenAIError:

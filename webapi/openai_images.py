@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import re
 import time
@@ -35,23 +34,26 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
 
 from engine import AppSettings, Caller, Engine
+from engine.inputs import Limits
 from engine.jobs import CancelledBeforeStart, QueueFull, Refused, TooManyJobs
 from pipelines import GenerationRequest, GenerationResult
 from pipelines.backend import ModelInfo
 from pipelines.errors import ModelLoadError, PipelineError
 from pipelines.inpaint import INPAINT_FAMILIES, binary_mask
-from ui.inputs import InputError, Limits
 
-from . import openai_params
+from . import body, openai_params
 from .access import Access, Unauthorized
+from .body import TooLarge
+from .errors import WireError
 from .images import header_size, open_bytes
-from .openai_errors import OpenAIError, OpenAIRoute, bad_request, not_found
+from .openai_errors import OpenAIError, OpenAIRoute, bad_request, not_found, refused
 from .openai_files import FileStore, encode
 from .running import ClientGone, run_job
 
 log = logging.getLogger(__name__)
 
 OWNER = "diffusion-anywhere"
+RETRY_AFTER = {"Retry-After": "2"}  # a full queue or a caller's own limit clears in seconds
 _FILE_NAME = re.compile(r"[A-Za-z0-9_-]{43}\.(png|jpeg|webp)")
 
 
@@ -94,7 +96,7 @@ class OpenAIImages:
         info = self.engine.model_info()
         if not info.text_to_image:
             raise bad_request(f"model: {info.model_name} does not do text-to-image (use /v1/images/edits)", "model")
-        parsed = self._parse(openai_params.generation, raw, self._limits(info))
+        parsed = self._parse(openai_params.generation, raw, self._limits(info, "txt2img"))
         result = await self._run(parsed.request, caller, request)
         return await self._answer(result, parsed, info.model_name, request)
 
@@ -102,7 +104,8 @@ class OpenAIImages:
         caller = self._caller(request)
         raw, files, mask_file = await self._form(request)
         info = self.engine.model_info()
-        model = info if mask_file is not None else info.for_edits
+        task = "inpaint" if mask_file is not None else "img2img"
+        model = info.for_task(task)
         if mask_file is not None and not info.inpaint:
             raise bad_request(f"mask: {info.model_name} cannot inpaint; models that can: {INPAINT_FAMILIES}", "mask")
         if mask_file is None and not (model.edit or model.image_to_image):
@@ -110,9 +113,9 @@ class OpenAIImages:
         try:
             images = await self._images(files)
             mask = None if mask_file is None else await self._mask(mask_file, images[0].size)
-        except InputError as exc:
-            raise bad_request(str(exc)) from None
-        parsed = self._parse(openai_params.edit, raw, self._limits(model), images, mask)
+        except WireError as exc:
+            raise refused(exc) from None
+        parsed = self._parse(openai_params.edit, raw, self._limits(info, task), images, mask)
         result = await self._run(parsed.request, caller, request)
         return await self._answer(result, parsed, model.model_name, request)
 
@@ -147,16 +150,16 @@ class OpenAIImages:
         except Unauthorized as exc:
             raise OpenAIError(401, f"{exc}", param=None, code="invalid_api_key") from None
 
-    def _limits(self, model: ModelInfo) -> Limits:
-        s = self.settings
-        return Limits(model, s.max_prompt_chars, s.max_edit_files, s.max_upload_pixels)
+    def _limits(self, info: ModelInfo, task: str) -> Limits:
+        """The limits of the model serving `task` (`ModelInfo.for_task`: the routing rule's one owner)."""
+        return Limits.of(self.settings, info).for_task(task)
 
     @staticmethod
     def _parse(parse: Any, raw: dict[str, Any], *args: Any) -> openai_params.Parsed:
         try:
             return parse(raw, *args)
         except ValueError as exc:
-            raise bad_request(str(exc)) from None
+            raise refused(exc) from None
 
     def _model_entries(self) -> list[dict[str, Any]]:
         info = self.engine.model_info()
@@ -169,16 +172,15 @@ class OpenAIImages:
 
     async def _json(self, request: Request) -> Any:
         """The JSON body, read up to a bound (prompts are capped by MAX_PROMPT_CHARS anyway)."""
-        limit = 65536 + 16 * self.settings.max_prompt_chars
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise OpenAIError(413, f"the request body is larger than {limit} bytes", code="too_large")
         try:
-            return json.loads(body)
-        except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nested beyond Python's stack
-            raise bad_request(f"the request body is not valid JSON: {exc}", param=None, code="invalid_json") from None
+            data = await body.json_body(request, body.fields_cap(self.settings.max_prompt_chars))
+        except TooLarge as exc:
+            raise OpenAIError(413, str(exc), code="too_large") from None
+        except WireError as exc:
+            raise bad_request(str(exc), param=None, code="invalid_json") from None
+        if data is None:
+            raise bad_request("the request body is empty: send a JSON object", param=None, code="invalid_json")
+        return data
 
     async def _form(self, request: Request) -> tuple[dict[str, Any], list[bytes], bytes | None]:
         """(text fields, image bytes, mask bytes or None) of a multipart edit: counts checked before
@@ -197,29 +199,29 @@ class OpenAIImages:
             raw, uploads, mask = _split(form, most)
             images = [await upload.read(self.max_bytes + 1) for upload in uploads]
             return raw, images, None if mask is None else await mask.read(self.max_bytes + 1)
-        except InputError as exc:
-            raise bad_request(str(exc)) from None
+        except WireError as exc:
+            raise refused(exc) from None
         finally:
             await form.close()  # the spooled temporary files
 
     async def _images(self, files: list[bytes]) -> list[Image.Image]:
         """Each image decoded after its header passed the byte and pixel checks, as RGB."""
-        names = ["image"] if len(files) == 1 else [f"image[{i}]" for i in range(len(files))]
+        places = [("image",)] if len(files) == 1 else [("image", i) for i in range(len(files))]
         images = []
-        for name, data in zip(names, files, strict=True):
-            args = (data, name, self.settings.max_upload_pixels, self.max_bytes, "RGB")
+        for loc, data in zip(places, files, strict=True):
+            args = (data, loc, self.settings.max_upload_pixels, self.max_bytes, "RGB")
             images.append(await asyncio.to_thread(open_bytes, *args))
         return images
 
     async def _mask(self, data: bytes, size: tuple[int, int]) -> Image.Image:
         """The mask, its header checked (an image, the image's size) before it is decoded; as ours."""
-        mask_size = header_size(data, "mask", self.settings.max_upload_pixels)
+        mask_size = header_size(data, ("mask",), self.settings.max_upload_pixels)
         if mask_size != size:
-            raise InputError(
-                f"mask: {mask_size[0]}x{mask_size[1]} but the image is {size[0]}x{size[1]}; "
-                "the mask must have its image's size"
+            raise WireError(
+                ("mask",),
+                f"{mask_size[0]}x{mask_size[1]} but the image is {size[0]}x{size[1]}; the mask must have its image's size",
             )
-        args = (data, "mask", self.settings.max_upload_pixels, self.max_bytes, None)
+        args = (data, ("mask",), self.settings.max_upload_pixels, self.max_bytes, None)
         return openai_mask(await asyncio.to_thread(open_bytes, *args))
 
     async def _run(self, request: GenerationRequest, caller: Caller, http_request: Request) -> GenerationResult:
@@ -227,18 +229,15 @@ class OpenAIImages:
         try:
             return await run_job(self.engine, request, caller, http_request)
         except TooManyJobs as exc:
-            raise OpenAIError(429, str(exc), "rate_limit_error", code="rate_limit_exceeded",
-                              headers={"Retry-After": "2"}) from None  # fmt: skip
+            raise OpenAIError(429, str(exc), "rate_limit_error", code="rate_limit_exceeded", headers=RETRY_AFTER) from None
         except QueueFull as exc:
-            raise OpenAIError(
-                429, str(exc), "rate_limit_error", code="queue_full", headers={"Retry-After": "2"}
-            ) from None
+            raise OpenAIError(429, str(exc), "rate_limit_error", code="queue_full", headers=RETRY_AFTER) from None
         except (ClientGone, CancelledBeforeStart) as exc:
             raise OpenAIError(499, f"cancelled: {exc}", code="cancelled") from None
         except Refused as exc:
             raise OpenAIError(503, str(exc), "server_error", code="refused") from None
-        except ValueError as exc:  # validation (InputError, the pipeline's checks, LoRA refusals)
-            raise bad_request(str(exc)) from None
+        except ValueError as exc:  # the schema's and the model's checks (ModelInfo.accept), by field
+            raise refused(exc) from None
         except ModelLoadError as exc:
             raise OpenAIError(503, str(exc), "server_error", code="model_not_loaded") from None
         except PipelineError as exc:  # a message meant for the user (out of memory, ...)
@@ -271,25 +270,25 @@ class OpenAIImages:
 
 
 def _split(form: Any, most: int) -> tuple[dict[str, Any], list[Any], Any]:
-    """A multipart form as (text fields, image files, mask file or None); InputError naming the field."""
+    """A multipart form as (text fields, image files, mask file or None); WireError naming the field."""
     raw: dict[str, Any] = {}
     images, mask = [], None
     for key, value in form.multi_items():
         is_file = isinstance(value, UploadFile)
         if key in ("image", "image[]"):
             if not is_file:
-                raise InputError("image: expected an uploaded image file, got a text field")
+                raise WireError(("image",), "expected an uploaded image file, got a text field")
             images.append(value)
         elif key == "mask":
             if not is_file:
-                raise InputError("mask: expected an uploaded PNG file, got a text field")
+                raise WireError(("mask",), "expected an uploaded PNG file, got a text field")
             mask = value
         elif is_file:
-            raise InputError(f"{key[:40]}: expected a text field, got a file")
+            raise WireError((key[:40],), "expected a text field, got a file")
         else:
             raw[key] = value
     if not images:
-        raise InputError("image: upload at least one image to edit (the field image, or image[] for several)")
+        raise WireError(("image",), "upload at least one image to edit (the field image, or image[] for several)")
     if len(images) > most:
-        raise InputError(f"image: {len(images)} files, more than the limit of {most} (MAX_EDIT_FILES)")
+        raise WireError(("image",), f"{len(images)} files, more than the limit of {most} (MAX_EDIT_FILES)")
     return raw, images, mask

@@ -1,43 +1,60 @@
 """The OpenAI images request's fields, read into our `GenerationRequest` (docs/openai-api.md has the table).
 
-Bounds have one owner: numbers go through `ui.inputs` (`generation_request`, `whole_number`,
-`clean_text`, `inpaint_options`) and sizes through `pipelines.request.validate`, so this API
-accepts exactly what the UI accepts. What differs is OpenAI's:
+OpenAI's own fields are `prompt`, `n`, `size`, `image` and `mask` (the schema names them: each
+field's `About.openai`); every other field of the request schema is an extra under our own name
+(the SDK's `extra_body`, or a form field of an edit), so a field added to the schema is taken here
+without a change (tests/test_fields.py checks). What differs is OpenAI's:
 - one prompt, newlines kept (the UI's one-prompt-per-line split does not apply);
 - `n` is `num_images`; `size` is "WxH", "auto" or omitted (the model's default size). OpenAI's
   fixed sizes (1024x1024, 1536x1024, ...) on a model whose native size differs keep their aspect
   ratio at the model's native area, rounded to its size step (1024x1024 on a 512x512 model is
   512x512); any other "WxH" is taken literally and must fit the model's limits. For an edit, a fixed
-  size or "auto" keeps the input's aspect ratio at the model's area;
-- our own fields arrive beside them (the SDK's `extra_body`, or form fields of an edit): `EXTRAS`.
+  size or "auto" keeps the input's aspect ratio at the model's area.
 Fields we accept but cannot honour are ignored (`IGNORED`) or answered with a warning; unknown
 fields are ignored with a warning in the response, so a typo in an extra does not pass unseen.
+Refusals are the schema's `RequestError` (`param_name` maps our field to OpenAI's name) or a
+`WireError` for OpenAI's own fields.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from engine.inputs import Limits, read
 from pipelines import GenerationRequest
 from pipelines.backend import ModelInfo
-from pipelines.inpaint import DEFAULT_STRENGTH, render_size
-from pipelines.request import validate
-from ui.inputs import InputError, Limits, clean_text, generation_request, inpaint_options, whole_number
+from pipelines.fields import Range, RequestError, shown
+from pipelines.inpaint import render_size
+from pipelines.request import fields, names, spec
+
+from .errors import WireError
 
 OPENAI_SIZES = ("256x256", "512x512", "1024x1024", "1792x1024", "1024x1792", "1536x1024", "1024x1536")
 RESPONSE_FORMATS = ("b64_json", "url")
 OUTPUT_FORMATS = {"png": "PNG", "jpeg": "JPEG", "jpg": "JPEG", "webp": "WEBP"}
-EXTRAS = ("seed", "negative_prompt", "steps", "guidance_scale", "sampler", "strength", "image_guidance_scale",
-          "guidance_end", "loras")  # fmt: skip
-INPAINT_EXTRAS = ("mask_blur", "masked_content", "inpaint_area", "padding", "invert_mask")
 OPENAI_FIELDS = ("prompt", "n", "size", "response_format", "model", "output_format", "output_compression",
-                 "background", "stream")  # fmt: skip
+                 "background", "stream", "image", "image[]", "mask")  # fmt: skip
 IGNORED = ("quality", "style", "moderation", "user", "safety_identifier", "complexity", "input_fidelity",
            "partial_images", "frame_count", "frame_duration_ms", "svg")  # fmt: skip
+NAMES = names("openai")  # our flat field -> OpenAI's name (ours for an extra)
+# Read apart: OpenAI's own fields (prompt, n, size) and the files of an edit (image, mask).
+_OWN = {"prompt", "num_images", "width", "height", "init_images", "mask"}
+NOT_TAKEN: dict[str, str] = {}  # every field of the schema is taken (tests/test_fields.py)
+_PERCENT = Range(0, 100, integer=True)  # output_compression
 _SIZE = re.compile(r"\s*(\d{1,7})\s*[xX×]\s*(\d{1,7})\s*")
+
+
+def extras(task: str) -> list[str]:
+    """The request schema's fields this task takes as extras, by name (what `extra_body` may hold)."""
+    return [item.name for item in fields(task) if item.name not in _OWN and item.name not in NOT_TAKEN]
+
+
+def param_name(exc: RequestError) -> str | None:
+    """The OpenAI request field a schema refusal is about (`param` of OpenAI's error object)."""
+    return None if exc.field is None else NAMES.get(exc.field, exc.field)
 
 
 @dataclass(frozen=True)
@@ -59,13 +76,16 @@ class Parsed:
 def output(raw: dict[str, Any]) -> Output:
     fmt = raw.get("response_format") or "b64_json"
     if fmt not in RESPONSE_FORMATS:
-        raise InputError(f"response_format: {str(fmt)[:40]!r} is not one of {', '.join(RESPONSE_FORMATS)}")
+        raise WireError(("response_format",), f"{shown(fmt)} is not one of {', '.join(RESPONSE_FORMATS)}")
     kind = raw.get("output_format") or "png"
     if not isinstance(kind, str) or kind.lower() not in OUTPUT_FORMATS:
-        raise InputError(f"output_format: {str(kind)[:40]!r} is not one of png, jpeg, webp")
+        raise WireError(("output_format",), f"{shown(kind)} is not one of png, jpeg, webp")
     compression = raw.get("output_compression")
     if compression is not None:
-        compression = whole_number("output_compression", compression, 0, 100)
+        try:
+            compression = int(_PERCENT.parse(compression))
+        except ValueError as exc:
+            raise WireError(("output_compression",), str(exc)) from None
     return Output(fmt, "jpeg" if kind.lower() == "jpg" else kind.lower(), compression)
 
 
@@ -75,7 +95,7 @@ def size(value: Any, model: ModelInfo, edit: bool) -> tuple[int | None, int | No
         return (None, None) if edit else (model.default_width, model.default_height)
     match = _SIZE.fullmatch(value) if isinstance(value, str) else None
     if not match:
-        raise InputError(f"size: expected WIDTHxHEIGHT (such as 1024x1024) or auto, got {str(value)[:40]!r}")
+        raise WireError(("size",), f"expected WIDTHxHEIGHT (such as 1024x1024) or auto, got {shown(value)}")
     width, height = int(match.group(1)), int(match.group(2))
     native = (model.default_width, model.default_height)
     if value.strip() in OPENAI_SIZES and edit:
@@ -83,13 +103,13 @@ def size(value: Any, model: ModelInfo, edit: bool) -> tuple[int | None, int | No
     if value.strip() in OPENAI_SIZES and (width, height) != native:
         width, height = render_size((width, height), native, model.size_multiple)
     try:
-        validate(GenerationRequest(prompt="size", width=width, height=height), model.limits)
-    except ValueError as exc:
-        raise InputError(f"size: {value.strip()} is not accepted here: {exc}") from None
+        model.accept(GenerationRequest(prompt="size", width=width, height=height))
+    except RequestError as exc:
+        raise WireError(("size",), f"{value.strip()} is not accepted here: {exc}") from None
     return width, height
 
 
-def warnings_for(raw: dict[str, Any], request: GenerationRequest, model: str, extra: tuple[str, ...] = ()) -> list[str]:
+def warnings_for(raw: dict[str, Any], request: GenerationRequest, model: str, task: str) -> list[str]:
     """What the response says about fields it did not honour as asked (`model`: the one answering)."""
     notes = []
     asked = raw.get("model")
@@ -105,39 +125,57 @@ def warnings_for(raw: dict[str, Any], request: GenerationRequest, model: str, ex
         notes.append(f"size {wanted.strip()}: rendered at {got} (this model's native size is its best)")
     if raw.get("background") == "transparent":
         notes.append("background: transparent is not supported: the images are opaque")
-    known = {*OPENAI_FIELDS, *IGNORED, *EXTRAS, *extra}
+    known = {*OPENAI_FIELDS, *IGNORED, *extras(task)}
     unknown = sorted(str(k)[:40] for k in raw if k not in known)
     if unknown:
         notes.append(f"ignored unknown field(s): {', '.join(unknown)}")
     return notes
 
 
-def _common(raw: dict[str, Any], limits: Limits, images: Any) -> GenerationRequest:
-    """Our request from OpenAI's fields plus our extras; errors name the OpenAI field."""
+def _flat(raw: dict[str, Any], task: str) -> dict[str, Any]:
+    """The extras `raw` sets, by our names; in a form (text values) an object field arrives as JSON text."""
+    flat = {}
+    kinds = {item.name: item.kind for item in fields(task)}
+    for name in extras(task):
+        value = raw.get(NAMES[name])
+        if isinstance(value, str) and kinds[name] == "scales" and value.strip().startswith("{"):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise RequestError(name, f"must be a JSON object of name -> scale, got {shown(value)}") from None
+        flat[name] = value
+    return flat
+
+
+def _common(raw: dict[str, Any], limits: Limits, task: str, images: Any, mask: Any = None) -> GenerationRequest:
+    """Our request from OpenAI's fields plus our extras; refusals name the OpenAI field."""
     if raw.get("stream") not in (None, False, "false"):
-        raise InputError("stream: streaming (partial images) is not supported by this server")
-    prompt = clean_text("prompt", raw.get("prompt"), limits.max_prompt_chars, required=True)
-    n = whole_number("n", 1 if raw.get("n") is None else raw["n"], 1, limits.max_batch)
+        raise WireError(("stream",), "streaming (partial images) is not supported by this server")
+    n = raw.get("n")
+    if n is not None:
+        try:
+            n = spec("num_images").parse(n)
+        except ValueError as exc:
+            raise WireError(("n",), str(exc)) from None
     width, height = size(raw.get("size"), limits.model, edit=images is not None)
-    fields = {name: raw[name] for name in EXTRAS if raw.get(name) is not None}
-    fields.update(prompt=prompt, num_images=n, width=width, height=height)
-    return dataclasses.replace(generation_request(fields, limits, init_images=images), prompt=prompt)
+    flat = _flat(raw, task)
+    flat.update(prompt=raw.get("prompt"), num_images=n, width=width, height=height, init_images=images, mask=mask)
+    if not isinstance(flat["prompt"], str) and flat["prompt"] is not None:
+        raise WireError(("prompt",), f"must be text, got {shown(flat['prompt'])}")
+    return read({**flat, "prompt": flat["prompt"] if flat["prompt"] is not None else ""}, limits)
 
 
 def generation(raw: dict[str, Any], limits: Limits) -> Parsed:
     """POST /v1/images/generations (JSON)."""
     if not isinstance(raw, dict):
-        raise InputError(f"the request body must be a JSON object, got {type(raw).__name__}")
-    request = _common(raw, limits, None)
-    return Parsed(request, output(raw), warnings_for(raw, request, limits.model.model_name))
+        raise WireError((), f"the request body must be a JSON object, got {type(raw).__name__}")
+    request = _common(raw, limits, "txt2img", None)
+    return Parsed(request, output(raw), warnings_for(raw, request, limits.model.model_name, "txt2img"))
 
 
 def edit(raw: dict[str, Any], limits: Limits, images: list[Any], mask: Any = None) -> Parsed:
     """POST /v1/images/edits: an inpaint with a mask (our white-is-repaint mask, already converted),
     else an instruction edit or image-to-image, whichever the model serving edits does."""
-    if mask is None:
-        request = _common(raw, limits, images)
-        return Parsed(request, output(raw), warnings_for(raw, request, limits.model.model_name))
-    raw = {**raw, "strength": raw.get("strength") if raw.get("strength") is not None else DEFAULT_STRENGTH}
-    request = dataclasses.replace(_common(raw, limits, images), inpaint=inpaint_options(raw, mask))
-    return Parsed(request, output(raw), warnings_for(raw, request, limits.model.model_name, INPAINT_EXTRAS))
+    task = "img2img" if mask is None else "inpaint"
+    request = _common(raw, limits, task, images, mask)
+    return Parsed(request, output(raw), warnings_for(raw, request, limits.model.model_name, task))
