@@ -16,7 +16,6 @@ For a generated input the truth is what the classifier reads from the input itse
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import time
 from pathlib import Path
@@ -152,7 +151,7 @@ def time_four_edits(pipeline, items: list[dict]) -> float:
         steps=pipeline.model_info().default_steps, guidance_scale=pipeline.model_info().default_guidance,
         image_guidance_scale=pipeline.default_image_guidance, seed=0,
     )  # fmt: skip
-    pipeline.generate(dataclasses.replace(request, init_images=request.init_images[:1]))
+    pipeline.generate(request.replace(init_images=request.init_images[:1]))
     start = time.perf_counter()
     pipeline.generate(request)
     return time.perf_counter() - start

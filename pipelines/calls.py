@@ -71,6 +71,8 @@ def call_kwargs(
         kwargs["image_guidance_scale"] = request.image_guidance_scale
         kwargs["max_area"] = width * height  # Kontext renders at max_area (1024^2) unless told
         kwargs["_auto_resize"] = False  # Kontext: keep the input at the requested size
+    if request.guidance_rescale:
+        kwargs["guidance_rescale"] = request.guidance_rescale
     if "clean_caption" in params:
         kwargs["clean_caption"] = _clean_caption_available()
     return {k: v for k, v in kwargs.items() if k in params}

@@ -119,6 +119,8 @@ class About:
     - a1111 / openai: the ecosystem's own name for it; None: our name, taken as an extension the
       ecosystem lacks (an A1111 body key, an OpenAI `extra_body` field);
     - cli: the flag of `python -m engine` and `python -m pipelines` (None: --our-name);
+    - infotext: its name in A1111's PNG text ("CFG scale"), where a PNG records it
+      (pipelines.metadata writes, pipelines.pnginfo reads it);
     - step: a form's slider step (forms only; bounds come from the value type).
     """
 
@@ -127,6 +129,7 @@ class About:
     a1111: str | None = None
     openai: str | None = None
     cli: str | None = None
+    infotext: str | None = None
     step: float | None = None
     unit: str = ""
 

@@ -519,7 +519,8 @@ class ImagePipeline:
                 image = plan.finish(item, image)
                 out.images.append(image)
                 out.inputs.append(item["image"])
-                out.metas.append(self._metadata(plan.request, item, *image.size, plan.guidance_end))
+                rescale = plan.request.guidance_rescale if "guidance_rescale" in plan.accepted else None  # what ran
+                out.metas.append(self._metadata(plan.request, item, *image.size, plan.guidance_end, rescale))
             done += len(chunk)
         return out
 
@@ -658,6 +659,8 @@ class ImagePipeline:
             warnings.append(f"{type(pipe).__name__} has no negative prompt; it was ignored")
         if self.traits.guidance == "none" and request.guidance_scale:
             warnings.append(f"{type(pipe).__name__} takes no guidance; the guidance value was ignored")
+        if request.guidance_rescale and "guidance_rescale" not in accepted:
+            warnings.append(f"{type(pipe).__name__} has no guidance rescale; {request.guidance_rescale:g} was ignored")
         if self.traits.step_callback == "none":
             warnings.append(f"{type(pipe).__name__} reports no steps: no progress, and Stop waits for the end")
         for prompt in dict.fromkeys(request.prompts):
@@ -665,7 +668,8 @@ class ImagePipeline:
         return warnings
 
     def _metadata(
-        self, request: GenerationRequest, item: dict, width: int, height: int, guidance_end: float = 1.0
+        self, request: GenerationRequest, item: dict, width: int, height: int, guidance_end: float = 1.0,
+        rescale: float | None = None,
     ) -> dict[str, Any]:
         meta = {
             "prompt": item["prompt"],
@@ -693,6 +697,8 @@ class ImagePipeline:
             meta["strength"] = request.strength
         if guidance_end < 1.0:
             meta["guidance_end"] = guidance_end
+        if rescale:
+            meta["guidance_rescale"] = rescale  # only where it ran (0: none, what A1111 leaves out)
         if request.inpaint is not None:
             meta.update(inpaint.metadata(request.inpaint))
         quantized = quantization.applied(self.pipe)

@@ -59,7 +59,7 @@ class Inpaint(Schema):
     mask: Annotated[Image.Image, Picture(modes=MASK_MODES), About("Mask", tasks=INPAINT, a1111="mask", openai="mask", cli="--mask")] = Field(
         description="what to repaint: white (any non-black pixel, or alpha) is repainted; the input image's size"
     )  # fmt: skip
-    mask_blur: Annotated[int, Range(0, MAX_MASK_BLUR, integer=True), About("Mask blur", tasks=INPAINT, step=1, unit="px")] = Field(
+    mask_blur: Annotated[int, Range(0, MAX_MASK_BLUR, integer=True), About("Mask blur", tasks=INPAINT, a1111="mask_blur", step=1, unit="px")] = Field(
         4, description="pixels of feathering inside the mask (the seam never reaches an unpainted pixel)"
     )  # fmt: skip
     masked_content: Annotated[str, Choice(MASKED_CONTENT), About("Masked content", tasks=INPAINT, a1111="inpainting_fill")] = Field(

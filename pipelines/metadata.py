@@ -63,6 +63,7 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         *inpaint_fields(meta),
         ("Step cache", step_cache_text(meta)),  # ours (A1111 has none): keeps the image reproducible
     ]
+    fields += _schema_fields(meta, {key for key, _ in fields})
     hashes = meta.get("lora_hashes") or {}
     if hashes:
         fields.append(("Lora hashes", ", ".join(f"{n}: {h}" for n, h in hashes.items())))
@@ -71,6 +72,14 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         lines.append(f"Negative prompt: {meta['negative_prompt']}")
     lines.append(", ".join(f"{k}: {_quote(v)}" for k, v in fields if v is not None and v != ""))
     return "\n".join(lines)
+
+
+def _schema_fields(meta: dict[str, Any], written: set[str]) -> list[tuple[str, Any]]:
+    """Every other request field the metadata holds and the schema names an infotext key for
+    ("Clip skip"), after the fields above: a field added to the schema is recorded without a change here."""
+    from .request import fields
+
+    return [(s.about.infotext, meta[s.name]) for s in fields() if s.about.infotext not in (None, *written) and s.name in meta]
 
 
 def step_cache_text(meta: dict[str, Any]) -> str | None:

@@ -97,10 +97,13 @@ def _unquote(value: str) -> str:
 
 
 def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
+    from .request import fields  # the request schema names each field's infotext key ("CFG scale")
+
     numbers = {
-        "steps": ("Steps", int), "guidance_scale": ("CFG scale", float), "seed": ("Seed", int),
-        "guidance_end": ("Guidance end", float), "image_guidance_scale": ("Image CFG scale", float),
-    }  # fmt: skip
+        s.name: (s.about.infotext, int if s.kind == "whole" else float)
+        for s in fields()
+        if s.about.infotext and s.kind in ("whole", "number")
+    }
     for field, (key, kind) in numbers.items():
         value = extra.get(key, "")
         if _NUMBER.match(value):  # a malformed value stays only in "extra"
@@ -114,8 +117,6 @@ def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
             out[field] = extra[key]
     if "sampler" in out:  # A1111 >= 1.9 writes "Sampler: DPM++ 2M, Schedule type: Karras"
         out.update(sampler_fields(out["sampler"], extra.get("Schedule type")))
-    if _NUMBER.match(extra.get("Denoising strength", "")):
-        out["strength"] = float(extra["Denoising strength"])
     text = extra.get("Step cache", "")
     cache = StepCache.from_label(text)
     if text.endswith(CALIBRATION):  # a MagCache run that skipped nothing: the uncached image

@@ -111,25 +111,25 @@ class GenerationRequest(Schema):
     prompt: Annotated[str | list[str], Prompts(), About("Prompt", a1111="prompt", openai="prompt", cli="prompt")] = Field(
         description="what to draw (an edit: the instruction); a list of prompts makes images of each"
     )
-    negative_prompt: Annotated[str | None, Text(), About("Negative prompt", cli="--negative")] = Field(
+    negative_prompt: Annotated[str | None, Text(), About("Negative prompt", a1111="negative_prompt", cli="--negative")] = Field(
         None, description="what to keep out of the images"
     )
     num_images: Annotated[int, Range(1, 10_000, integer=True), About("Number of images", a1111="batch_size", openai="n", cli="--num-images", step=1)] = Field(
         1, description="images per prompt (and per input image); at most the server's MAX_BATCH in all"
     )  # fmt: skip
-    steps: Annotated[int | None, Range(1, 150, integer=True), About("Steps", step=1)] = Field(
+    steps: Annotated[int | None, Range(1, 150, integer=True), About("Steps", a1111="steps", infotext="Steps", step=1)] = Field(
         None, description="denoising steps; null: the model's (150: A1111's slider end)"
     )
-    guidance_scale: Annotated[float | None, Range(0.0, 50.0), About("Guidance (CFG)", a1111="cfg_scale", cli="--guidance", step=0.5)] = Field(
+    guidance_scale: Annotated[float | None, Range(0.0, 50.0), About("Guidance (CFG)", a1111="cfg_scale", cli="--guidance", infotext="CFG scale", step=0.5)] = Field(
         None, description="classifier-free guidance; null: the model's (50: what some distilled models run at)"
     )  # fmt: skip
-    width: Annotated[int | None, Range(8, 16384, integer=True), About("Width", openai="size", unit="px")] = Field(
+    width: Annotated[int | None, Range(8, 16384, integer=True), About("Width", a1111="width", openai="size", unit="px")] = Field(
         None, description="a multiple of the model's size step; null: the model's (an edit: the input's aspect ratio)"
     )
-    height: Annotated[int | None, Range(8, 16384, integer=True), About("Height", openai="size", unit="px")] = Field(
+    height: Annotated[int | None, Range(8, 16384, integer=True), About("Height", a1111="height", openai="size", unit="px")] = Field(
         None, description="a multiple of the model's size step; null: the model's (an edit: the input's aspect ratio)"
     )
-    seed: Annotated[int | None, Seed(), About("Seed")] = Field(
+    seed: Annotated[int | None, Seed(), About("Seed", a1111="seed", infotext="Seed")] = Field(
         None, description="0..2^64-1; image k gets seed + k; null or negative: random"
     )
     loras: Annotated[dict[str, float], Scales(Range(-4.0, 4.0)), About("LoRAs", a1111="prompt", cli="--lora", step=0.05)] = Field(
@@ -138,7 +138,7 @@ class GenerationRequest(Schema):
     sampler: Annotated[str | None, Text(), About("Sampler", a1111="sampler_name")] = Field(
         None, description="an A1111 sampler name the model offers (\"DPM++ 2M Karras\"); null: the model's own"
     )
-    guidance_end: Annotated[float | None, Range(0.01, 1.0), About("Guidance end", step=0.01)] = Field(
+    guidance_end: Annotated[float | None, Range(0.01, 1.0), About("Guidance end", infotext="Guidance end", step=0.01)] = Field(
         None, description="share of the steps with guidance, the last ones unguided (0 would skip all); null: the model's"
     )
     step_cache: Annotated[str | None, Choice(STEP_CACHES), About("Step cache")] = Field(
@@ -147,13 +147,16 @@ class GenerationRequest(Schema):
     step_cache_threshold: Annotated[float | None, Range(0.0, 1.0, low_open=True), About("Step cache threshold", step=0.01)] = Field(
         None, description="higher skips more steps (a relative change: 0 would skip none); null: the method's default"
     )  # fmt: skip
+    guidance_rescale: Annotated[float | None, Range(0.0, 1.0), About("Guidance rescale", infotext="CFG rescale", step=0.05)] = Field(
+        None, description="pulls guidance's burnt, over-saturated colours back (Lin et al. 2023: v-prediction models run 0.5-0.7); null: the model's (0, none)"
+    )  # fmt: skip
     init_images: Annotated[list[Image.Image] | None, Picture(many=True), About("Input images", tasks=EDIT_TASKS, a1111="init_images", openai="image", cli="--init-image")] = Field(
         None, description="the images to edit or inpaint; null: text-to-image"
     )  # fmt: skip
-    strength: Annotated[float | None, Range(0.01, 1.0), About("Strength", tasks=EDIT_TASKS, a1111="denoising_strength", step=0.01)] = Field(
+    strength: Annotated[float | None, Range(0.01, 1.0), About("Strength", tasks=EDIT_TASKS, a1111="denoising_strength", infotext="Denoising strength", step=0.01)] = Field(
         None, description=f"how much of each input is re-drawn (0 would keep it); null: {DEFAULT_STRENGTH:g} to inpaint, {IMG2IMG_STRENGTH:g} for image-to-image"
     )  # fmt: skip
-    image_guidance_scale: Annotated[float | None, Range(0.0, 10.0), About("Image guidance", tasks=IMG2IMG, a1111="image_cfg_scale", cli="--image-guidance", step=0.1)] = Field(
+    image_guidance_scale: Annotated[float | None, Range(0.0, 10.0), About("Image guidance", tasks=IMG2IMG, a1111="image_cfg_scale", cli="--image-guidance", infotext="Image CFG scale", step=0.1)] = Field(
         None, description="instruction editors: how closely the result keeps the input (InstructPix2Pix runs 1-5); null: the model's"
     )  # fmt: skip
     inpaint: Annotated[Inpaint | None, About("Inpaint", tasks=INPAINT)] = Field(

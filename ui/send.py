@@ -23,7 +23,7 @@ import gradio as gr
 
 from pipelines.backend import ModelInfo
 from pipelines.inpaint import DEFAULT_STRENGTH
-from pipelines.request import IMG2IMG_STRENGTH, SEED_SPACE, spec
+from pipelines.request import IMG2IMG_STRENGTH, SEED_SPACE, fields, spec
 from pipelines.samplers import from_any
 from pipelines.step_cache import NONE, StepCache, canonical
 from ui.form import SLIDER_THRESHOLD_MIN, Form, slider_threshold
@@ -64,7 +64,18 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
         notes.append("LoRA(s) not on this server: " + ", ".join(missing))
     if params.get("model") and params["model"] != info.model_name:
         notes.append(f"made with model {params['model']}; this server runs {info.model_name}")
+    _recorded_values(params, values)
     return values, notes
+
+
+def _recorded_values(params: dict[str, Any], values: dict[str, Any]) -> None:
+    """Every other number a PNG records (the schema names its infotext key: "Clip skip", and any field
+    new to the schema), fitted to its range; where the PNG has none, unset (what A1111 leaves out is
+    the default)."""
+    for item in fields():
+        if item.about.infotext and item.kind in ("whole", "number") and item.name not in values:
+            value = params.get(item.name)
+            values[item.name] = _fit(item.name, value) if isinstance(value, int | float) else None
 
 
 def one_prompt(prompt: Any, notes: list[str]) -> str:
