@@ -1,10 +1,11 @@
 """The engine: admission and jobs for every front end (the Gradio UI and API, the CLI, the Space, the
 HTTP APIs), so that each gets the same limits, the same progress and previews, and the same Stop.
 
-- Admission (`submit`): the request is validated against the model's limits and its seed pinned
-  before it takes a place; a caller with QUEUE_PER_USER jobs queued or running is refused, and so
-  is any caller when QUEUE_SIZE jobs already wait. The check and the enqueue happen under one lock,
-  so simultaneous calls cannot overflow either limit.
+- Admission (`submit`): the request is validated against the model's limits (its sampler's fewest
+  steps included: `ModelInfo.min_steps`) and its seed pinned before it takes a place, so a request
+  that cannot run never waits in the queue; a caller with QUEUE_PER_USER jobs queued or running is
+  refused, and so is any caller when QUEUE_SIZE jobs already wait. The check and the enqueue happen
+  under one lock, so simultaneous calls cannot overflow either limit.
 - Scheduling: jobs start in arrival order, as many at once as the backend's `concurrency` (one per
   healthy replica); a start waits on a condition, never polls.
 - A job's events (`Job.events`): `Queued(ahead)` while it waits, `Progress` per step, `Preview`
@@ -34,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines import catalog
+from pipelines import catalog, samplers
 from pipelines.backend import Capabilities, GenerationBackend, ModelInfo, ReplicaStatus
 from pipelines.errors import PipelineError
 from pipelines.request import GenerationRequest, GenerationResult, pin_seed, validate
@@ -218,8 +219,9 @@ class Engine:
     def submit(self, request: GenerationRequest, caller: Caller | None = None) -> Job:
         """Admit a request (validated, seed pinned) or raise `Refused` / ValueError naming the field."""
         caller = caller or Caller()
-        info = self.backend.model_info()
-        validate(request, info.serving(request).limits)
+        served = self.backend.model_info().serving(request)
+        validate(request, served.limits)
+        samplers.check_steps(request.sampler or served.scheduler, request.steps, served.min_steps)
         job = Job(pin_seed(request), caller)
         with self._changed:
             mine = sum(j.caller.key == caller.key for j in (*self._waiting, *self._running))

@@ -57,7 +57,7 @@ class ReplicaStatus:
     attention_components: dict[str, str] = field(default_factory=dict)  # per component, what runs
     weights: str = "on device"  # on device | CPU offload (model) | group offload (block|leaf)
     compile: str = "no compile"  # what devices.compile did (or why not)
-    quantization: dict[str, str] = field(default_factory=dict)  # per component, what the loader made (pipelines.quantization)
+    quantization: dict[str, str] = field(default_factory=dict)  # per component, what the loader made (quantization)
     role: str = "main"  # "main" serves every request; "editor" serves the Edit tab beside it (EditRouter)
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,6 +83,7 @@ class ModelInfo:
     default_guidance: float
     scheduler: str  # the model's own sampler, by its A1111 name where one exists
     samplers: tuple[str, ...] = ()  # every sampler this model can use (pipelines.samplers)
+    min_steps: dict[str, int] = field(default_factory=dict)  # fewest steps per sampler, its own too (samplers.minima)
     loras: tuple[str, ...] = ()
     vocabulary: dict[str, Any] = field(default_factory=dict)  # embedded models: pattern, words, examples
     examples: tuple[str, ...] = ()

@@ -268,6 +268,17 @@ def test_bad_values_get_one_422_naming_the_field(http):
     assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body"]
 
 
+def test_steps_below_the_samplers_minimum_are_one_422_naming_steps_and_the_minimum(http):
+    """Was: 422 "operands could not be broadcast together with shapes (2,) (8,)" (PLMS's warm-up inside
+    diffusers), naming neither the field nor the sampler; the embedded model's PLMS needs 4 steps."""
+    body = {"prompt": PROMPT, "width": 64, "height": 64, "sampler_name": "PLMS"}
+    for steps in (1, 2, 3):
+        response = http.post("/txt2img", json={**body, "steps": steps})
+        assert response.json()["detail"][0]["loc"] == ["body", "steps"]
+        assert refused(response, "steps") == f"steps: PLMS needs at least 4 steps; got {steps}"
+    assert len(http.post("/txt2img", json={**body, "steps": 4}).json()["images"]) == 1
+
+
 def test_bad_images_are_refused_before_decoding(http):
     def img2img(**fields):
         return http.post("/img2img", json={"prompt": PROMPT, "init_images": [b64(scene())], **SMALL, **fields})
