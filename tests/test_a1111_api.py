@@ -401,14 +401,23 @@ def test_webapi_does_not_import_gradio():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
 
 
-def test_open_webui_switches_the_model_where_switching_is_allowed(tmp_path):
-    """POST options and override_settings load another model (for everyone) with ALLOW_MODEL_SWITCH=1."""
+def test_open_webui_switches_the_model_where_switching_is_allowed(tmp_path, monkeypatch):
+    """POST options and override_settings load another model (for everyone) with ALLOW_MODEL_SWITCH=1;
+    sd-models lists exactly the models that can load here (offline: the embedded ones, not the 11 other
+    recipes it listed before), and a switch to another is refused at once with the reason."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))  # whatever this machine holds
     with (
         running_app(DEFAULT_MODEL, tmp_path, env={"ALLOW_MODEL_SWITCH": "1"}) as (demo, _),
         httpx.Client(base_url=demo.local_url.rstrip("/") + "/sdapi/v1", timeout=120) as client,
     ):
-        titles = [m["title"] for m in client.get("/sd-models").json()]
-        assert titles[0] == "tiny-shapes" and "tiny-shapes-edit" in titles
+        listed = client.get("/sd-models").json()
+        assert [m["title"] for m in listed] == ["tiny-shapes", "tiny-shapes-edit"]
+        assert set(listed[0]) == {"title", "model_name", "hash", "sha256", "filename", "config"}
+        message = refused(client.post("/options", json={"sd_model_checkpoint": "sdxl-base"}), "sd_model_checkpoint")
+        assert message.startswith("sd_model_checkpoint: 'sdxl-base' cannot load here: its weights ")
+        assert "HF_HUB_OFFLINE" in message and message.endswith("available: tiny-shapes, tiny-shapes-edit")
         assert client.post("/options", json={"sd_model_checkpoint": "tiny-shapes-edit"}).status_code == 200
         assert client.get("/options").json()["sd_model_checkpoint"] == "tiny-shapes-edit"
         body = {"prompt": PROMPT, **SMALL, "override_settings": {"sd_model_checkpoint": "tiny-shapes"}}
