@@ -1,10 +1,11 @@
 """The engine: admission and jobs for every front end (the Gradio UI and API, the CLI, the Space, the
 HTTP APIs), so that each gets the same limits, the same progress and previews, and the same Stop.
 
-- Admission (`submit`): the request is validated against the model's limits and its seed pinned
-  before it takes a place; a caller with QUEUE_PER_USER jobs queued or running is refused, and so
-  is any caller when QUEUE_SIZE jobs already wait. The check and the enqueue happen under one lock,
-  so simultaneous calls cannot overflow either limit.
+- Admission (`submit`): the request is validated against the model's limits (its sampler's fewest
+  steps included: `ModelInfo.min_steps`) and its seed pinned before it takes a place, so a request
+  that cannot run never waits in the queue; a caller with QUEUE_PER_USER jobs queued or running is
+  refused, and so is any caller when QUEUE_SIZE jobs already wait. The check and the enqueue happen
+  under one lock, so simultaneous calls cannot overflow either limit.
 - Scheduling: jobs start in arrival order, as many at once as the backend's `concurrency` (one per
   healthy replica); a start waits on a condition, never polls.
 - A job's events (`Job.events`): `Queued(ahead)` while it waits, `Progress` per step, `Preview`
@@ -316,13 +317,21 @@ class Engine:
 
     # ---------------------------------------------------------------- models
     def models(self) -> dict[str, Any]:
-        """What can be loaded (recipes, MODELS_DIR folders), what is loaded now, whether switching is allowed."""
+        """What can be loaded here (recipes, MODELS_DIR folders), what cannot and why (pipelines.catalog),
+        what is loaded now, whether switching is allowed. `models` holds only what can load, so every
+        front end that offers it (the UI's picker, A1111's sd-models) offers nothing that would fail."""
         entries = catalog.list_models(self.switching.models_dir)
         return {
             "current": self.model_info().model_name,
-            "models": [{"name": e.name, "kind": e.kind} for e in entries],
+            "models": [{"name": e.name, "kind": e.kind} for e in entries if e.loadable],
+            "unavailable": [{"name": e.name, "kind": e.kind, "why": e.why_not} for e in entries if not e.loadable],
             "switch_allowed": self.can_switch,
         }
+
+    def find_model(self, name: str) -> catalog.ModelEntry:
+        """The entry `name` of `models()` where it can load here, else RequestError on `model` saying
+        why and what can (pipelines.catalog)."""
+        return catalog.find((name or "").strip(), self.switching.models_dir)
 
     @property
     def can_switch(self) -> bool:
@@ -343,8 +352,8 @@ class Engine:
                 "(ALLOW_MODEL_SWITCH=1 allows it beyond localhost)"
             )
         try:
-            entry = catalog.find((name or "").strip(), self.switching.models_dir)
-        except ValueError as exc:
+            entry = self.find_model(name)
+        except ValueError as exc:  # unknown, or cannot load here: refused at once, the model serves on
             raise SwitchRefused(str(exc)) from exc
         info = self.backend.load_model(entry.source, progress=progress)  # type: ignore[attr-defined]
         log.info("model switched to %s", info.model_name)

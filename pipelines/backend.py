@@ -33,6 +33,7 @@ from .request import (
     routes_to_editor,
     validate,
 )
+from .samplers import check_steps
 
 ProgressFn = Callable[[int, int, int], None]  # (steps done, steps in all, index of the image being made)
 CancelFn = Callable[[], bool]  # polled between denoising steps; True stops after the current step
@@ -66,7 +67,7 @@ class ReplicaStatus:
     attention_components: dict[str, str] = field(default_factory=dict)  # per component, what runs
     weights: str = "on device"  # on device | CPU offload (model) | group offload (block|leaf)
     compile: str = "no compile"  # what devices.compile did (or why not)
-    quantization: dict[str, str] = field(default_factory=dict)  # per component, what the loader made (pipelines.quantization)
+    quantization: dict[str, str] = field(default_factory=dict)  # per component, what the loader made (quantization)
     role: str = "main"  # "main" serves every request; "editor" serves the Edit tab beside it (EditRouter)
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,6 +93,7 @@ class ModelInfo:
     default_guidance: float
     scheduler: str  # the model's own sampler, by its A1111 name where one exists
     samplers: tuple[str, ...] = ()  # every sampler this model can use (pipelines.samplers)
+    min_steps: dict[str, int] = field(default_factory=dict)  # fewest steps per sampler, its own too (samplers.minima)
     loras: tuple[str, ...] = ()
     vocabulary: dict[str, Any] = field(default_factory=dict)  # embedded models: pattern, words, examples
     examples: tuple[str, ...] = ()
@@ -136,8 +138,8 @@ class ModelInfo:
 
     def accept(self, request: GenerationRequest) -> GenerationRequest:
         """`request` as this model takes it, or RequestError naming the field: within its limits
-        (`validate`), a sampler it offers (its own one named: none), LoRAs it has. The engine asks
-        this of every request, so every front end gets the same answer."""
+        (`validate`), a sampler it offers (its own one named: none) and the steps that sampler needs,
+        LoRAs it has. The engine asks this of every request, so every front end gets the same answer."""
         validate(request, self.limits)
         if request.sampler is not None and request.sampler not in self.samplers:
             raise RequestError(
@@ -147,6 +149,7 @@ class ModelInfo:
         if unknown:
             offered = ", ".join(self.loras) or "none"
             raise RequestError("loras", f"unknown LoRA {shown(unknown[0], 80)}; available: {offered}", (unknown[0],))
+        check_steps(request.sampler or self.scheduler, request.steps or self.default_steps, self.min_steps)
         if request.sampler is not None and request.sampler == self.scheduler:
             request = request.model_copy(update={"sampler": None})  # the model's own: nothing to swap
         return request

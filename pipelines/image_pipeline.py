@@ -1,7 +1,7 @@
 """ImagePipeline: a diffusers pipeline (+ LoRA) run through a DeviceManager, in batches.
 
 `generate(request)` does, in order:
- 1. validate the request (before any model work);
+ 1. validate the request (before any model work), the steps against the sampler's minimum included;
  2. pick the pipeline (text-to-image, or the image-to-image / inpainting twin built with
     `from_pipe`: no weights twice) and, for an inpaint, the mask's crop and start (pipelines.inpaint);
  3. activate the requested LoRAs;
@@ -391,6 +391,9 @@ class ImagePipeline:
                 raise ValueError(f"item_range: {item_range} is not a range inside 0..{request.total_images}")
             count = stop - start
         validate(request, self.limits, count=count)
+        samplers.check_steps(
+            request.sampler or self.scheduler_name, request.steps or self.default_steps, samplers.minima(self.pipe.scheduler)
+        )
         self.check_task(request)
         request = pin_seed(request).with_defaults(self)
         if request.inpaint is not None and inpaint.is_empty(

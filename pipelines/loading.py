@@ -27,8 +27,20 @@ def quiet_load_progress_bars() -> None:
     transformers_logging.disable_progress_bar()
 
 
+# Suffixes of the files a MODEL_ID may name; a Hub id's own dots are not one ("FLUX.1-dev", "...-base-1.0").
+FILE_SUFFIXES = (".safetensors", ".ckpt", ".gguf", ".json", ".bin", ".pt", ".pth", ".sft")
+
+
 def looks_like_path(source: str) -> bool:
-    return source.startswith((".", "/", "~")) or "\\" in source or Path(source).suffix != "" or source.count("/") > 1
+    """Whether `source` names a local path rather than a Hub id ("namespace/name"). A dot in the name
+    used to count as a file suffix: "stabilityai/stable-diffusion-xl-base-1.0" and every FLUX.1 and SD 3.5
+    repository were refused as missing files, online or not."""
+    return (
+        source.startswith((".", "/", "~"))
+        or "\\" in source
+        or Path(source).suffix.lower() in FILE_SUFFIXES
+        or source.count("/") > 1
+    )
 
 
 def load_diffusers_pipeline(source: str, dtype: torch.dtype, **kwargs: Any):

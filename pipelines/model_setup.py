@@ -105,7 +105,9 @@ def compile_plan(self: Any) -> graph_compile.CompilePlan:
     hooks move weights in and out on every call, which graph capture would either break on or freeze."""
     plan = graph_compile.plan(self.dm.backend, self.options.compile)
     if plan.enabled and self.weights != "on device":
-        return graph_compile.CompilePlan(False, None, f"weights use {self.weights}; offload hooks and compile are not combined")
+        return graph_compile.CompilePlan(
+            False, None, f"weights use {self.weights}; offload hooks and compile are not combined"
+        )
     return plan
 
 
@@ -130,7 +132,13 @@ def compile_and_warm_up(self: Any, steps: int = 2) -> None:
         for request in _warm_up_requests(self, steps):
 
             def progress(step: int, total: int, _image: int, images: int = request.num_images) -> None:
-                log.info("compile warm-up (%d image(s)): step %d/%d, %.1f s", images, step, total, time.perf_counter() - began)
+                log.info(
+                    "compile warm-up (%d image(s)): step %d/%d, %.1f s",
+                    images,
+                    step,
+                    total,
+                    time.perf_counter() - began,
+                )
 
             self.generate(request, progress=progress)
     except Exception as exc:
@@ -154,7 +162,9 @@ def _warm_up_requests(self: Any, steps: int) -> list[GenerationRequest]:
         return []
     image = None if traits.text_to_image else [Image.new("RGB", self.default_size, "gray")]
     return [
-        GenerationRequest(prompt="a red circle on a blue background", num_images=n, steps=steps, seed=0, init_images=image)
+        GenerationRequest(
+            prompt="a red circle on a blue background", num_images=n, steps=steps, seed=0, init_images=image
+        )
         for n in sorted({1, min(2, self.options.max_batch)})
     ]
 
@@ -236,6 +246,7 @@ def describe(self: Any) -> ModelInfo:
         default_guidance=self.default_guidance,
         scheduler=self.scheduler_name,
         samplers=tuple(s.name for s in samplers.offered(self.pipe.scheduler)),
+        min_steps=samplers.minima(self.pipe.scheduler),
         loras=tuple(sorted(self.loras.available())),
         vocabulary=dict(vocab),
         examples=tuple(vocab.get("examples") or ()),

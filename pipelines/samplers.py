@@ -13,6 +13,10 @@ crashes with an IndexError, DPM2 Karras returns NaNs) and second-order steps acr
 DPM2 a) blow up. So each candidate is first run on a problem with a known answer
 (`schedule_fault`): Gaussian data through the model's schedule with the exact denoiser. The ones
 that cannot reproduce it are not offered. On SD-style schedules every sampler passes.
+
+A sampler may also need a few steps to start: `Sampler.min_steps` (PLMS's warm-up takes 4). A request
+below it is refused on `steps` before any model work (`check_steps`), instead of failing inside
+diffusers with a message that names neither the field nor the sampler.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import json
 import logging
 import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +48,15 @@ class Sampler:
     scheduler: str  # diffusers class name
     options: dict[str, Any] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()  # A1111's own aliases for it (k-diffusion names), as /sdapi/v1/samplers lists them
+    min_steps: int = 1  # the fewest steps it runs without an error or NaN (measured; the table says why)
+    min_steps_unless: dict[str, Any] = field(default_factory=dict)  # scheduler config values that lift it
+
+    def steps_needed(self, config: Mapping[str, Any]) -> int:
+        """The fewest steps on a scheduler config: `min_steps`, or 1 where the config has every value of
+        `min_steps_unless` (SD 1.5's PNDM config skips the warm-up that makes PLMS need 4)."""
+        if self.min_steps_unless and all(config.get(k) == v for k, v in self.min_steps_unless.items()):
+            return 1
+        return self.min_steps
 
     @property
     def a1111(self) -> tuple[str, str | None]:
@@ -54,6 +68,10 @@ class Sampler:
 
 log = logging.getLogger(__name__)
 
+# min_steps, measured with diffusers 0.42.1 (steps 1-8; scheduler loop with the exact denoiser of
+# `schedule_fault`, and whole tiny pipelines) on SD 1.5's, SD 2's v-prediction, SDXL's and the embedded
+# tiny-shapes' configs, and SD3/Flux flow-matching ones: every sampler runs from 1 step, except PLMS
+# (docs/samplers-and-guidance.md, "Fewest steps"; LMS measured with scipy, which it needs to be offered).
 SAMPLERS = [
     Sampler("DPM++ 2M", "DPMSolverMultistepScheduler", {"use_karras_sigmas": False, "algorithm_type": "dpmsolver++"}, ("k_dpmpp_2m",)),
     Sampler("DPM++ 2M Karras", "DPMSolverMultistepScheduler", {**KARRAS, "algorithm_type": "dpmsolver++"}),
@@ -71,7 +89,10 @@ SAMPLERS = [
     Sampler("LMS", "LMSDiscreteScheduler", {"use_karras_sigmas": False}, ("k_lms",)),
     Sampler("LMS Karras", "LMSDiscreteScheduler", KARRAS),
     Sampler("DDIM", "DDIMScheduler", {}, ("ddim",)),
-    Sampler("PLMS", "PNDMScheduler", {}, ("plms",)),
+    # PLMS: PNDM's Runge-Kutta warm-up (PRK) spans the schedule's last 4 timesteps; with 1-3 steps
+    # diffusers cannot lay it out ("operands could not be broadcast together with shapes (2,) (8,)").
+    # Configs that skip PRK (SD 1.5's own: skip_prk_steps true) run from 1 step; PNDM's default is PRK.
+    Sampler("PLMS", "PNDMScheduler", {}, ("plms",), min_steps=4, min_steps_unless={"skip_prk_steps": True}),
     Sampler("UniPC", "UniPCMultistepScheduler", {}, ("unipc",)),
     Sampler("DEIS", "DEISMultistepScheduler"),
     Sampler("LCM", "LCMScheduler", {}, ("k_lcm",)),
@@ -144,6 +165,25 @@ def current(scheduler: Any) -> Sampler:
         ):
             return s
     return Sampler(cls, cls)
+
+
+def minima(scheduler: Any) -> dict[str, int]:
+    """The fewest steps of every sampler this model offers and of its own scheduler (`current`), by name:
+    each table entry's `min_steps` on the config the sampler is built from (`ModelInfo.min_steps`)."""
+    config = dict(scheduler.config)
+    out = {s.name: s.steps_needed({**config, **s.options}) for s in offered(scheduler)}
+    own = current(scheduler)
+    out[own.name] = own.steps_needed(config)
+    return out
+
+
+def check_steps(sampler: str, steps: int, minima: Mapping[str, int]) -> None:
+    """Refuse `steps` below `sampler`'s minimum (`minima`: this module's `minima` or `ModelInfo.min_steps`) with a
+    RequestError on `steps`, so every front end names the field; a sampler not in `minima` (not offered
+    here) is left to `build`, whose refusal names the sampler."""
+    need = minima.get(sampler, 1)
+    if steps < need:
+        raise RequestError(("steps",), f"{sampler} needs at least {need} steps; got {steps}")
 
 
 def build(scheduler: Any, name: str) -> Any:

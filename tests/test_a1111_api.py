@@ -268,6 +268,17 @@ def test_bad_values_get_one_422_naming_the_field(http):
     assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body"]
 
 
+def test_steps_below_the_samplers_minimum_are_one_422_naming_steps_and_the_minimum(http):
+    """Was: 422 "operands could not be broadcast together with shapes (2,) (8,)" (PLMS's warm-up inside
+    diffusers), naming neither the field nor the sampler; the embedded model's PLMS needs 4 steps."""
+    body = {"prompt": PROMPT, "width": 64, "height": 64, "sampler_name": "PLMS"}
+    for steps in (1, 2, 3):
+        response = http.post("/txt2img", json={**body, "steps": steps})
+        assert response.json()["detail"][0]["loc"] == ["body", "steps"]
+        assert refused(response, "steps") == f"steps: PLMS needs at least 4 steps; got {steps}"
+    assert len(http.post("/txt2img", json={**body, "steps": 4}).json()["images"]) == 1
+
+
 def test_bad_images_are_refused_before_decoding(http):
     def img2img(**fields):
         return http.post("/img2img", json={"prompt": PROMPT, "init_images": [b64(scene())], **SMALL, **fields})
@@ -396,14 +407,23 @@ def test_webapi_does_not_import_gradio():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
 
 
-def test_open_webui_switches_the_model_where_switching_is_allowed(tmp_path):
-    """POST options and override_settings load another model (for everyone) with ALLOW_MODEL_SWITCH=1."""
+def test_open_webui_switches_the_model_where_switching_is_allowed(tmp_path, monkeypatch):
+    """POST options and override_settings load another model (for everyone) with ALLOW_MODEL_SWITCH=1;
+    sd-models lists exactly the models that can load here (offline: the embedded ones, not the 11 other
+    recipes it listed before), and a switch to another is refused at once with the reason."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))  # whatever this machine holds
     with (
         running_app(DEFAULT_MODEL, tmp_path, env={"ALLOW_MODEL_SWITCH": "1"}) as (demo, _),
         httpx.Client(base_url=demo.local_url.rstrip("/") + "/sdapi/v1", timeout=120) as client,
     ):
-        titles = [m["title"] for m in client.get("/sd-models").json()]
-        assert titles[0] == "tiny-shapes" and "tiny-shapes-edit" in titles
+        listed = client.get("/sd-models").json()
+        assert [m["title"] for m in listed] == ["tiny-shapes", "tiny-shapes-edit"]
+        assert set(listed[0]) == {"title", "model_name", "hash", "sha256", "filename", "config"}
+        message = refused(client.post("/options", json={"sd_model_checkpoint": "sdxl-base"}), "sd_model_checkpoint")
+        assert message.startswith("sd_model_checkpoint: 'sdxl-base' cannot load here: its weights ")
+        assert "HF_HUB_OFFLINE" in message and message.endswith("available: tiny-shapes, tiny-shapes-edit")
         assert client.post("/options", json={"sd_model_checkpoint": "tiny-shapes-edit"}).status_code == 200
         assert client.get("/options").json()["sd_model_checkpoint"] == "tiny-shapes-edit"
         body = {"prompt": PROMPT, **SMALL, "override_settings": {"sd_model_checkpoint": "tiny-shapes"}}

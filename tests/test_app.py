@@ -95,6 +95,9 @@ def test_bad_input_is_an_error_message_then_the_server_still_works(client):
         generate(client, steps=0)
     assert "steps: 0 is out of range 1..150" in str(err.value)
     with pytest.raises(Exception) as err:
+        generate(client, steps=2, sampler="PLMS")  # PLMS's warm-up takes 4 steps (pipelines.samplers)
+    assert "steps: PLMS needs at least 4 steps; got 2" in str(err.value)
+    with pytest.raises(Exception) as err:
         generate(client, width=66)
     assert "width: 66 is not a multiple of 8" in str(err.value)
     with pytest.raises(Exception) as err:

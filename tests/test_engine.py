@@ -164,6 +164,16 @@ class _Gate:
         pass
 
 
+def test_steps_below_the_samplers_minimum_are_refused_at_admission_not_in_the_queue(app_engine):
+    """Every front end submits here: the refusal names `steps` before the request takes a place."""
+    from pipelines.request import RequestError
+
+    assert app_engine.model_info().min_steps["PLMS"] == 4  # the embedded model's PNDM runs its warm-up
+    with pytest.raises(RequestError, match=r"^steps: PLMS needs at least 4 steps; got 3$") as refused:
+        app_engine.submit(GenerationRequest(prompt=PROMPT, steps=3, sampler="PLMS"), Caller(session="plms"))
+    assert refused.value.loc == ("steps",) and app_engine.load() == {"running": 0, "waiting": 0}
+
+
 def test_the_engine_admits_in_order_and_refuses_over_its_limits():
     gate = _Gate()
     engine = Engine(gate, Admission(queue_size=2, per_caller=1))

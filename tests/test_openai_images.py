@@ -230,6 +230,8 @@ def test_bad_generation_inputs_name_the_field(client, url):
     bad(lambda: gen(prompt=PROMPT, extra_body={"n": "many"}), "n")
     bad(lambda: gen(prompt=PROMPT, extra_body={"n": [2]}), "n")
     bad(lambda: gen(prompt=PROMPT, extra_body={"sampler": "No Such Sampler"}), "sampler")
+    plms = bad(lambda: gen(prompt=PROMPT, extra_body={"sampler": "PLMS", "steps": 2}), "steps")  # its warm-up: 4
+    assert plms.body["message"] == "steps: PLMS needs at least 4 steps; got 2"
     bad(lambda: gen(prompt=""), "prompt")
     bad(lambda: gen(prompt=PROMPT, response_format="gif"), "response_format")
     bad(lambda: gen(prompt=PROMPT, output_format="gif"), "output_format")

@@ -108,6 +108,17 @@ def test_offline_hub_id_says_how_to_fix(monkeypatch):
     assert "\n" not in message
 
 
+def test_hub_ids_with_dots_are_hub_ids_not_missing_files():
+    """Was: the dot counted as a file suffix, so the sdxl-base, sd3.5 and FLUX.1 recipes' repositories were
+    refused as missing files before any download was tried (online too)."""
+    from pipelines.loading import looks_like_path
+
+    for hub_id in ("stabilityai/stable-diffusion-xl-base-1.0", "black-forest-labs/FLUX.1-dev", "Qwen/Qwen-Image"):
+        assert not looks_like_path(hub_id), hub_id
+    for path in ("model.safetensors", "flux1-dev-Q4_K_S.gguf", "./tiny", "~/models/x", "a/b/c", "C:\\models\\x"):
+        assert looks_like_path(path), path
+
+
 def test_single_file_must_be_safetensors(tmp_path):
     ckpt = tmp_path / "model.ckpt"
     ckpt.write_bytes(b"not really")

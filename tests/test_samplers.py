@@ -7,6 +7,8 @@ offered them anyway and they crashed (IndexError) or drew black or noise.
 
 from __future__ import annotations
 
+import math
+
 import diffusers
 import pytest
 
@@ -17,6 +19,8 @@ from models.train import edit_world
 from models.train.world import Scene
 from pipelines import GenerationRequest, ImagePipeline, samplers
 from pipelines.options import DEFAULT_MODEL
+from pipelines.request import RequestError
+from tests import families
 
 PROMPTS = ("a green circle on a blue background", "a red triangle on a white background")
 EDITS = (  # (input, instruction, kind, value): judged by the evaluation's `judge`
@@ -79,7 +83,9 @@ def test_every_sampler_the_embedded_editor_offers_edits(editor):
 
 def test_a_sampler_the_schedule_cannot_run_is_refused_with_the_reason(text_to_image):
     request = GenerationRequest(prompt=PROMPTS[0], steps=20, seed=1, sampler="DPM++ 2M Karras")
-    with pytest.raises(ValueError, match=r"'DPM\+\+ 2M Karras' is not available.*cannot run this model's noise schedule"):
+    with pytest.raises(
+        ValueError, match=r"'DPM\+\+ 2M Karras' is not available.*cannot run this model's noise schedule"
+    ):
         text_to_image.generate(request)  # was: IndexError deep inside the scheduler
     assert "Heun" in samplers.faults(text_to_image.diffusers_pipeline.scheduler)
 
@@ -92,3 +98,60 @@ def test_an_sd_schedule_keeps_every_sampler_and_ddim_does_not_clip():
     assert samplers.build(own, "DDIM").config.clip_sample is False  # latents are not bounded to [-1, 1]
     pixel = diffusers.DDPMScheduler(clip_sample=True)  # a pixel-space model that asks for clipping keeps it
     assert samplers.build(pixel, "DDIM").config.clip_sample is True
+
+
+# ------------------------------------------------------------------------------ fewest steps
+def _unet_calls(pipeline: ImagePipeline) -> list[int]:
+    """A list that grows by one per UNet call: proof that a refusal came before any model work."""
+    calls: list[int] = []
+    pipeline.diffusers_pipeline.unet.register_forward_pre_hook(lambda *_: calls.append(1))
+    return calls
+
+
+def test_plms_below_its_warm_up_is_refused_on_steps_before_any_model_work(tiny_model_dir):
+    """Was: ValueError "operands could not be broadcast together with shapes (2,) (8,)" from inside
+    diffusers (PNDM's PRK warm-up), which the APIs answered without naming steps or the sampler."""
+    pipeline = ImagePipeline.from_pretrained(str(tiny_model_dir), DeviceManager("cpu"))
+    calls = _unet_calls(pipeline)
+    assert pipeline.model_info().min_steps["PLMS"] == 4
+    with pytest.raises(RequestError) as refused:
+        pipeline.generate(GenerationRequest(prompt=PROMPTS[0], steps=2, seed=1, sampler="PLMS"))
+    assert refused.value.loc == ("steps",) and str(refused.value) == "steps: PLMS needs at least 4 steps; got 2"
+    # the model's own scheduler, when the request names no sampler: a PNDM that runs its warm-up
+    pipeline.diffusers_pipeline.scheduler = diffusers.PNDMScheduler.from_config(
+        pipeline.diffusers_pipeline.scheduler.config
+    )
+    assert pipeline.scheduler_name == "PLMS"
+    with pytest.raises(RequestError, match=r"^steps: PLMS needs at least 4 steps; got 3$"):
+        pipeline.generate(GenerationRequest(prompt=PROMPTS[0], steps=3, seed=1))
+    assert calls == []
+    assert len(pipeline.generate(GenerationRequest(prompt=PROMPTS[0], steps=4, seed=1)).images) == 1
+    assert calls  # the minimum itself runs
+
+
+def test_sd15s_own_pndm_skips_the_warm_up_and_keeps_every_step_count(family_root):
+    """SD 1.5's PNDM config says skip_prk_steps: its PLMS runs from 1 step, so nothing is refused there."""
+    pipeline = ImagePipeline.from_pretrained(str(families.build("sd15", family_root / "sd15")), DeviceManager("cpu"))
+    assert pipeline.scheduler_name == "PLMS" and set(pipeline.model_info().min_steps.values()) == {1}
+    assert len(pipeline.generate(GenerationRequest(prompt=PROMPTS[0], steps=2, seed=1)).images) == 1
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # numpy 2 notes from every sigma table
+@pytest.mark.parametrize("config", ["tiny-shapes", "sd15"])
+def test_each_minimum_in_the_table_runs_and_one_step_fewer_fails(config):
+    """The table's numbers against diffusers itself (the measurement in docs/samplers-and-guidance.md):
+    every offered sampler runs at its minimum; where the minimum is above 1, one step fewer fails."""
+    if config == "sd15":
+        own = diffusers.PNDMScheduler.from_config(SD15_SCHEDULER)
+    else:
+        own = diffusers.DPMSolverMultistepScheduler.from_pretrained(str(DEFAULT_MODEL), subfolder="scheduler")
+    prediction, alphas = own.config.get("prediction_type", "epsilon"), own.alphas_cumprod.double()
+    needed = samplers.minima(own)
+    assert (needed["PLMS"] == 4) is (config == "tiny-shapes")
+    for sampler in samplers.offered(own):
+        need = needed[sampler.name]
+        mean, std = samplers._sample_gaussian(prediction, alphas, samplers.build(own, sampler.name), need)
+        assert math.isfinite(mean) and math.isfinite(std), sampler.name
+        if need > 1:
+            with pytest.raises(ValueError, match="could not be broadcast"):
+                samplers._sample_gaussian(prediction, alphas, samplers.build(own, sampler.name), need - 1)

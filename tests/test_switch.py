@@ -21,14 +21,20 @@ def models_dir(tmp_path_factory):
     save_tiny_pipeline(root / "tiny-sd")
     broken = root / "broken"
     broken.mkdir()
-    (broken / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"]}')
+    (broken / "model_index.json").write_text(
+        '{"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"]}'
+    )
     return root
 
 
 @pytest.fixture(scope="module")
 def app(models_dir, tmp_path_factory):
-    with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("out"), models_dir=models_dir) as (demo, backend):
-        yield demo, backend, Client(demo.local_url, verbose=False)
+    from huggingface_hub import constants
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(constants, "HF_HUB_CACHE", str(tmp_path_factory.mktemp("hf-cache")))  # none of this machine's
+        with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("out"), models_dir=models_dir) as (demo, backend):
+            yield demo, backend, Client(demo.local_url, verbose=False)
 
 
 def _generate(client: Client, **kw):
@@ -38,12 +44,22 @@ def _generate(client: Client, **kw):
     return client.predict(**args, api_name="/generate")
 
 
-def test_models_lists_recipes_and_folders(app):
-    _, _, client = app
+def test_models_lists_what_can_load_here_and_the_picker_agrees(app):
+    """Offline (the tests' HF_HUB_OFFLINE=1) only local models can load; the others are listed apart with
+    the reason, left out of the UI's picker, and a switch to one is refused at once (pipelines.catalog)."""
+    demo, _, client = app
     listed = client.predict(api_name="/models")
     names = {m["name"]: m["kind"] for m in listed["models"]}
-    assert names["tiny-sd"] == "folder" and names["broken"] == "folder" and names["hidream-e1.1"] == "recipe"
+    assert names == {"tiny-shapes": "recipe", "broken": "folder", "tiny-sd": "folder"}
+    why = {m["name"]: m["why"] for m in listed["unavailable"]}
+    assert "hidream-e1.1" in why and "HF_HUB_OFFLINE" in why["sdxl-base"], why
     assert listed["current"] == "tiny-shapes" and listed["switch_allowed"] is True
+    (picker,) = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "model-picker"]
+    assert [value for _, value in picker.choices] == list(names)
+    assert picker.info.startswith("Not listed, as they cannot load here: flux.1-dev, ")
+    with pytest.raises(Exception, match=r"'sdxl-base' cannot load here: .*HF_HUB_OFFLINE.*available: tiny-shapes"):
+        client.predict("sdxl-base", api_name="/load_model")
+    assert client.predict(api_name="/models")["current"] == "tiny-shapes"
 
 
 def test_switch_frees_the_old_model_shows_new_defaults_and_a_failed_switch_keeps_serving(app):

@@ -1,4 +1,4 @@
-"""The model picker: recipes and MODELS_DIR folders, switched at runtime for every replica."""
+"""The model picker: the recipes and MODELS_DIR folders that can load here, switched at runtime for every replica."""
 
 from __future__ import annotations
 
@@ -13,21 +13,36 @@ from ui.studio import Studio
 
 
 def build(studio: Studio) -> dict[str, Any]:
-    """A dropdown of what can be loaded and a Load button (shown only where switching is allowed)."""
+    """A dropdown of what can load here and a Load button (shown only where switching is allowed).
+
+    Models that cannot load here (pipelines.catalog: not downloaded while the Hub is off, files
+    missing) are left out rather than shown disabled: a user expects every choice of a dropdown to
+    work, and Gradio's Dropdown cannot disable one choice; the info line names them, and the API's
+    `/models` lists each with its reason (the same listing A1111's sd-models reads)."""
     listed = studio.models()
     names = [m["name"] for m in listed["models"]]
     current = studio.info.model_name
     if current not in names:
         names.insert(0, current)
+    can_switch = studio.engine.can_switch
     c: dict[str, Any] = {}
     with gr.Row(equal_height=True):
         c["model"] = gr.Dropdown(
-            names, value=current, label="Model", elem_id="model-picker", interactive=studio.engine.can_switch, scale=4,
-            info=None if studio.engine.can_switch else studio.engine.switch_off_reason,
+            names, value=current, label="Model", elem_id="model-picker", interactive=can_switch, scale=4,
+            info=hidden_note(listed.get("unavailable", [])) if can_switch else studio.engine.switch_off_reason,
         )  # fmt: skip
-        c["load"] = gr.Button("Load model", elem_id="load-model-btn", visible=studio.engine.can_switch, scale=1)
+        c["load"] = gr.Button("Load model", elem_id="load-model-btn", visible=can_switch, scale=1)
         c["status"] = gr.Markdown(elem_id="model-status", scale=2)
     return c
+
+
+def hidden_note(unavailable: list[dict[str, str]]) -> str | None:
+    """The picker's line on the models it leaves out (None when it leaves out none)."""
+    if not unavailable:
+        return None
+    names = ", ".join(m["name"] for m in unavailable[:3])
+    more = f" and {len(unavailable) - 3} more" if len(unavailable) > 3 else ""
+    return f"Not listed, as they cannot load here: {names}{more} (the API's /models says why)"
 
 
 def wire(studio: Studio, m: dict[str, Any], tab: dict[str, dict[str, Any]], header: Any, tabs: Any,

@@ -191,7 +191,8 @@ class A1111:
         }
 
     async def switch(self, name: str, loc: tuple[str, ...], warnings: list[str]) -> None:
-        """Load the checkpoint `name` unless it is the loaded one; refused where switching is off."""
+        """Load the checkpoint `name` unless it is the loaded one; refused where switching is off (403),
+        and for a name that is not offered or cannot load here (422, with the reason and what can)."""
         want = answers.checkpoint_name(name)
         current = self.engine.model_info().model_name
         if want in (current, answers.checkpoint_name(current)):
@@ -200,9 +201,12 @@ class A1111:
             raise SwitchRefused(
                 f"sd_model_checkpoint: {name[:80]!r} is not the loaded model ({current}); {self.engine.switch_off_reason}"
             )
-        known = [m["name"] for m in self.engine.models()["models"]]
-        if want not in known:
-            raise WireError(loc, f"{name[:80]!r} is not a model of this server; available: " + ", ".join(known))
+        from pipelines.fields import RequestError
+
+        try:  # unknown, or cannot load here (pipelines.catalog): refused at once with why, not a failing load
+            self.engine.find_model(want)
+        except RequestError as exc:
+            raise WireError(loc, exc.detail) from None
         log.info("A1111 API: switching the model to %s", want)
         await asyncio.to_thread(self.engine.load_model, want)
         warnings.append(f"sd_model_checkpoint: the model was switched to {want} for every user, and stays loaded")

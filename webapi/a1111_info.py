@@ -103,7 +103,9 @@ def checkpoint_name(value: str) -> str:
 
 
 def sd_models(engine: Engine, model_hash: str | None) -> list[dict[str, Any]]:
-    """A1111's checkpoint list: the loaded model, and the others only where switching is allowed."""
+    """A1111's checkpoint list: the loaded model, and, only where switching is allowed, the others that
+    can load here (`Engine.models()["models"]`, pipelines.catalog): a client's model dropdown then offers
+    nothing that cannot load (before, every recipe, downloadable or not)."""
     listing = engine.models()
     names = [m["name"] for m in listing["models"]] if engine.can_switch else []
     current = listing["current"]
