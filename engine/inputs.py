@@ -45,18 +45,20 @@ class Limits:
         return dataclasses.replace(self, model=self.model.for_task(task))
 
 
-def given(flat: Mapping[str, Any]) -> dict[str, Any]:
+def given(flat: Mapping[str, Any], blank_is_unset: bool = True) -> dict[str, Any]:
     """The values a caller really set: null is "the default" everywhere (the model's, the method's,
-    the field's), and so is "" for every field but text."""
+    the field's); so is "" for every field but text where `blank_is_unset` (a form's empty box, and
+    the Gradio endpoints' own default for "the model's"), while the HTTP APIs' clients send JSON,
+    where "" for a number is a mistake to name."""
     kinds = {spec.name: spec.kind for spec in fields()}
     return {
         name: value
         for name, value in flat.items()
-        if value is not None and not (value == "" and kinds.get(name) not in _TEXT_KINDS)
+        if value is not None and not (blank_is_unset and value == "" and kinds.get(name) not in _TEXT_KINDS)
     }
 
 
-def read(flat: Mapping[str, Any], limits: Limits) -> GenerationRequest:
+def read(flat: Mapping[str, Any], limits: Limits, blank_is_unset: bool = True) -> GenerationRequest:
     """The request from a front end's flat values (schema names; unset: the field's default), checked
     by the schema with MAX_PROMPT_CHARS; RequestError naming the field otherwise."""
-    return GenerationRequest.parse(nest(given(flat)), limits.max_prompt_chars)
+    return GenerationRequest.parse(nest(given(flat, blank_is_unset)), limits.max_prompt_chars)

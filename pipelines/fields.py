@@ -9,7 +9,7 @@ and the same messages. `About` says how a field surfaces: its label, which kinds
 it, and the name each ecosystem has for it (A1111's key, OpenAI's field, the CLI flag).
 
 Parsing rules (they answer what a caller may send, not what Python would accept):
-- whole numbers: an int, an integral float or ASCII digits ("20", "+7"); at most 40 digits (a
+- whole numbers: an int, an integral float, or ASCII digits ("20", "+7", "64.0"); at most 40 digits (a
   5000-digit string would otherwise cost a bignum conversion and Python's "Exceeds the limit"
   message); "²" and "١٢" are refused (Python's `isdigit` and `int` take them);
 - numbers: an int, a float or an ASCII decimal ("0.5", "1e-2"); NaN and infinities refused;
@@ -162,15 +162,16 @@ class Range:
 
 def whole(value: Any) -> int:
     """An integer from an int, an integral float or ASCII digits (see the module docstring)."""
+    number = value
     if isinstance(value, str):
         text = value.strip()
-        if not _WHOLE.fullmatch(text):
-            raise refuse(f"must be a whole number, got {shown(value)}")
-        return int(text)
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
+        if _WHOLE.fullmatch(text):
+            return int(text)
+        number = float(text) if _DECIMAL.fullmatch(text) else None  # "64.0": a whole number written as a decimal
+    if isinstance(number, float) and math.isfinite(number) and number.is_integer():
+        return int(number)
+    if isinstance(number, int) and not isinstance(number, bool):
+        return number
     raise refuse(f"must be a whole number, got {shown(value)}")
 
 

@@ -278,7 +278,7 @@ def test_instruction_edit_in_the_browser(browser, tmp_path):
         page.get_by_role("tab", name="Edit").click()
         expect(page.locator("#edit-mode")).to_contain_text("Instruction editing with tiny-shapes-edit")
         expect(page.locator("#edit-vocabulary")).to_contain_text("change the background to {value}")
-        expect(page.locator("#image-guidance")).to_be_visible()
+        expect(page.locator("#edit-image-guidance")).to_be_visible()
         page.get_by_role("button", name="Advanced").locator("visible=true").first.click()  # the Edit tab's
         expect(page.locator("#edit-step-cache")).to_be_visible()  # there, disabled: the editor's UNet has none
         expect(page.locator("#edit-step-cache input")).to_be_disabled()
@@ -286,7 +286,7 @@ def test_instruction_edit_in_the_browser(browser, tmp_path):
         page.locator("#edit-files input[type=file]").set_input_files(str(source))
         page.locator("#edit-prompt textarea").fill("change the background to black")
         page.locator("#edit-random-seed input").uncheck()  # seed 0: the same edit on every run
-        guidance = page.locator("#image-guidance input[type=number]")
+        guidance = page.locator("#edit-image-guidance input[type=number]")
         guidance.fill("2.2")
         guidance.press("Enter")
         page.get_by_role("button", name="Edit", exact=True).click()

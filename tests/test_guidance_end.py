@@ -129,4 +129,4 @@ def test_the_command_line_takes_guidance_end(tmp_path, capsys):
     default, half = (read_metadata(next((tmp_path / d).glob("*.png")))["parameters"] for d in ("default", "half"))
     assert "guidance_end" not in default and half["guidance_end"] == 0.5
     assert cli([*args, "--out", str(tmp_path / "bad"), "--guidance-end", "0"]) == 2
-    assert "guidance_end: 0.0 is out of range [0.01, 1]" in capsys.readouterr().err
+    assert "--guidance-end: 0 is out of range 0.01..1" in capsys.readouterr().err  # the flag, named

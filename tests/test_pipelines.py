@@ -25,7 +25,7 @@ from pipelines import (
     save_images,
 )
 from pipelines.hashing import lora_hash, short_hash
-from pipelines.request import RequestLimits, validate
+from pipelines.request import RequestError, RequestLimits, validate
 from pipelines.samplers import schedule_type
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,39 +130,42 @@ def test_single_file_must_be_safetensors(tmp_path):
 @pytest.mark.parametrize(
     ("changes", "field", "value"),
     [
-        ({"prompt": ""}, "prompt", "''"),
-        ({"prompt": "   "}, "prompt", "'   '"),
+        ({"prompt": ""}, "prompt", "must be non-empty text"),
+        ({"prompt": "   "}, "prompt", "must be non-empty text"),
         ({"prompt": []}, "prompt", "empty list"),
-        ({"prompt": [PROMPT, 3]}, "prompt", "3"),
-        ({"negative_prompt": 5}, "negative_prompt", "5"),
-        ({"num_images": 0}, "num_images", "0"),
-        ({"num_images": 17}, "num_images", "17"),
+        ({"prompt": [PROMPT, 3]}, "prompt[1]", "got 3"),
+        ({"negative_prompt": 5}, "negative_prompt", "got 5"),
+        ({"num_images": 0}, "num_images", "0 is out of range"),
+        ({"num_images": 17}, "num_images", "17 is out of range 1..16 (MAX_BATCH)"),
         ({"num_images": 2.5}, "num_images", "2.5"),
         ({"prompt": [PROMPT] * 5, "num_images": 4}, "num_images", "20 images"),
-        ({"steps": 0}, "steps", "0"),
+        ({"steps": 0}, "steps", "0 is out of range"),
         ({"steps": 151}, "steps", "151"),
+        ({"steps": "²"}, "steps", "'²'"),  # Python's int() reads "²" and "١٢"; a request's numbers are ASCII
+        ({"steps": "١٢"}, "steps", "'١٢'"),
         ({"guidance_scale": float("nan")}, "guidance_scale", "nan"),
-        ({"guidance_scale": -1.0}, "guidance_scale", "-1.0"),
+        ({"guidance_scale": -1.0}, "guidance_scale", "-1 is out of range"),
         ({"width": 33}, "width", "33"),
         ({"height": 36}, "height", "36"),
         ({"width": 0}, "width", "0"),
-        ({"width": 4096, "height": 4096}, "width x height", "4096x4096"),
-        ({"seed": -1}, "seed", "-1"),
+        ({"width": 4096, "height": 4096}, "width", "4096x4096"),
+        ({"seed": 1.5}, "seed", "1.5"),
         ({"seed": 2**64}, "seed", str(2**64)),  # the generator takes 0..2^64-1
-        ({"init_images": []}, "init_images", "empty list"),
-        ({"init_images": ["x.png"]}, "init_images[0]", "str"),
+        ({"seed": "9" * 5000}, "seed", "must be a whole number"),  # never Python's "Exceeds the limit (4300 digits)"
+        ({"init_images": []}, "init_images", "non-empty list"),
+        ({"init_images": ["x.png"]}, "init_images[0]", "'x.png'"),
         ({"init_images": [Image.new("CMYK", (32, 32))]}, "init_images[0]", "'CMYK'"),
-        ({"init_images": [Image.new("RGB", (32, 32))], "strength": 0.0}, "strength", "0.0"),
+        ({"init_images": [Image.new("RGB", (32, 32))], "strength": 0.0}, "strength", "0 is out of range"),
         ({"init_images": [Image.new("RGB", (32, 32))], "strength": 1.5}, "strength", "1.5"),
         ({"loras": {"style_a": float("inf")}}, "loras['style_a']", "inf"),
         ({"loras": ["style_a"]}, "loras", "list"),
     ],
 )
 def test_validation_names_field_and_value(changes, field, value):
-    req = request(**changes)
-    with pytest.raises(ValueError) as err:
-        validate(req, RequestLimits(size_multiple=8, max_batch=16, max_pixels=2048 * 2048))
-    assert str(err.value).startswith(field + ":")
+    """The schema (when the request is made) or the model's limits (validate) refuse it, naming the field."""
+    with pytest.raises(RequestError) as err:
+        validate(request(**changes), RequestLimits(size_multiple=8, max_batch=16, max_pixels=2048 * 2048))
+    assert str(err.value).startswith(field + ":"), str(err.value)
     assert value in str(err.value)
 
 
@@ -380,7 +383,7 @@ def test_png_metadata_round_trip(pipeline, tmp_path):
         "steps": 3,
         "sampler": "DPM++ 2M",
         "schedule": schedule_type("DPM++ 2M", pipeline.pipe.scheduler.config),  # always written: never "Automatic"
-        "guidance_scale": 4.0,
+        "guidance_scale": pipeline.default_guidance,  # none asked: the model's (its pipeline's own 7.5 here)
         "seed": 8,
         "width": 32,
         "height": 32,

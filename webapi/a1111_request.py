@@ -135,12 +135,12 @@ def sampler(payload: dict[str, Any], model: ModelInfo, warnings: list[str]) -> s
     writes them (k-diffusion aliases too) through the one alias table, `pipelines.samplers.from_any`."""
     name = payload.get("sampler_name") or payload.get("sampler_index")
     schedule = payload.get("scheduler")
+    if schedule is not None and not isinstance(schedule, str):
+        raise WireError(("scheduler",), f"must be text, got {shown(schedule)}")
     if name in (None, "", "Automatic"):
         return None
     if not isinstance(name, str):
         raise WireError(("sampler_name",), f"must be text, got {shown(name)}")
-    if schedule is not None and not isinstance(schedule, str):
-        raise WireError(("scheduler",), f"must be text, got {shown(schedule)}")
     base = from_any(name).sampler  # the name alone: "k_euler_a" -> "Euler a"
     ours = from_any(base, schedule).sampler  # "Automatic" is the sampler's default schedule (DPM++ 2M: Karras)
     karras = (schedule or "").strip().lower() == "karras"
@@ -314,7 +314,7 @@ def txt2img(payload: dict[str, Any], limits: Limits) -> Parsed:
     flat, parsed = common(payload, limits, "txt2img")
     model = limits.model  # A1111's txt2img always has a size: the model's where none was sent
     flat.update(width=flat["width"] or model.default_width, height=flat["height"] or model.default_height)
-    parsed.request = read(flat, limits)
+    parsed.request = read(flat, limits, blank_is_unset=False)
     return parsed
 
 
@@ -362,5 +362,5 @@ def img2img(payload: dict[str, Any], limits: Limits, max_bytes: int) -> Parsed:
         flat.setdefault("strength", A1111_IMG2IMG_STRENGTH)
         if not limits.model.image_guidance:
             flat.pop("image_guidance_scale", None)  # A1111 sends it for every model; only editors take it
-    parsed.request = read(flat, limits)
+    parsed.request = read(flat, limits, blank_is_unset=False)
     return parsed

@@ -162,7 +162,8 @@ def _common(raw: dict[str, Any], limits: Limits, task: str, images: Any, mask: A
     flat.update(prompt=raw.get("prompt"), num_images=n, width=width, height=height, init_images=images, mask=mask)
     if not isinstance(flat["prompt"], str) and flat["prompt"] is not None:
         raise WireError(("prompt",), f"must be text, got {shown(flat['prompt'])}")
-    return read({**flat, "prompt": flat["prompt"] if flat["prompt"] is not None else ""}, limits)
+    prompt = flat["prompt"] if flat["prompt"] is not None else ""
+    return read({**flat, "prompt": prompt}, limits, blank_is_unset=False)
 
 
 def generation(raw: dict[str, Any], limits: Limits) -> Parsed:
