@@ -55,9 +55,11 @@ def cases(api: str) -> list[tuple[str, Any]]:
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("out")) as (demo, _):
-        with httpx.Client(base_url=demo.local_url.rstrip("/"), timeout=120) as client:
-            yield client
+    with (
+        running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("out")) as (demo, _),
+        httpx.Client(base_url=demo.local_url.rstrip("/"), timeout=120) as client,
+    ):
+        yield client
 
 
 def post(client: httpx.Client, path: str, body: dict[str, Any]) -> httpx.Response:
