@@ -193,13 +193,13 @@ def flood(url: str, calls: int) -> list[tuple[str, str]]:
     """`calls` simultaneous REST /generate calls from this address: how each ended, ("complete", "")
     or ("refused", message). A refusal comes from Gradio's join (HTTP 503, its own QUEUE_SIZE
     backstop) or, for a call it took, from the engine's admission as the call's error event."""
-    body = json.dumps({"data": list(args(num_images=4, steps=60).values())})
+    body = json.dumps(args(num_images=4, steps=60))  # named values (call/v2)
     answers: list[tuple[str, str]] = []
     errors: list[BaseException] = []
 
     def one() -> None:
         try:
-            r = httpx.post(f"{url}gradio_api/call/generate", content=body, headers={"content-type": "application/json"})
+            r = httpx.post(f"{url}gradio_api/call/v2/generate", content=body, headers={"content-type": "application/json"})
             if r.status_code != 200:
                 answers.append(("refused", r.text))
                 return
@@ -235,13 +235,13 @@ def test_simultaneous_calls_cannot_overflow_the_queue(tmp_path, tiny_model_dir):
 
 def test_a_rest_caller_stops_only_its_own_job(app):
     url = app[0].local_url
-    victim = rest_call(url, "generate", list(args(num_images=8, steps=40, seed=21).values()))
+    victim = rest_call(url, "v2/generate", args(num_images=8, steps=40, seed=21))
     wait_until_busy(url)
     rest_call(url, "stop", [""])  # another REST caller's stop without a job id: its own (empty) session
     kind, data = rest_result(url, "generate", victim)
     assert kind == "complete" and data[1]["cancelled"] is False and data[1]["num_images"] == 8
 
-    job = rest_call(url, "generate", list(args(num_images=8, steps=150, seed=22).values()))
+    job = rest_call(url, "v2/generate", args(num_images=8, steps=150, seed=22))
     wait_until_busy(url)
     rest_result(url, "stop", rest_call(url, "stop", [job]))  # the event id the caller was given
     kind, data = rest_result(url, "generate", job)
@@ -277,8 +277,11 @@ def test_one_caller_cannot_fill_the_queue_and_stop_drops_its_queued_jobs(app):
         (dict(width=math.inf), "width: must be a whole number, got inf"),
         (dict(height=32.5), "height: must be a whole number, got 32.5"),
         (dict(steps="many"), "steps: must be a whole number, got 'many'"),
-        (dict(loras="outline"), "loras: must be an object of LoRA name -> scale, got str"),
-        (dict(loras={"nope": 1}), "loras: unknown LoRA 'nope'"),
+        (dict(loras="outline"), "loras: must be an object of name -> scale, got 'outline'"),
+        (dict(loras={"nope": 1}), "loras['nope']: unknown LoRA 'nope'"),
+        (dict(steps="²"), "steps: must be a whole number, got '²'"),  # int() would take it
+        (dict(seed="١٢"), "seed: must be a whole number, got '١٢'"),  # int() would read 12
+        (dict(seed="9" * 5000), "seed: must be a whole number"),  # int() would say "Exceeds the limit (4300 digits)"
         (dict(loras={"outline": math.nan}), "must be a finite number"),
         (dict(prompt="a red \ud800 circle"), "prompt: invalid character (a lone UTF-16 surrogate) at position 6"),
         (dict(prompt="a red\x00circle"), "prompt: control character U+0000 at position 5"),
@@ -290,8 +293,8 @@ def test_one_caller_cannot_fill_the_queue_and_stop_drops_its_queued_jobs(app):
 def test_bad_values_get_a_message_naming_the_field(app, capfd, change, message):
     """Raw REST, as an attacker sends it: NaN and inf are written as JSON's NaN/Infinity tokens."""
     url = app[0].local_url
-    body = json.dumps({"data": list(args(**change).values())})  # allow_nan: NaN, Infinity
-    response = httpx.post(f"{url}gradio_api/call/generate", content=body, headers={"content-type": "application/json"})
+    body = json.dumps(args(**change))  # named values (call/v2); allow_nan: NaN, Infinity
+    response = httpx.post(f"{url}gradio_api/call/v2/generate", content=body, headers={"content-type": "application/json"})
     kind, data = rest_result(url, "generate", response.json()["event_id"])
     assert kind == "error" and message in str(data), data
     assert "Traceback" not in capfd.readouterr().err  # a refusal logs one line, not a traceback
