@@ -14,7 +14,6 @@ An option that cannot run on the device is listed with the reason; one that fail
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import logging
@@ -57,7 +56,7 @@ def measure(model: str, dm: Any, option: Option, images: int, steps: int, repeat
     row: dict[str, Any] = {"summary": option.summary, "load_s": time.perf_counter() - started}
     row.update(compile_s=pipeline.compile_seconds, compile=pipeline.compile, weights=pipeline.weights, note=note)
     row["quantization"] = pipeline.model_info().quantization  # per component, what the loader really made
-    request = dataclasses.replace(make_request(pipeline, images, steps), **option.request)
+    request = make_request(pipeline, images, steps).replace(**option.request)
     try:
         pipeline.generate(request)  # warm-up (a compiled model was warmed at load; this covers the batch size)
         samples, peaks = [], []

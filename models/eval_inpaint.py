@@ -117,11 +117,9 @@ def _settings(pipeline, steps, guidance) -> tuple[int, float]:
 
 
 def _inpaint_options(options: dict | None) -> dict:
-    from dataclasses import fields
-
     from pipelines.inpaint import Inpaint
 
-    defaults = {f.name: f.default for f in fields(Inpaint) if f.name != "mask"}
+    defaults = {name: info.default for name, info in Inpaint.model_fields.items() if name != "mask"}
     return {**defaults, **(options or {})}
 
 

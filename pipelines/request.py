@@ -86,7 +86,11 @@ class GenerationRequest(Schema):
     Immutable: `replace(**changes)` is a checked copy. None means "the model's" (or, for
     `strength`, the task's), filled by `with_defaults`."""
 
-    def __init__(self, /, **data: Any) -> None:
+    def __init__(self, prompt: Any = None, /, **data: Any) -> None:
+        """`GenerationRequest("a cat", steps=20)` (the prompt may come first) or by name; refusals as
+        RequestError."""
+        if prompt is not None:
+            data["prompt"] = prompt
         try:
             super().__init__(**data)
         except ValidationError as exc:

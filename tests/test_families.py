@@ -220,9 +220,7 @@ def test_each_image_has_its_own_seed(family_root, name):
 
 
 def _seeded(name: str, seed: int) -> GenerationRequest:
-    req = request(name)
-    req.seed = seed
-    return req
+    return request(name).replace(seed=seed)
 
 
 # --------------------------------------------------------------------------- prompts
@@ -299,7 +297,7 @@ def test_ui_offers_only_what_the_model_can_do(family_root, name):
     assert by_id["generate-unavailable"]["props"]["visible"] is (not info.text_to_image)
     assert selected == ("generate" if info.text_to_image else "edit")
     assert by_id["edit-btn"]["props"]["interactive"] is (info.edit or info.image_to_image)
-    assert by_id["image-guidance"]["props"]["visible"] is (name == "instruct-pix2pix")
+    assert by_id["edit-image-guidance"]["props"]["visible"] is (name == "instruct-pix2pix")
     assert by_id["guidance"]["props"]["info"] == info.guidance_label
     assert by_id["step-cache"]["props"]["interactive"] is info.step_cache is (name == "qwen-image")  # step_cache.py
 
