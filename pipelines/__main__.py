@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from tqdm import tqdm
 
 from devices import DeviceManager
 from devices.memory import human_bytes
+from devices.options import DeviceSettings
 
 from .errors import PipelineError
 from .image_pipeline import ImagePipeline
@@ -68,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     from PIL import Image
 
     try:
-        dm = DeviceManager(args.device, args.dtype)
-        pipeline = ImagePipeline.from_pretrained(args.model, dm, PipelineOptions.from_env())  # MODEL_ID, MAX_BATCH...
+        devices, options = DeviceSettings.from_env(os.environ), PipelineOptions.from_env(os.environ)  # read once
+        dm = DeviceManager(options=devices.options_for(args.device, args.dtype))
+        pipeline = ImagePipeline.from_pretrained(args.model, dm, options)  # MODEL_ID, MAX_BATCH...
         loras = {}
         for path, scale in args.lora:
             loras[pipeline.load_lora(path, allow_outside=True)] = scale

@@ -47,6 +47,7 @@ import torch
 from tqdm import tqdm
 
 from devices import DeviceManager
+from devices.options import DeviceSettings
 
 from .__main__ import parse_lora
 from .errors import PipelineError
@@ -174,7 +175,8 @@ def load(args: argparse.Namespace, device: str) -> tuple[ImagePipeline, Generati
     CLI takes them) and the whole job as one request: the app's defaults where an option is unset."""
     prompts = read_prompts(args.prompts)
     options = {"micro_batch": args.micro_batch} if args.micro_batch else {}
-    pipeline = ImagePipeline.from_pretrained(args.model, DeviceManager(device), PipelineOptions.from_env(), **options)
+    dm = DeviceManager(options=DeviceSettings.from_env(os.environ).options_for(device))  # the settings, read once
+    pipeline = ImagePipeline.from_pretrained(args.model, dm, PipelineOptions.from_env(os.environ), **options)
     info = pipeline.model_info()
     loras = {}
     for name, scale in args.lora:

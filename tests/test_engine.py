@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from config import sections, variables
 from engine import (
     Admission,
     AppSettings,
@@ -280,11 +281,8 @@ class _LockedEnviron(dict):
         return super().__contains__(key)
 
 
-APP_VARIABLES = {
-    "MODEL_ID", "LORA_DIR", "MAX_BATCH", "MAX_PIXELS", "MAX_SIDE", "MICRO_BATCH", "MEMORY_MODE", "PREVIEW_EVERY", "COMPILE",
-    "PREFERRED_DEVICE", "PREFERRED_DEVICE_STRICT", "CPU_REPLICAS", "TORCH_DTYPE", "DIFFUSERS_ATTENTION_TYPE",
-    "EDIT_MODEL_ID", "GENERATION_BACKEND", "QUEUE_SIZE", "QUEUE_PER_USER", "TIME_BUDGET", "QUANTIZATION", "BASE_MODEL",
-}  # fmt: skip
+# every declared variable (engine.settings and its sections): a new one is locked too
+APP_VARIABLES = {v.name for section in sections(AppSettings) for v in variables(section)}
 
 
 def test_the_backend_is_built_from_the_settings_object_alone(tmp_path, monkeypatch):
@@ -372,5 +370,7 @@ def test_an_inpaint_is_checked_against_the_main_models_limits_not_the_editors():
                                 inpaint=Inpaint(Image.new("L", (128, 128), 255)))  # fmt: skip
     gate.release.set()
     assert len(engine.run(inpaint).images) == 2
-    with pytest.raises(ValueError, match=r"num_images: 2 is out of range 1..1"):  # the same as an instruction edit: the editor's cap
+    with pytest.raises(
+        ValueError, match=r"num_images: 2 is out of range 1..1"
+    ):  # the same as an instruction edit: the editor's cap
         engine.submit(dataclasses.replace(inpaint, inpaint=None))

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from devices import DeviceManager
-from devices.pool import expand_devices
+from devices.options import DeviceSettings
+from devices.pool import devices_for
 from pipelines import GenerationRequest, ImagePipeline, PipelineError
 from pipelines.pool import DevicePool, share_cpu_threads, split_range
 from tests import fakes
@@ -149,6 +150,12 @@ def test_split_range():
     assert split_range(5, 2) == [(0, 3), (3, 5)]
     assert split_range(1, 4) == [(0, 1)]
     assert split_range(6, 3) == [(0, 2), (2, 4), (4, 6)]
+
+
+def expand_devices(value: str | None, env: dict[str, str]) -> list[str | None]:
+    """The devices an entry point's settings give: CPU_REPLICAS from `env`, `value` as --device does."""
+    settings = DeviceSettings.from_env(env)
+    return devices_for(value if value is not None else settings.preferred, settings.cpu_replicas)
 
 
 @pytest.mark.parametrize(
