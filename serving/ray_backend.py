@@ -103,6 +103,11 @@ class RayBackend:
             handle = serve.get_app_handle(APP_NAME)
             replicas = max(1, sum(d.replica_states.get("RUNNING", 0) for d in app_status.deployments.values()))
             log.info("Ray Serve: reusing the running deployment %r (%d replica(s))", APP_NAME, replicas)
+            if (options or PipelineOptions()).updated(**overrides) != PipelineOptions():
+                log.warning(
+                    "the running deployment keeps the pipeline settings it was deployed with; this app's "
+                    "(STEP_CACHE, COMPILE, MAX_BATCH, ...) apply to a deployment it starts itself"
+                )
         info = handle.model_info.remote().result(timeout_s=600)
         return cls(handle, board, replicas, info, app_args, owns_ray)
 
