@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from devices.manager import dtype_name
+from devices.options import DeviceSettings
 from pipelines import ModelLoadError, PipelineError
 from pipelines.backend import CancelFn, Capabilities, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
 from pipelines.options import PipelineOptions
@@ -46,6 +48,12 @@ def pipeline_options_for_replicas(options: PipelineOptions | None, overrides: di
     """Every field of the pipeline options as plain data (serving.deployment rebuilds the object), with
     the paths that exist here made absolute: nothing is hand-listed, so a new setting reaches the replicas."""
     return (options or PipelineOptions()).updated(**overrides).with_absolute_paths().model_dump()
+
+
+def device_options(devices: DeviceSettings) -> dict[str, str | None]:
+    """TORCH_DTYPE and DIFFUSERS_ATTENTION_TYPE as names for the replicas (serving.deployment); the
+    local pool's other device variables do not apply to Ray (it places the replicas itself)."""
+    return {"dtype": dtype_name(devices.dtype) if devices.dtype else None, "attention": devices.attention}
 
 
 class RayBackend:
