@@ -113,8 +113,8 @@ class Section(BaseModel):
 
 
 def setting(env: str, default: Any, description: str, *, shown: str | None = None, **constraints: Any) -> Any:
-    """A field read from the variable `env`. `shown`: the default as docs/settings.md says it, where the
-    value itself would not (None: "per device"); `constraints`: pydantic's ge/gt/le/lt."""
+    """A field read from the variable `env`. `shown`: the default as docs/settings.md says it where the
+    value would not (None as "per device"); `constraints`: pydantic's ge/gt/le/lt, validate_default."""
     extra = {"shown_default": shown} if shown is not None else None
     return Field(default, validation_alias=env, description=description, json_schema_extra=extra, **constraints)
 
