@@ -141,7 +141,8 @@ class DeviceSettings(Section, title="Devices"):
         "PREFERRED_DEVICE_STRICT", False, "on: stop instead of falling back when the device is unusable"
     )
     cpu_replicas: int | None = setting(
-        "CPU_REPLICAS", None, "with PREFERRED_DEVICE=cpu: that many CPU replicas, the cores divided between them",
+        "CPU_REPLICAS", None,
+        "on the CPU (PREFERRED_DEVICE=cpu, or auto without an accelerator): that many replicas, the cores divided",
         shown="1", ge=1, le=64,
     )  # fmt: skip
     dtype: Dtype = setting("TORCH_DTYPE", None, "the dtype, instead of the device's table (below)", shown="per device")

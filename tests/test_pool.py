@@ -165,6 +165,7 @@ def expand_devices(value: str | None, env: dict[str, str]) -> list[str | None]:
         ("cpu", {"CPU_REPLICAS": "3"}, ["cpu", "cpu", "cpu"]),
         ("cpu", {}, ["cpu"]),
         (None, {}, [None]),
+        (None, {"CPU_REPLICAS": "2"}, ["cpu", "cpu"]),  # PREFERRED_DEVICE=auto on a machine without an accelerator
         ("all", {}, ["cpu"]),
     ],
 )
