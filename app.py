@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 from typing import Any
 
@@ -34,10 +35,11 @@ def check_settings(argv: list[str] | None = None) -> tuple[Any, argparse.Namespa
     from engine import AppSettings, SettingsError
 
     try:
-        settings = AppSettings.from_env()
+        settings = AppSettings.from_env(os.environ)  # the one read of the environment (docs/settings.md)
         devices_for(settings.devices.preferred, settings.devices.cpu_replicas)  # a list's devices must be usable
     except (SettingsError, ValueError) as exc:
-        sys.exit(f"error: {exc}")
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)  # a usage error, as argparse and the other entry points exit
     parser = argparse.ArgumentParser(description="Diffusion Anywhere web app")
     parser.add_argument("--model", default=settings.pipeline.model_id, help="diffusers folder, Hub id or .safetensors")
     parser.add_argument("--device", default=None, help="auto|cpu|cuda[:N]|npu[:N]|all|cuda:0,cuda:1")

@@ -32,6 +32,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -121,7 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=str(DEFAULT_MODEL))
     p.add_argument("--device", default=None, help="candidate device (default: PREFERRED_DEVICE / auto)")
     p.add_argument("--dtype", default=None, help="candidate dtype (default: the device's)")
-    p.add_argument("--attention", default=None, help="candidate attention: vanilla | sdpa | npu (Ascend fused attention)")
+    p.add_argument(
+        "--attention", default=None, help="candidate attention: vanilla | sdpa | npu (Ascend fused attention)"
+    )
     p.add_argument("--images", type=int, default=4)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--seed", type=int, default=1234)
@@ -224,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         from .options import select
 
         select(args.options)  # unknown names fail before any model loads
-    candidate_dm = DeviceManager(args.device, args.dtype, args.attention)
+    from devices.options import DeviceSettings  # the candidate's defaults: PREFERRED_DEVICE, TORCH_DTYPE, ...
+
+    devices = DeviceSettings.from_env(os.environ)
+    candidate_dm = DeviceManager(options=devices.options_for(args.device, args.dtype, args.attention))
     reference = ImagePipeline.from_pretrained(args.model, DeviceManager("cpu", "float32", "sdpa"))
     candidate = ImagePipeline.from_pretrained(args.model, candidate_dm)
     if args.perturb:

@@ -9,7 +9,6 @@ its ratio to no previews; PREVIEW_EVERY's default is the smallest N whose ratio 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 
@@ -41,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def variant(every: int):
         def run():
-            pipe.options = dataclasses.replace(pipe.options, preview_every=every or 1)
+            pipe.options = pipe.options.updated(preview_every=every or 1)
             hook = (lambda _first, images: frames.append(len(images))) if every else None
             return pipe.generate(request, preview=hook)
 

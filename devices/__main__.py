@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import warnings
 
 from .manager import DeviceFallbackWarning, DeviceManager
+from .options import DeviceSettings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     warnings.simplefilter("ignore", DeviceFallbackWarning)  # the log line below says it once
     try:
-        dm = DeviceManager(args.device, args.dtype)
+        dm = DeviceManager(options=DeviceSettings.from_env(os.environ).options_for(args.device, args.dtype))
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -2,7 +2,7 @@
 
 Selection (auto): CUDA/ROCm -> NPU -> XPU -> MPS -> CPU. A requested device that is not
 usable falls back to the best available one with a warning naming the request, the reason
-and the choice (kept in `fallback_reason`); PREFERRED_DEVICE_STRICT=1 raises instead.
+and the choice (kept in `fallback_reason`); strict options (PREFERRED_DEVICE_STRICT=1) raise instead.
 
 dtype policy (override: `dtype=` or TORCH_DTYPE):
 
@@ -59,13 +59,17 @@ class DeviceFallbackWarning(UserWarning):
 class DeviceManager:
     """Detects the device at construction (never at import) and answers for it.
 
+    Nothing is read from the environment: `DeviceManager()` is the automatic device with the
+    policy's dtype and attention. The variables (PREFERRED_DEVICE, TORCH_DTYPE, ...) are read by an
+    entry point into `DeviceSettings`, which gives the options (`DeviceSettings.options_for`,
+    `DeviceOptions.for_device`).
+
     Args:
-        preferred_device: auto | cpu | cuda[:N] | rocm | npu[:N] | xpu[:N] | mps; None reads
-            PREFERRED_DEVICE, then "auto". Case-insensitive, whitespace-tolerant.
-        dtype: torch dtype or its name; None reads TORCH_DTYPE, then the dtype table.
-        attention: vanilla | sdpa | npu; None reads DIFFUSERS_ATTENTION_TYPE, then the policy.
-        options: everything at once, read from the app's settings (`DeviceOptions.for_device`):
-            then nothing is read from the environment.
+        preferred_device: auto | cpu | cuda[:N] | rocm | npu[:N] | xpu[:N] | mps; None is "auto".
+            Case-insensitive, whitespace-tolerant.
+        dtype: torch dtype or its name; None: the dtype table.
+        attention: vanilla | sdpa | npu; None: the policy.
+        options: everything at once (then the three above are not used), with PREFERRED_DEVICE_STRICT.
     """
 
     def __init__(
@@ -233,8 +237,10 @@ class DeviceManager:
             if _sliced(pipe):  # transformer pipelines (SD3, PixArt...) accept the call and slice nothing
                 enabled.append("attention_slicing")
         elif hasattr(pipe, "enable_attention_slicing"):
-            log.info("attention slicing skipped: it would replace %s attention (fused SDPA is already memory-lean)",
-                     self.attention)
+            log.info(
+                "attention slicing skipped: it would replace %s attention (fused SDPA is already memory-lean)",
+                self.attention,
+            )
         if level == "max" and self.backend != "cpu" and hasattr(pipe, "enable_model_cpu_offload"):
             pipe.enable_model_cpu_offload(device=self.device)
             enabled.append("model_cpu_offload")

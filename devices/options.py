@@ -1,21 +1,21 @@
-"""Device options: what the user asked for, read from arguments and the environment once.
+"""Device options: what the user asked for, from arguments or the device settings.
 
-Environment variables (all optional):
-- PREFERRED_DEVICE: auto | cpu | cuda | cuda:N | rocm | npu | npu:N | xpu | xpu:N | mps
-- PREFERRED_DEVICE_STRICT=1: raise instead of falling back when the device is unusable
-- TORCH_DTYPE: float32 | float16 | bfloat16 (overrides the per-device dtype table)
-- DIFFUSERS_ATTENTION_TYPE: vanilla | sdpa | npu (overrides the per-device attention policy;
-  npu = Ascend's fused attention, explicit only)
+`DeviceSettings` declares the device variables (PREFERRED_DEVICE, PREFERRED_DEVICE_STRICT,
+CPU_REPLICAS, TORCH_DTYPE, DIFFUSERS_ATTENTION_TYPE: docs/settings.md lists them, generated from
+it). Nothing here reads the environment: an entry point reads the section once
+(`DeviceSettings.from_env(os.environ)`) and passes it down; `DeviceOptions` is one device's share.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import torch
+from pydantic import BeforeValidator
+
+from config import Accepts, Flag, Lower, Section, setting
 
 BACKENDS = ("cuda", "rocm", "npu", "xpu", "mps", "cpu")
 ATTENTION_TYPES = ("vanilla", "sdpa", "npu")
@@ -29,9 +29,9 @@ DTYPES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16,
 }
 VALID_DEVICES = "auto, cpu, cuda, cuda:N, rocm, npu, npu:N, xpu, xpu:N, mps"
+VALID_LISTS = "a comma-separated list of them (cuda:0,cuda:1), all, cuda:all, npu:all, xpu:all"
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|npu|xpu|mps)(?::(\d+))?$")
 _INDEXABLE = {"cuda", "npu", "xpu"}
-_TRUE = {"1", "true", "yes", "on"}
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,22 @@ def parse_attention(value: str | None) -> str | None:
     return text
 
 
+def parse_preferred(value: str) -> str:
+    """PREFERRED_DEVICE's spelling: one device, a list of devices, `all` or `<backend>:all`, lower-cased.
+    Whether those devices exist is probed later, when the pool is built (devices.pool.devices_for)."""
+    text = value.strip().lower() or "auto"
+    if text == "all" or (text.endswith(":all") and text.removesuffix(":all") in BACKENDS):
+        return text
+    items = [item.strip() for item in text.split(",")]
+    requests = [parse_device(item) for item in items]  # ValueError: not a device
+    if len(items) > 1 and any(r.kind == "auto" for r in requests):
+        raise ValueError("'auto' cannot be part of a list")
+    return ",".join(items)
+
+
 @dataclass(frozen=True)
 class DeviceOptions:
-    """Everything the DeviceManager takes from its caller and the environment."""
+    """Everything one DeviceManager takes: one device's request, the dtype and attention overrides."""
 
     device: DeviceRequest
     dtype: torch.dtype | None
@@ -86,7 +99,7 @@ class DeviceOptions:
 
     @classmethod
     def for_device(cls, device: str | None, settings: DeviceSettings) -> DeviceOptions:
-        """One device's options from the app's settings (no environment read)."""
+        """One device's options from the device settings (the pool gives each replica its device)."""
         return cls(parse_device(device), settings.dtype, settings.attention, settings.strict)
 
     @classmethod
@@ -95,51 +108,59 @@ class DeviceOptions:
         preferred_device: str | None = None,
         dtype: str | torch.dtype | None = None,
         attention: str | None = None,
-        environ: dict[str, str] | None = None,
+        strict: bool = False,
     ) -> DeviceOptions:
-        """Arguments win over the environment; the environment wins over the built-in policy."""
-        env = os.environ if environ is None else environ
-        return cls(
-            device=parse_device(preferred_device if preferred_device is not None else env.get("PREFERRED_DEVICE")),
-            dtype=parse_dtype(dtype if dtype is not None else env.get("TORCH_DTYPE")),
-            attention=parse_attention(attention if attention is not None else env.get("DIFFUSERS_ATTENTION_TYPE")),
-            strict=env.get("PREFERRED_DEVICE_STRICT", "").strip().lower() in _TRUE,
-        )
+        """From arguments alone: None is the built-in policy (auto device, the dtype table, the
+        attention policy), never the environment."""
+        return cls(parse_device(preferred_device), parse_dtype(dtype), parse_attention(attention), strict)
 
 
-@dataclass(frozen=True)
-class DeviceSettings:
-    """The device variables, read once by the app's settings and passed down (never re-read below).
+Dtype = Annotated[
+    torch.dtype | None,
+    BeforeValidator(parse_dtype),
+    Accepts("float32, float16 or bfloat16 (also fp32, fp16, half, bf16)", invalid=("float8", "int")),
+]
+Preferred = Annotated[
+    str,
+    BeforeValidator(parse_preferred),
+    Accepts(f"{VALID_DEVICES}; or several: {VALID_LISTS}", invalid=("gpu", "cuda:x", "auto,cpu")),
+]
+
+
+class DeviceSettings(Section, title="Devices"):
+    """The device variables, read once by an entry point and passed down (never re-read below).
 
     `preferred` is PREFERRED_DEVICE as given: one device, a list or `all` (devices.pool expands it,
-    probing the hardware, when the backend is built); `cpu_replicas` is CPU_REPLICAS.
+    probing the hardware, when the backend is built).
     """
 
-    preferred: str = "auto"
-    cpu_replicas: int | None = None
-    dtype: torch.dtype | None = None  # TORCH_DTYPE; None: the device's dtype table
-    attention: str | None = None  # DIFFUSERS_ATTENTION_TYPE; None: the device's policy
-    strict: bool = False  # PREFERRED_DEVICE_STRICT
+    preferred: Preferred = setting(
+        "PREFERRED_DEVICE", "auto", "the device, or several devices with one replica each (docs/scale-out.md)"
+    )
+    strict: Flag = setting(
+        "PREFERRED_DEVICE_STRICT", False, "on: stop instead of falling back when the device is unusable"
+    )
+    cpu_replicas: int | None = setting(
+        "CPU_REPLICAS", None,
+        "on the CPU (PREFERRED_DEVICE=cpu, or auto without an accelerator): that many replicas, the cores divided",
+        shown="1", ge=1, le=64,
+    )  # fmt: skip
+    dtype: Dtype = setting("TORCH_DTYPE", None, "the dtype, instead of the device's table (below)", shown="per device")
+    attention: Annotated[Literal[ATTENTION_TYPES] | None, Lower] = setting(
+        "DIFFUSERS_ATTENTION_TYPE", None,
+        "vanilla (plain matmul-softmax; any SDPA call limited to the math kernel), sdpa, or npu (Ascend's fused "
+        "attention, docs/models.md), instead of the device's policy (below)",
+        shown="per device",
+    )  # fmt: skip
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> DeviceSettings:
-        """Parse the variables; ValueError naming the variable and what it accepts."""
-        env = os.environ if environ is None else environ
-        replicas = env.get("CPU_REPLICAS", "").strip()
-        if replicas and (not replicas.isdigit() or not 1 <= int(replicas) <= 64):
-            raise ValueError(f"CPU_REPLICAS={replicas!r} is not valid: expected an integer from 1 to 64")
-        try:
-            dtype = parse_dtype(env.get("TORCH_DTYPE"))
-        except ValueError as exc:
-            raise ValueError(f"TORCH_DTYPE: {exc}") from None
-        try:
-            attention = parse_attention(env.get("DIFFUSERS_ATTENTION_TYPE"))
-        except ValueError as exc:
-            raise ValueError(f"DIFFUSERS_ATTENTION_TYPE: {exc}") from None
-        return cls(
-            preferred=env.get("PREFERRED_DEVICE", "").strip().lower() or "auto",
-            cpu_replicas=int(replicas) if replicas else None,
-            dtype=dtype,
-            attention=attention,
-            strict=env.get("PREFERRED_DEVICE_STRICT", "").strip().lower() in _TRUE,
+    def options_for(
+        self, device: str | None = None, dtype: str | torch.dtype | None = None, attention: str | None = None
+    ) -> DeviceOptions:
+        """One DeviceManager's options for a command line: its arguments win over these settings
+        (`device` None: PREFERRED_DEVICE, which must then name one device)."""
+        return DeviceOptions(
+            parse_device(device if device is not None else self.preferred),
+            parse_dtype(dtype) or self.dtype,
+            parse_attention(attention) or self.attention,
+            self.strict,
         )

@@ -11,13 +11,8 @@ fallback with a warning); a list names devices exactly, so an unusable one is an
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-
 from . import backends
-from .options import VALID_DEVICES, DeviceSettings, parse_device
-
-VALID_LISTS = "a comma-separated list of them (cuda:0,cuda:1), all, cuda:all, npu:all, xpu:all"
+from .options import VALID_DEVICES, VALID_LISTS, parse_device
 
 
 def _all_of(kind: str) -> list[str]:
@@ -43,16 +38,10 @@ def _best_backend() -> str:
     return next(kind for kind in backends.PRIORITY if backends.probe(kind).available)
 
 
-def expand_devices(value: str | None = None, environ: Mapping[str, str] | None = None) -> list[str | None]:
-    """The devices of the replicas from PREFERRED_DEVICE / CPU_REPLICAS (`value` overrides the first):
-    for command lines and tests; the app passes its settings to `devices_for` instead."""
-    env = os.environ if environ is None else environ
-    text = value if value is not None else env.get("PREFERRED_DEVICE", "")
-    return devices_for(text, DeviceSettings.from_env({"CPU_REPLICAS": env.get("CPU_REPLICAS", "")}).cpu_replicas)
-
-
 def devices_for(preferred: str, cpu_replicas: int | None = None) -> list[str | None]:
-    """The devices of the replicas: [None] means one replica on DeviceManager's automatic choice."""
+    """The devices of the replicas for PREFERRED_DEVICE / CPU_REPLICAS (DeviceSettings' `preferred`
+    and `cpu_replicas`, or a --device argument): [None] means one replica on DeviceManager's
+    automatic choice."""
     text = preferred.strip().lower()
     if text == "all":
         devices: list[str | None] = list(_all_of(_best_backend()))
@@ -62,7 +51,7 @@ def devices_for(preferred: str, cpu_replicas: int | None = None) -> list[str | N
         devices = _listed(preferred, text)
     else:
         parse_device(text or None)  # raises with the valid values
-        devices = [text or None]
+        devices = [None if text in ("", "auto") else text]  # None: DeviceManager's automatic choice
     if cpu_replicas and devices in (["cpu"], [None]) and (devices == ["cpu"] or _best_backend() == "cpu"):
         devices = ["cpu"] * cpu_replicas
     return devices

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        settings = AppSettings.from_env()
+        settings = AppSettings.from_env(os.environ)
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 
-from devices.manager import dtype_name
 from pipelines.backend import GenerationBackend
 from pipelines.editing import EditRouter, default_editor
 from pipelines.pool import DevicePool
@@ -44,28 +43,19 @@ def build_backend(settings: AppSettings, model: str | None = None, devices: str 
 
 
 def _ray(settings: AppSettings, model: str) -> GenerationBackend:
-    from serving.ray_backend import RayBackend  # Ray is optional (requirements-ray.txt)
+    """The Ray backend with every pipeline option (the whole PipelineOptions goes to the replicas, see
+    serving.ray_backend) and the devices' dtype and attention; what Ray cannot honour was refused by
+    the settings (engine.settings: the local pool's device variables, EDIT_MODEL_ID)."""
+    from serving.ray_backend import RayBackend, device_options  # Ray is optional (requirements-ray.txt)
 
-    opts = settings.pipeline
-    if opts.quantization or opts.base_model:  # not forwarded to the replicas: say so rather than ignore it
-        raise ValueError(
-            "QUANTIZATION and BASE_MODEL are not passed to the Ray backend: put the quantization in a recipe"
-        )
-    d = settings.devices
     return RayBackend.start(
         model=model,
         address=settings.ray_address,
         replicas=settings.ray_replicas,
         device=settings.ray_device,
         cpus_per_replica=settings.ray_cpus_per_replica,
-        device_options={"dtype": dtype_name(d.dtype) if d.dtype else None, "attention": d.attention},
-        lora_dir=opts.lora_dir,
-        max_batch=opts.max_batch,
-        max_pixels=opts.max_pixels,
-        max_side=opts.max_side,
-        micro_batch=opts.micro_batch,
-        memory_mode=opts.memory_mode,
-        preview_every=opts.preview_every,
+        device_options=device_options(settings.devices),
+        options=settings.pipeline,
     )
 
 

@@ -1,118 +1,202 @@
-"""Settings of the app, read from the environment once (`AppSettings.from_env`) and validated before
-anything heavy is imported or loaded.
+"""Settings of the app: every variable of engine/ and the front ends, declared once as `AppSettings`
+(with the pipeline's `PipelineOptions` and the devices' `DeviceSettings` as its sections), read once
+at start (`AppSettings.from_env(os.environ)`, by app.py and `python -m engine`) and validated
+before anything heavy is imported or loaded.
 
-Every variable of the app is read here and nowhere else: the pipeline's (`PipelineOptions`) and the
-devices' (`DeviceSettings`) are parsed here too and passed down as objects, so nothing below the
-settings re-reads the environment (tests/test_engine.py builds the backend with the environment
-locked). A bad value stops the start with a message naming the variable and the values it accepts
-(`SettingsError`), never a traceback.
+Nothing below reads the environment: the sections are passed down as objects (tests/test_engine.py
+builds the backend with the environment locked). A bad value stops the start with one line naming
+the variable and the values it accepts (`SettingsError`), never a traceback. docs/settings.md's
+table is generated from these declarations (`python -m engine.settings_docs`).
+
+Rules across variables (`_rules`): on ZeroGPU COMPILE=auto is off; on a Space the server listens on
+0.0.0.0 unless GRADIO_SERVER_NAME says otherwise; AUTH and AUTH_FILE make one set of users; the
+Ray backend refuses the local pool's device variables and EDIT_MODEL_ID, which it cannot honour.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal
 
+from pydantic import BeforeValidator, Field, InstanceOf
+
+from config import Accepts, AutoFlag, Flag, Lower, Refused, Section, SettingsError, read_section, setting
 from devices.options import DeviceSettings
 from pipelines.options import PipelineOptions
 
-from .auth import Users
+from .auth import AuthError, Users
 
-T = TypeVar("T")
+__all__ = ["AppSettings", "SettingsError"]
+
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb)\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+_KEY_RE = re.compile(r"[A-Za-z0-9_.\-]{16,256}")
 BACKENDS = ("local", "ray")
+RAY_DEVICES = ("auto", "cpu", "cuda", "xpu", "npu")
 DEFAULT_MODELS_DIR = Path(__file__).resolve().parents[1] / "models"  # the embedded models
 
 
-class SettingsError(ValueError):
-    """A setting has a value the app cannot use; the message names the variable and what it accepts."""
+def _resolved(value: Any) -> Any:
+    return Path(value).resolve() if isinstance(value, str) else value
 
 
-def on_spaces(env: Mapping[str, str]) -> bool:
-    return bool(env.get("SPACE_ID"))
+def _file_size(value: Any) -> str:
+    if not isinstance(value, str) or not _SIZE_RE.match(value):
+        raise ValueError("not a size")
+    return value.replace(" ", "").lower()
 
 
-@dataclass(frozen=True)
-class AppSettings:
-    """Everything the app takes from the environment (see README, "Settings" and "Security and limits")."""
+def _api_keys(value: Any) -> Any:
+    """key1,key2: each at least 16 characters of letters, digits, - _ . (a guessable key is refused)."""
+    if not isinstance(value, str):
+        return value
+    keys = tuple(k.strip() for k in value.split(",") if k.strip())
+    for n, key in enumerate(keys, 1):
+        if not _KEY_RE.fullmatch(key):
+            raise Refused(f"key {n} is not one")
+    return keys
 
-    pipeline: PipelineOptions = field(default_factory=PipelineOptions)  # MODEL_ID, LORA_DIR, MAX_BATCH, ...
-    devices: DeviceSettings = field(default_factory=DeviceSettings)  # PREFERRED_DEVICE, CPU_REPLICAS, TORCH_DTYPE, ...
-    output_dir: Path = Path("outputs")
-    server_name: str = "127.0.0.1"
-    server_port: int = 7860
-    queue_size: int = 16
-    queue_per_user: int = 4  # queued + running generations of one session / user / address
-    max_file_size: str = "10mb"
-    max_prompt_chars: int = 2000
-    max_edit_files: int = 16
-    max_upload_pixels: int = 4096 * 4096
-    time_budget: float = 600.0  # seconds one generation may run before it stops with what finished
-    output_max_gb: float = 5.0
-    output_max_days: float = 30.0
-    cache_minutes: int = 60  # Gradio's copies of results are deleted after this
-    monitoring: bool = False
-    generation_backend: str = "local"
-    ray_address: str | None = None
-    ray_replicas: int = 1
-    ray_device: str = "auto"
-    ray_cpus_per_replica: float = 1.0
-    status_interval: float = 2.0
-    history_seconds: int = 300
-    on_spaces: bool = False
-    zero_gpu: bool = False  # SPACES_ZERO_GPU (set by Spaces on ZeroGPU hardware): generations run in spaces.GPU workers
-    zero_gpu_duration: float = 120.0  # ZEROGPU_DURATION: the most GPU seconds one generation asks ZeroGPU for
-    users: Users | None = None  # AUTH / AUTH_FILE: sign-in required when set
-    models_dir: Path | None = None  # MODELS_DIR: model folders offered for switching (with the recipes)
-    allow_model_switch: str = "auto"  # ALLOW_MODEL_SWITCH: auto (only on localhost) | 1 | 0
-    edit_model_id: str = ""  # EDIT_MODEL_ID: the Edit tab's model; "" = the embedded editor beside the embedded model
-    http_api: str = "auto"  # HTTP_API: auto | 1 | 0 — the A1111 and OpenAI HTTP APIs (webapi)
-    api_keys: tuple[str, ...] = ()  # API_KEYS: Bearer keys for the HTTP APIs, comma-separated
+
+def _users(where: str) -> BeforeValidator:
+    """AUTH (the text) or AUTH_FILE (a file of such lines) as Users; the reason names the line."""
+
+    def parse(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return Users.parse(value, None) if where == "AUTH" else Users.parse(None, value)
+        except AuthError as exc:
+            if where == "AUTH":  # no detail: it could quote a password
+                raise ValueError("not user:password") from None
+            raise Refused(str(exc).removeprefix("AUTH_FILE").lstrip(": ")) from None
+
+    return BeforeValidator(parse)
+
+
+ResolvedPath = Annotated[Path, BeforeValidator(_resolved)]
+FileSize = Annotated[
+    str, BeforeValidator(_file_size), Accepts("a size such as 500kb, 10mb or 1gb", invalid=("abc", "10 tb"))
+]
+ApiKeys = Annotated[
+    tuple[str, ...],
+    BeforeValidator(_api_keys),
+    Accepts(
+        "comma-separated keys of 16 to 256 letters, digits, - _ .",
+        invalid=("short", "x" * 16 + ",has space"),
+        secret=True,
+    ),
+]
+Auth = Annotated[
+    InstanceOf[Users] | None,
+    _users("AUTH"),
+    Accepts(
+        "user:password[,user2:password2]; a password may be a pbkdf2_sha256$... hash", invalid=("nocolon",), secret=True
+    ),
+]
+AuthFile = Annotated[
+    InstanceOf[Users] | None,
+    _users("AUTH_FILE"),
+    Accepts("a readable file of user:password lines", invalid=("/nonexistent/auth-file",)),
+]
+OnSpaces = Annotated[
+    bool, BeforeValidator(lambda v: bool(v.strip()) if isinstance(v, str) else v), Accepts("any text (set: a Space)")
+]
+
+
+class AppSettings(Section, title="App"):
+    """Everything the app takes from the environment, besides its sections (docs/settings.md)."""
+
+    pipeline: PipelineOptions = Field(default_factory=PipelineOptions)
+    devices: DeviceSettings = Field(default_factory=DeviceSettings)
+    output_dir: ResolvedPath = setting(
+        "OUTPUT_DIR", "outputs", "where PNGs (with metadata) are written; never served by URL", validate_default=True
+    )  # resolved where the app starts
+    server_name: str = setting(
+        "GRADIO_SERVER_NAME", "127.0.0.1", "the address to listen on", shown="`127.0.0.1`; `0.0.0.0` on a Space"
+    )
+    server_port: int = setting("GRADIO_SERVER_PORT", 7860, "the port", ge=1, le=65535)
+    queue_size: int = setting(
+        "QUEUE_SIZE", 16, "generations waiting in the engine's queue, whole server", ge=1, le=10_000
+    )
+    queue_per_user: int = setting(
+        "QUEUE_PER_USER", 4, "queued + running generations of one session / user / address", ge=1, le=10_000
+    )
+    max_file_size: FileSize = setting("MAX_FILE_SIZE", "10mb", "upload size")
+    max_prompt_chars: int = setting("MAX_PROMPT_CHARS", 2000, "prompt and negative prompt length", ge=1, le=1_000_000)
+    max_edit_files: int = setting("MAX_EDIT_FILES", 16, "files per edit request", ge=1, le=1000)
+    max_upload_pixels: int = setting(
+        "MAX_UPLOAD_PIXELS",
+        4096 * 4096,
+        "pixels per uploaded image (read from the header, before decoding)",
+        ge=64,
+        le=2**31,
+    )
+    time_budget: float = setting(
+        "TIME_BUDGET", 600.0, "seconds one generation may run before it stops with what finished", ge=1.0, le=86_400.0
+    )
+    output_max_gb: float = setting(
+        "OUTPUT_MAX_GB", 5.0, "OUTPUT_DIR's size; the oldest PNGs go first (0: no limit)", ge=0.0, le=1e6
+    )
+    output_max_days: float = setting(
+        "OUTPUT_MAX_DAYS", 30.0, "OUTPUT_DIR's age limit in days (0: no limit)", ge=0.0, le=1e5
+    )
+    cache_minutes: int = setting(
+        "CACHE_MINUTES", 60, "Gradio's copies of results are deleted after this", ge=1, le=100_000
+    )
+    monitoring: Flag = setting("MONITORING", False, "on: opens Gradio's /monitoring dashboard")
+    generation_backend: Annotated[Literal[BACKENDS], Lower] = setting(
+        "GENERATION_BACKEND", "local", "local (the in-process device pool) or ray (Ray Serve; docs/scale-out.md)"
+    )
+    ray_address: str | None = setting("RAY_ADDRESS", None, "the Ray cluster's address", shown="a local instance")
+    ray_replicas: int = setting("RAY_REPLICAS", 1, "Ray replicas, one device each", ge=1, le=4096)
+    ray_device: Annotated[Literal[RAY_DEVICES], Lower] = setting(
+        "RAY_DEVICE", "auto", "the device kind of each Ray replica"
+    )
+    ray_cpus_per_replica: float = setting(
+        "RAY_CPUS_PER_REPLICA", 1.0, "CPUs reserved per Ray replica (and its torch threads on CPU)", ge=0.1, le=256.0
+    )
+    status_interval: float = 2.0  # seconds between status panel refreshes (not a variable)
+    history_seconds: int = 300  # the status panel's memory chart (not a variable)
+    on_spaces: OnSpaces = setting(
+        "SPACE_ID", False, "set by Hugging Face Spaces (any value): the app runs as a Space", shown="unset"
+    )
+    zero_gpu: Flag = setting(
+        "SPACES_ZERO_GPU",
+        False,
+        "set by Spaces on ZeroGPU hardware: generations run in spaces.GPU workers (docs/zerogpu.md)",
+    )
+    zero_gpu_duration: float = setting(
+        "ZEROGPU_DURATION", 120.0, "the most GPU seconds one generation asks ZeroGPU for", ge=10.0, le=1500.0
+    )
+    auth: Auth = setting("AUTH", None, "sign-in; `python -m engine.auth USER` prints a line with a hashed password")
+    auth_file: AuthFile = setting("AUTH_FILE", None, "sign-in, from a file (with AUTH: both sets of users)")
+    users: InstanceOf[Users] | None = None  # AUTH and AUTH_FILE together (from_env): sign-in required when set
+    models_dir: ResolvedPath | None = setting(
+        "MODELS_DIR", DEFAULT_MODELS_DIR, "model folders offered by the model picker (with the recipes in models/recipes/)",
+        shown="`models/`",
+    )  # fmt: skip
+    allow_model_switch: AutoFlag = setting(
+        "ALLOW_MODEL_SWITCH", "auto", "switching models for every user: auto = only when listening on localhost"
+    )
+    edit_model_id: str = setting(
+        "EDIT_MODEL_ID", "",
+        "the Edit tab's model: unset = the embedded editor beside the embedded model, else the main model; a "
+        "folder / Hub id / recipe; none = always the main model",
+        shown="(automatic)",
+    )  # fmt: skip
+    http_api: AutoFlag = setting(
+        "HTTP_API", "auto",
+        "the A1111 (/sdapi/v1) and OpenAI (/v1/images) HTTP APIs on the app's port; auto = on localhost or with "
+        "AUTH/API_KEYS, not on a public address without sign-in nor on ZeroGPU",
+    )  # fmt: skip
+    api_keys: ApiKeys = setting("API_KEYS", (), "Bearer keys for the HTTP APIs (what the openai SDK sends as api_key)")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:
-        """Read and check every variable; raise SettingsError naming the first bad one."""
-        env = os.environ if env is None else env
-        spaces = on_spaces(env)
-        return cls(
-            pipeline=_pipeline_options(env),
-            devices=_device_settings(env),
-            output_dir=Path(_text(env, "OUTPUT_DIR") or "outputs").resolve(),
-            server_name=_text(env, "GRADIO_SERVER_NAME") or ("0.0.0.0" if spaces else "127.0.0.1"),
-            server_port=_number(env, "GRADIO_SERVER_PORT", int, 7860, 1, 65535),
-            queue_size=_number(env, "QUEUE_SIZE", int, 16, 1, 10_000),
-            queue_per_user=_number(env, "QUEUE_PER_USER", int, 4, 1, 10_000),
-            max_file_size=_file_size(env),
-            max_prompt_chars=_number(env, "MAX_PROMPT_CHARS", int, 2000, 1, 1_000_000),
-            max_edit_files=_number(env, "MAX_EDIT_FILES", int, 16, 1, 1000),
-            max_upload_pixels=_number(env, "MAX_UPLOAD_PIXELS", int, 4096 * 4096, 64, 2**31),
-            time_budget=_number(env, "TIME_BUDGET", float, 600.0, 1.0, 86_400.0),
-            output_max_gb=_number(env, "OUTPUT_MAX_GB", float, 5.0, 0.0, 1e6),
-            output_max_days=_number(env, "OUTPUT_MAX_DAYS", float, 30.0, 0.0, 1e5),
-            cache_minutes=_number(env, "CACHE_MINUTES", int, 60, 1, 100_000),
-            monitoring=_flag(env, "MONITORING"),
-            generation_backend=_choice(env, "GENERATION_BACKEND", BACKENDS),
-            ray_address=_text(env, "RAY_ADDRESS"),
-            ray_replicas=_number(env, "RAY_REPLICAS", int, 1, 1, 4096),
-            ray_device=_choice(env, "RAY_DEVICE", ("auto", "cpu", "cuda", "xpu", "npu")),
-            ray_cpus_per_replica=_number(env, "RAY_CPUS_PER_REPLICA", float, 1.0, 0.1, 256.0),
-            on_spaces=spaces,
-            zero_gpu=_flag(env, "SPACES_ZERO_GPU"),
-            zero_gpu_duration=_number(env, "ZEROGPU_DURATION", float, 120.0, 10.0, 1500.0),
-            users=Users.parse(_text(env, "AUTH"), _text(env, "AUTH_FILE")),
-            models_dir=Path(_text(env, "MODELS_DIR") or DEFAULT_MODELS_DIR).resolve(),
-            allow_model_switch=_switch(env),
-            edit_model_id=_text(env, "EDIT_MODEL_ID") or "",
-            http_api=_auto_flag(env, "HTTP_API"),
-            api_keys=_api_keys(env),
-        )
+    def from_env(cls, env: Mapping[str, str]) -> AppSettings:
+        """Read and check every variable (`env`: os.environ at start); SettingsError naming the first bad one."""
+        return _rules(read_section(env, cls))
 
     @property
     def exposed_without_sign_in(self) -> bool:
@@ -165,89 +249,40 @@ class AppSettings:
         """TIME_BUDGET, and on ZeroGPU no longer than the GPU time one generation asks for."""
         return min(self.time_budget, self.zero_gpu_duration) if self.zero_gpu else self.time_budget
 
-    def replace(self, **changes: Any) -> AppSettings:
-        return dataclasses.replace(self, **changes)
 
-
-def _pipeline_options(env: Mapping[str, str]) -> PipelineOptions:
-    """The pipeline layer reads its own variables (MODEL_ID, LORA_DIR, MAX_BATCH, MAX_PIXELS, ...)."""
-    try:
-        options = PipelineOptions.from_env(environ=env)
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
-    if _flag(env, "SPACES_ZERO_GPU") and options.compile == "auto":
+def _rules(settings: AppSettings) -> AppSettings:
+    """The rules across variables (module docstring); SettingsError for a combination a backend cannot honour."""
+    changes: dict[str, Any] = {}
+    if settings.zero_gpu and settings.pipeline.compile == "auto":
         # ZeroGPU attaches a GPU only inside a spaces.GPU call: a compile warm-up at load would run without one
-        options = options.updated(compile="off")
-    return options
+        changes["pipeline"] = settings.pipeline.replace(compile="off")
+    if settings.on_spaces and "server_name" not in settings.model_fields_set:
+        changes["server_name"] = "0.0.0.0"
+    if settings.auth is not None or settings.auth_file is not None:
+        accounts = [u.accounts for u in (settings.auth, settings.auth_file) if u is not None]
+        changes["users"] = Users({k: v for a in accounts for k, v in a.items()})
+    if settings.generation_backend == "ray":
+        _check_ray(settings)
+    return settings.replace(**changes) if changes else settings
 
 
-def _device_settings(env: Mapping[str, str]) -> DeviceSettings:
-    try:
-        return DeviceSettings.from_env(env)
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
-
-
-def _switch(env: Mapping[str, str]) -> str:
-    return _auto_flag(env, "ALLOW_MODEL_SWITCH")
-
-
-def _auto_flag(env: Mapping[str, str], name: str) -> str:
-    """auto | 1 | 0, from auto or any of _flag's spellings."""
-    raw = (env.get(name) or "auto").strip().lower()
-    if raw == "auto":
-        return raw
-    try:
-        return "1" if _flag({name: raw}, name) else "0"
-    except SettingsError:
-        raise SettingsError(f"{name}={raw!r} is not valid: expected auto, 1 or 0") from None
-
-
-def _api_keys(env: Mapping[str, str]) -> tuple[str, ...]:
-    """API_KEYS=key1,key2: each at least 16 characters of letters, digits, - _ . (a guessable key is refused)."""
-    keys = tuple(k.strip() for k in (env.get("API_KEYS") or "").split(",") if k.strip())
-    for n, key in enumerate(keys, 1):
-        if not re.fullmatch(r"[A-Za-z0-9_.\-]{16,256}", key):
-            raise SettingsError(f"API_KEYS: key {n} is not valid: expected 16 to 256 letters, digits, - _ .")
-    return keys
-
-
-def _text(env: Mapping[str, str], name: str) -> str | None:
-    return (env.get(name) or "").strip() or None
-
-
-def _number(env: Mapping[str, str], name: str, kind: Callable[[str], T], default: T, low: T, high: T) -> T:
-    raw = _text(env, name)
-    if raw is None:
-        return default
-    accepted = f"{'an integer' if kind is int else 'a number'} from {low} to {high}"
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not valid: expected {accepted}") from None
-    if value != value or not low <= value <= high:  # NaN or out of range
-        raise SettingsError(f"{name}={raw!r} is out of range: expected {accepted}")
-    return value
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = (env.get(name) or "").strip().lower()
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    raise SettingsError(f"{name}={raw!r} is not valid: expected 1/true/yes/on or 0/false/no/off")
-
-
-def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
-    raw = (_text(env, name) or choices[0]).lower()
-    if raw not in choices:
-        raise SettingsError(f"{name}={raw!r} is not valid: expected one of {', '.join(choices)}")
-    return raw
-
-
-def _file_size(env: Mapping[str, str]) -> str:
-    raw = _text(env, "MAX_FILE_SIZE") or "10mb"
-    if not _SIZE_RE.match(raw):
-        raise SettingsError(f"MAX_FILE_SIZE={raw!r} is not valid: expected a size such as 500kb, 10mb or 1gb")
-    return raw.replace(" ", "").lower()
+def _check_ray(settings: AppSettings) -> None:
+    """What the Ray backend cannot honour stops the start instead of being ignored: its replicas take
+    their devices from RAY_DEVICE / RAY_REPLICAS, and it serves one model (edits go to it)."""
+    devices = settings.devices
+    local_only = {
+        "PREFERRED_DEVICE": devices.preferred != "auto",
+        "PREFERRED_DEVICE_STRICT": devices.strict,
+        "CPU_REPLICAS": devices.cpu_replicas is not None,
+    }
+    unused = [name for name, used in local_only.items() if used]
+    if unused:
+        raise SettingsError(
+            f"{', '.join(unused)}: set for the local device pool, but GENERATION_BACKEND=ray places its replicas "
+            "by RAY_DEVICE and RAY_REPLICAS; unset it"
+        )
+    if settings.edit_model_id not in ("", "none"):
+        raise SettingsError(
+            f"EDIT_MODEL_ID={settings.edit_model_id!r}: the Ray backend serves one model, which takes the edits too; "
+            "unset EDIT_MODEL_ID or use GENERATION_BACKEND=local"
+        )

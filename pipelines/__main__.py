@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tqdm import tqdm
 
 from devices import DeviceManager
 from devices.memory import human_bytes
+from devices.options import DeviceSettings
 
 from .cli import add_request_arguments, flag_message, request_values
 from .errors import PipelineError
@@ -57,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     quiet_load_progress_bars()
     try:
         flat = request_values(args, added)  # images read and checked before the model loads
-        dm = DeviceManager(args.device, args.dtype)
-        pipeline = ImagePipeline.from_pretrained(args.model, dm, PipelineOptions.from_env())  # MODEL_ID, MAX_BATCH...
+        devices, options = DeviceSettings.from_env(os.environ), PipelineOptions.from_env(os.environ)  # read once
+        dm = DeviceManager(options=devices.options_for(args.device, args.dtype))
+        pipeline = ImagePipeline.from_pretrained(args.model, dm, options)  # MODEL_ID, MAX_BATCH...
         flat["loras"] = load_loras(pipeline, flat.get("loras", {}))
         request = GenerationRequest.parse(nest(flat))  # the model's defaults fill the rest (generate)
         bar = tqdm(total=1, unit="step", desc="denoising")

@@ -47,6 +47,7 @@ import torch
 from tqdm import tqdm
 
 from devices import DeviceManager
+from devices.options import DeviceSettings
 
 from .cli import add_request_arguments, flag_message, request_values
 from .errors import PipelineError
@@ -178,7 +179,8 @@ def load(args: argparse.Namespace, added: list[Spec], device: str) -> tuple[Imag
     flat = request_values(args, added)  # checked by the schema before the model loads
     GenerationRequest.parse(nest({**flat, "prompt": prompts, "seed": args.seed}))
     options = {"micro_batch": args.micro_batch} if args.micro_batch else {}
-    pipeline = ImagePipeline.from_pretrained(args.model, DeviceManager(device), PipelineOptions.from_env(), **options)
+    dm = DeviceManager(options=DeviceSettings.from_env(os.environ).options_for(device))  # the settings, read once
+    pipeline = ImagePipeline.from_pretrained(args.model, dm, PipelineOptions.from_env(os.environ), **options)
     flat["loras"] = load_loras(pipeline, flat.get("loras", {}))
     request = GenerationRequest.parse(nest({**flat, "prompt": prompts, "seed": args.seed}))
     return pipeline, request.with_defaults(pipeline)

@@ -1,127 +1,143 @@
-"""Pipeline options: read from the environment once, by the app's settings (`from_env`), and passed
-down as this object; below that nothing reads the environment (arguments override fields: `updated`).
-
-- MODEL_ID: a diffusers folder, a Hub id or a .safetensors checkpoint (default: the embedded
-  model in models/tiny-shapes)
-- LORA_DIR: folder of .safetensors LoRAs that may be loaded (default: models/loras)
-- MAX_BATCH: most images per request (default 16)
-- MAX_PIXELS: most pixels per image, width x height (default: the model's native area x
-  PIXEL_BUDGET_FACTOR of the device: 4 on CPU/MPS, 9 on CUDA/ROCm/NPU/XPU)
-- MAX_SIDE: largest width or height (default: 4 x the model's native side)
-- MICRO_BATCH: most images denoised together (default 8); halves itself on out-of-memory
-- PREVIEW_EVERY: steps between live previews in the UI (default 5)
-- MEMORY_MODE: off | auto | balanced | max | group | group-leaf (default auto; see
-  DeviceManager.set_memory_efficient_mode)
-- COMPILE: auto | on | off (default auto: the per-device table in devices.compile; off on CPU and MPS)
-- STEP_CACHE: none | FirstBlockCache | TaylorSeer | MagCache, the step cache of requests that name
-  none (default: none, or the recipe's; pipelines.step_cache); off where the model has no cache
-- STEP_CACHE_THRESHOLD: its threshold, a number in (0, 1] (default: the method's own)
-- QUANTIZATION: component=method[:file],... (default none; pipelines.quantization, docs/quantization.md)
-- BASE_MODEL: the diffusers folder or Hub id that a MODEL_ID=<file>.gguf transformer completes
+"""Pipeline options: the pipeline layer's variables (MODEL_ID, LORA_DIR, MAX_BATCH, ... QUANTIZATION,
+BASE_MODEL), declared once here as `PipelineOptions` (docs/settings.md lists them, generated from
+it). An entry point reads them once (`PipelineOptions.from_env(os.environ)`) and passes the object
+down; below that nothing reads the environment. `PipelineOptions()` is the defaults; arguments
+override fields (`updated`).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from devices.compile import parse_compile
+from pydantic import BeforeValidator, Field
+
+from config import Accepts, Lower, Refused, Section, setting
+from devices.compile import COMPILE_MODES
+from devices.manager import MEMORY_LEVELS
+
+from .request import STEP_CACHES, spec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-shapes"
 DEFAULT_LORA_DIR = REPO_ROOT / "models" / "loras"
+PATH_FIELDS = ("model_id", "lora_dir", "base_model")  # may name files or folders of this machine
 
 
-def _env_int(env: Mapping[str, str], name: str, default: int | None) -> int | None:
-    value = env.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(f"{name}={value!r} is not valid: expected an integer of at least 1") from None
-    if number < 1:
-        raise ValueError(f"{name}={value!r} is out of range: expected an integer of at least 1")
-    return number
+def _step_cache(value: Any) -> Any:
+    """STEP_CACHE in any capitalisation ("firstblockcache" -> "FirstBlockCache")."""
+    from .step_cache import canonical
+
+    return (canonical(value) or value.strip()) if isinstance(value, str) else value
 
 
-def _env_step_cache(env: Mapping[str, str]) -> tuple[str | None, float | None]:
-    """STEP_CACHE (any capitalisation) and STEP_CACHE_THRESHOLD; (None, None) where unset."""
-    from .request import spec
-    from .step_cache import METHODS, canonical
+def _quantization(value: Any) -> Any:
+    """Checked at start (pipelines.quantization), not when the model loads minutes later."""
+    if isinstance(value, str) and value.strip():
+        from .quantization import parse_setting
 
-    raw = env.get("STEP_CACHE", "").strip()
-    method = canonical(raw) if raw else None
-    if raw and method is None:
-        raise ValueError(f"STEP_CACHE={raw!r} is not valid: expected one of {', '.join(METHODS)}")
-    raw = env.get("STEP_CACHE_THRESHOLD", "").strip()
-    if not raw:
-        return method, None
-    field = spec("step_cache_threshold")  # the request field's one range
-    try:
-        threshold = field.parse(raw)
-    except ValueError:
-        raise ValueError(f"STEP_CACHE_THRESHOLD={raw!r} is not valid: expected a number in {field.accepted()}") from None
-    return method, threshold
+        try:
+            parse_setting(value.strip())
+        except ValueError as exc:
+            raise Refused(str(exc).partition(": ")[2] or str(exc)) from None  # without "QUANTIZATION=...: "
+    return value.strip() if isinstance(value, str) else value
 
 
-def _env_compile(env: Mapping[str, str]) -> str:
-    try:
-        return parse_compile(env.get("COMPILE"))
-    except ValueError as exc:
-        raise ValueError(f"COMPILE: {exc}") from None
+def _threshold_bounds() -> dict[str, float]:
+    """STEP_CACHE_THRESHOLD's range is the request field's one range (pipelines.request's schema)."""
+    bound = spec("step_cache_threshold").value
+    return {"gt" if bound.low_open else "ge": bound.low, "le": bound.high}
 
 
-@dataclass(frozen=True)
-class PipelineOptions:
-    model_id: str = str(DEFAULT_MODEL)
-    lora_dir: Path = DEFAULT_LORA_DIR
-    max_batch: int = 16
-    max_pixels: int | None = None  # None: the model's native area x the device's PIXEL_BUDGET_FACTOR
-    max_side: int | None = None  # None: 4 x the model's native side
-    micro_batch: int = 8
-    memory_mode: str = "auto"
-    compile: str = "auto"  # COMPILE: auto | on | off (devices.compile)
-    preview_every: int = 5  # steps between live previews (README "Live previews": chosen by measurement)
-    step_cache: str | None = None  # STEP_CACHE; None: the recipe's, else none (pipelines.step_cache)
-    step_cache_threshold: float | None = None  # STEP_CACHE_THRESHOLD; None: the method's default
-    quantization: str = ""  # QUANTIZATION: "" loads the model as it is (pipelines.quantization)
-    base_model: str = ""  # BASE_MODEL: the rest of the pipeline for a MODEL_ID=<file>.gguf
-    extra: dict = field(default_factory=dict)  # passed to diffusers' from_pretrained
+StepCache = Annotated[Literal[STEP_CACHES] | None, BeforeValidator(_step_cache)]
+Quantization = Annotated[
+    str,
+    BeforeValidator(_quantization),
+    Accepts("component=method[:file], comma-separated (e.g. transformer=torchao-int8wo)", invalid=("int8", "vae=x")),
+]
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineOptions:
-        """The variables above; ValueError naming a bad one."""
-        env = os.environ if environ is None else environ
-        step_cache, threshold = _env_step_cache(env)
-        if env.get("QUANTIZATION", "").strip():  # checked at start, not when the model loads minutes later
-            from .quantization import parse_setting
 
-            parse_setting(env["QUANTIZATION"].strip())
-        return cls(
-            model_id=env.get("MODEL_ID", "").strip() or str(DEFAULT_MODEL),
-            lora_dir=Path(env.get("LORA_DIR", "").strip() or DEFAULT_LORA_DIR),
-            max_batch=_env_int(env, "MAX_BATCH", 16),
-            max_pixels=_env_int(env, "MAX_PIXELS", None),
-            max_side=_env_int(env, "MAX_SIDE", None),
-            micro_batch=_env_int(env, "MICRO_BATCH", 8),
-            memory_mode=env.get("MEMORY_MODE", "").strip() or "auto",
-            preview_every=_env_int(env, "PREVIEW_EVERY", 5),
-            step_cache=step_cache,
-            step_cache_threshold=threshold,
-            quantization=env.get("QUANTIZATION", "").strip(),
-            base_model=env.get("BASE_MODEL", "").strip(),
-            compile=_env_compile(env),
-        )
+class PipelineOptions(Section, title="Pipeline"):
+    """How pipelines are loaded and what one request may ask of them."""
 
-    def updated(self, **overrides) -> PipelineOptions:
-        """These options with fields replaced by the non-None `overrides`; unknown keywords are
-        diffusers' `from_pretrained` arguments and go to `extra`."""
-        known = {f.name for f in fields(self)}
+    model_id: str = setting(
+        "MODEL_ID", str(DEFAULT_MODEL),
+        "diffusers folder, Hub id, .safetensors or .gguf file, or a recipe name/path (docs/models.md)",
+        shown="`models/tiny-shapes`",
+    )  # fmt: skip
+    lora_dir: Path = setting(
+        "LORA_DIR", DEFAULT_LORA_DIR, "folder of .safetensors LoRAs offered in the UI (others are refused)",
+        shown="`models/loras`",
+    )  # fmt: skip
+    max_batch: int = setting("MAX_BATCH", 16, "most images per request", ge=1)
+    max_pixels: int | None = setting(
+        "MAX_PIXELS", None, "most pixels per image, width x height",
+        shown="the model's native area x 4 on CPU/MPS, x 9 on CUDA/ROCm/NPU/XPU", ge=1,
+    )  # fmt: skip
+    max_side: int | None = setting(
+        "MAX_SIDE", None, "largest width or height", shown="4 x the model's native side", ge=1
+    )
+    micro_batch: int = setting(
+        "MICRO_BATCH", 8, "most images denoised together (halves itself after out-of-memory)", ge=1
+    )
+    preview_every: int = setting(
+        "PREVIEW_EVERY", 5, "steps between live previews (measured: docs/performance.md#live-previews)", ge=1
+    )
+    memory_mode: Annotated[Literal[MEMORY_LEVELS], Lower] = setting(
+        "MEMORY_MODE", "auto",
+        "memory savers: balanced = VAE slicing/tiling (attention slicing only with vanilla attention); max = "
+        "+ model CPU offload; group / group-leaf = + group offload by block / leaf module, accelerators only "
+        "(docs/compile-and-offload.md)",
+    )  # fmt: skip
+    compile: Annotated[Literal[COMPILE_MODES], Lower] = setting(
+        "COMPILE", "auto",
+        "graph compile of the denoiser at load, with a warm-up; auto = per device (inductor on CUDA/ROCm/XPU, "
+        "torchair on Ascend when installed, off on CPU/MPS; off on ZeroGPU) (docs/compile-and-offload.md)",
+    )  # fmt: skip
+    step_cache: StepCache = setting(
+        "STEP_CACHE", None,
+        "the step cache of requests that name none (any capitalisation); off, with a log warning, on models "
+        "without one (docs/step-caching.md)",
+        shown="none (or the recipe's)",
+    )  # fmt: skip
+    step_cache_threshold: float | None = setting(
+        "STEP_CACHE_THRESHOLD", None, "the threshold of FirstBlockCache and MagCache",
+        shown="the method's (0.05 / 0.06)", **_threshold_bounds(),
+    )  # fmt: skip
+    quantization: Quantization = setting(
+        "QUANTIZATION", "",
+        "quantized components of every model the app loads (switches and EDIT_MODEL_ID too: per-model "
+        "quantization belongs in a recipe; docs/quantization.md)",
+    )  # fmt: skip
+    base_model: str = setting(
+        "BASE_MODEL",
+        "",
+        "with MODEL_ID=<file>.gguf: the diffusers folder or Hub id that gives the rest of the pipeline",
+    )
+    extra: dict = Field(default_factory=dict, description="passed to diffusers' from_pretrained (not a variable)")
+
+    def updated(self, **overrides: Any) -> PipelineOptions:
+        """These options with fields replaced by the non-None `overrides` (checked as a variable's
+        value is); unknown keywords are diffusers' `from_pretrained` arguments and go to `extra`."""
+        known = set(type(self).model_fields)
         extra = {k: v for k, v in overrides.items() if k not in known}
         chosen = {k: v for k, v in overrides.items() if k in known and v is not None}
-        if "lora_dir" in chosen:
-            chosen["lora_dir"] = Path(chosen["lora_dir"])
-        return replace(self, **chosen, extra={**self.extra, **extra})
+        if not chosen and not extra:
+            return self
+        return type(self)(**{**dict(self), **chosen, "extra": {**self.extra, **extra}})
+
+    def with_absolute_paths(self) -> PipelineOptions:
+        """The options for another process (a Ray replica): the paths that exist here made absolute,
+        since that process does not share our working directory."""
+        paths = {k: _absolute(str(getattr(self, k))) for k in PATH_FIELDS}
+        if self.quantization:  # a gguf file named in QUANTIZATION
+            from .quantization import parse_setting
+
+            parts = [(r.component, r.method, _absolute(r.file)) for r in parse_setting(self.quantization)]
+            paths["quantization"] = ",".join(f"{c}={m}:{f}" if f else f"{c}={m}" for c, m, f in parts)
+        return self.updated(**paths)
+
+
+def _absolute(file: str) -> str:
+    """A file of this machine as an absolute path; a URL or a missing file as it is."""
+    return str(Path(file).resolve()) if file and Path(file).exists() else file

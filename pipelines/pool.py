@@ -1,7 +1,7 @@
 """DevicePool: one ImagePipeline replica per device of this machine, behind the GenerationBackend interface.
 
 - Devices: `PREFERRED_DEVICE=cuda:0,cuda:1 | npu:all | all | cpu,cpu` or `CPU_REPLICAS=N`
-  (devices.pool.expand_devices). Weights are read from disk once; each further replica is a copy
+  (devices.pool.devices_for). Weights are read from disk once; each further replica is a copy
   of that CPU copy moved to its device, so the disk is read once and no device ever holds two.
 - Scheduling: a request takes the replicas that are free when it starts (waiting on a condition
   for one to free up, never polling). A request of several images is split over them by

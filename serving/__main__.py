@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 
-from .ray_backend import RayBackend
+from config import SettingsError
+from devices.options import DeviceSettings
+from pipelines.options import PipelineOptions
+
+from .ray_backend import RayBackend, device_options
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,9 +35,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:  # the replicas get the pipeline settings (MODEL_ID, STEP_CACHE, COMPILE...) and TORCH_DTYPE / attention
+        options, devices = PipelineOptions.from_env(os.environ), DeviceSettings.from_env(os.environ)
+    except SettingsError as exc:
+        parser.exit(2, f"error: {exc}\n")
     backend = RayBackend.start(
         model=args.model, replicas=args.replicas, device=args.device, address=args.address,
-        cpus_per_replica=args.cpus_per_replica, reuse=False,
+        cpus_per_replica=args.cpus_per_replica, reuse=False, options=options, device_options=device_options(devices),
     )  # fmt: skip
     print(f"serving {backend.model_info().model_name} on {args.replicas} {args.device} replica(s); Ctrl+C to stop")
     stop = threading.Event()

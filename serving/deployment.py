@@ -46,7 +46,7 @@ from ray import serve
 
 from devices import DeviceManager
 from devices.options import DeviceOptions, parse_attention, parse_device, parse_dtype
-from pipelines import ImagePipeline
+from pipelines import ImagePipeline, PipelineOptions
 
 from .wire import error_to_wire, png_bytes, request_from_wire, result_to_wire
 
@@ -131,6 +131,8 @@ def replica_device(kind: str) -> str:
     """The device Ray assigned this replica (only it is visible here, so index 0), or the CPU."""
     if kind == "cpu":
         return "cpu"
+    # ASCEND_RT_VISIBLE_DEVICES: set by Ray for this replica's process (a platform variable, not a
+    # setting; docs/settings.md "Where the environment is read"). Ray has no get_npu_ids().
     assigned = ray.get_gpu_ids() if kind in ("cuda", "xpu") else os.environ.get("ASCEND_RT_VISIBLE_DEVICES", "")
     if not assigned:
         raise RuntimeError(f"Ray assigned this replica no {kind} device (is the resource in the cluster?)")
@@ -172,14 +174,16 @@ class GenerationReplica:
     @staticmethod
     def _load(model, fallback, dm, options, settled=lambda: False) -> tuple[ImagePipeline, str | None]:
         """(pipeline, why `model` could not be loaded): `fallback` serves when `model` fails, while
-        the switch is under way (`settled()` False); a restart after it fails instead."""
+        the switch is under way (`settled()` False); a restart after it fails instead. `options`: the
+        app's PipelineOptions as plain data (serving.ray_backend), rebuilt and checked here."""
+        opts = PipelineOptions(**(options or {}))
         try:
-            return ImagePipeline.from_pretrained(model, dm, **(options or {})), None
+            return ImagePipeline.from_pretrained(model, dm, opts), None
         except Exception as exc:
             if fallback is None or settled():
                 raise
             log.error("could not load %s (%s); loading %s, which served before", model, exc, fallback)
-            return ImagePipeline.from_pretrained(fallback, dm, **(options or {})), f"{type(exc).__name__}: {exc}"
+            return ImagePipeline.from_pretrained(fallback, dm, opts), f"{type(exc).__name__}: {exc}"
 
     def __del__(self):
         self._closed.set()

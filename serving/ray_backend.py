@@ -21,8 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from devices.manager import dtype_name
+from devices.options import DeviceSettings
 from pipelines import ModelLoadError, PipelineError
 from pipelines.backend import CancelFn, Capabilities, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
+from pipelines.options import PipelineOptions
 from pipelines.request import GenerationRequest, GenerationResult, pin_seed, validate
 
 from . import import_ray
@@ -39,6 +42,18 @@ def _local_path(value: Any) -> Any:
     if isinstance(value, str | Path) and Path(value).exists():
         return str(Path(value).resolve())
     return value
+
+
+def pipeline_options_for_replicas(options: PipelineOptions | None, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Every field of the pipeline options as plain data (serving.deployment rebuilds the object), with
+    the paths that exist here made absolute: nothing is hand-listed, so a new setting reaches the replicas."""
+    return (options or PipelineOptions()).updated(**overrides).with_absolute_paths().model_dump()
+
+
+def device_options(devices: DeviceSettings) -> dict[str, str | None]:
+    """TORCH_DTYPE and DIFFUSERS_ATTENTION_TYPE as names for the replicas (serving.deployment); the
+    local pool's other device variables do not apply to Ray (it places the replicas itself)."""
+    return {"dtype": dtype_name(devices.dtype) if devices.dtype else None, "attention": devices.attention}
 
 
 class RayBackend:
@@ -65,13 +80,15 @@ class RayBackend:
         cpus_per_replica: float = 1.0,
         reuse: bool = True,
         device_options: dict[str, str | None] | None = None,
-        **options: Any,
+        options: PipelineOptions | None = None,
+        **overrides: Any,
     ) -> RayBackend:
         """Connect, deploy `replicas` replicas (or reuse the running deployment), wait until one answers.
 
         address: None (RAY_ADDRESS if set, else a local instance sized to this machine), "auto",
-        "ray://host:10001". device: auto | cpu | cuda | xpu | npu. `options` go to
-        ImagePipeline.from_pretrained on each replica (lora_dir, max_batch...).
+        "ray://host:10001". device: auto | cpu | cuda | xpu | npu. `options` (the app's
+        PipelineOptions, every field: the step cache, compile, quantization too) with `overrides`
+        (max_batch=..., as `PipelineOptions.updated`) load the pipeline on each replica.
         """
         ray, serve = import_ray()
         from .deployment import APP_NAME, application, detect_kind, status_board
@@ -84,9 +101,8 @@ class RayBackend:
         app_args = None
         if not (reuse and app_status is not None and app_status.status == "RUNNING"):
             kind = detect_kind() if device in (None, "", "auto") else device
-            opts = {k: _local_path(v) for k, v in options.items() if v is not None}
             app_args = {"model": _local_path(model), "replicas": replicas, "kind": kind, "cpus": cpus_per_replica}
-            app_args["options"] = opts
+            app_args["options"] = pipeline_options_for_replicas(options, overrides)
             app_args["device_options"] = dict(device_options or {})  # the app's TORCH_DTYPE / attention
             serve.start(proxy_location="Disabled")  # the app calls through handles, not HTTP
             handle = serve.run(application(**app_args), name=APP_NAME, route_prefix=None)
@@ -95,6 +111,11 @@ class RayBackend:
             handle = serve.get_app_handle(APP_NAME)
             replicas = max(1, sum(d.replica_states.get("RUNNING", 0) for d in app_status.deployments.values()))
             log.info("Ray Serve: reusing the running deployment %r (%d replica(s))", APP_NAME, replicas)
+            if (options or PipelineOptions()).updated(**overrides) != PipelineOptions():
+                log.warning(
+                    "the running deployment keeps the pipeline settings it was deployed with; this app's "
+                    "(STEP_CACHE, COMPILE, MAX_BATCH, ...) apply to a deployment it starts itself"
+                )
         info = handle.model_info.remote().result(timeout_s=600)
         return cls(handle, board, replicas, info, app_args, owns_ray)
 

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from config import SettingsError
 from devices import DeviceFallbackWarning, DeviceManager
 from devices import memory as devices_memory
 from devices.memory import STATS_KEYS
+from devices.options import DeviceSettings
 from tests import fakes
 from tests.fakes import GiB
 
@@ -40,12 +42,16 @@ def test_invalid_device_lists_valid_values(value):
     assert "cuda:N" in str(err.value) and "npu" in str(err.value) and "mps" in str(err.value)
 
 
-def test_none_reads_env_then_auto(monkeypatch):
+def test_none_is_auto_and_the_settings_come_from_an_entry_point(monkeypatch):
+    """A library constructor never reads the environment: DeviceManager() is auto whatever
+    PREFERRED_DEVICE says; the settings read by an entry point give the device, an argument wins."""
     fakes.fake_cuda(monkeypatch, count=2)
-    assert DeviceManager().device == torch.device("cuda", 0)
     monkeypatch.setenv("PREFERRED_DEVICE", "cpu")
-    assert DeviceManager().backend == "cpu"
-    assert DeviceManager("cuda:1").device == torch.device("cuda", 1)  # argument wins over env
+    monkeypatch.setenv("TORCH_DTYPE", "not-a-dtype")  # would raise if anything read it
+    assert DeviceManager().device == torch.device("cuda", 0)
+    settings = DeviceSettings.from_env({"PREFERRED_DEVICE": "cpu"})
+    assert DeviceManager(options=settings.options_for()).backend == "cpu"
+    assert DeviceManager(options=settings.options_for("cuda:1")).device == torch.device("cuda", 1)
 
 
 # ---------------------------------------------------------------- selection and priority
@@ -140,11 +146,11 @@ def test_xpu_and_mps_unavailable_messages():
     assert "MPS" in _fallback("mps")[0].fallback_reason
 
 
-def test_strict_mode_raises(monkeypatch):
-    monkeypatch.setenv("PREFERRED_DEVICE_STRICT", "1")
+def test_strict_mode_raises():
+    strict = DeviceSettings.from_env({"PREFERRED_DEVICE_STRICT": "1"})
     with pytest.raises(RuntimeError, match="torch_npu is not installed"):
-        DeviceManager("npu")
-    assert DeviceManager("cpu").backend == "cpu"  # a usable request is fine in strict mode
+        DeviceManager(options=strict.options_for("npu"))
+    assert DeviceManager(options=strict.options_for("cpu")).backend == "cpu"  # a usable request is fine in strict mode
 
 
 # ---------------------------------------------------------------- dtype table
@@ -168,8 +174,9 @@ def test_dtype_table(monkeypatch, setup, expected):
 
 def test_dtype_overrides(monkeypatch):
     fakes.fake_cuda(monkeypatch)
-    monkeypatch.setenv("TORCH_DTYPE", "float32")
-    assert DeviceManager().dtype == torch.float32
+    assert (
+        DeviceManager(options=DeviceSettings.from_env({"TORCH_DTYPE": "float32"}).options_for()).dtype == torch.float32
+    )
     assert DeviceManager(dtype="fp16").dtype == torch.float16
     assert DeviceManager(dtype=torch.bfloat16).dtype == torch.bfloat16
     with pytest.raises(ValueError, match="float64"):
@@ -192,15 +199,21 @@ def test_attention_policy(monkeypatch, setup, expected):
     assert DeviceManager().attention == expected
 
 
-def test_attention_env_override(monkeypatch):
+def attention_from_settings(value: str, device: str | None = None) -> DeviceManager:
+    """The DeviceManager an entry point builds with DIFFUSERS_ATTENTION_TYPE=value."""
+    return DeviceManager(options=DeviceSettings.from_env({"DIFFUSERS_ATTENTION_TYPE": value}).options_for(device))
+
+
+def test_attention_setting_overrides_the_policy(monkeypatch):
     fakes.fake_npu(monkeypatch)
-    monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", "sdpa")
-    assert DeviceManager().attention == "sdpa"
-    monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", " Vanilla ")
-    assert DeviceManager("cpu").attention == "vanilla"
-    monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", "flash")
+    assert attention_from_settings("sdpa").attention == "sdpa"
+    assert attention_from_settings(" Vanilla ", "cpu").attention == "vanilla"
+    with pytest.raises(
+        SettingsError, match="DIFFUSERS_ATTENTION_TYPE='flash' is not valid: expected one of vanilla, sdpa"
+    ):
+        attention_from_settings("flash")
     with pytest.raises(ValueError, match="vanilla, sdpa"):
-        DeviceManager()
+        DeviceManager(attention="flash")
 
 
 def _tiny_unet():
@@ -209,30 +222,27 @@ def _tiny_unet():
     return build_tiny_pipeline().unet
 
 
-def test_apply_attention_really_swaps_processors(monkeypatch):
+def test_apply_attention_really_swaps_processors():
     from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
 
     unet = _tiny_unet()
     x, t, ctx = torch.randn(1, 4, 16, 16), torch.tensor([10]), torch.randn(1, 5, 32)
     with torch.no_grad():
-        monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", "vanilla")
-        applied = DeviceManager().apply_attention(unet)
+        applied = DeviceManager(attention="vanilla").apply_attention(unet)
         assert applied == {"UNet2DConditionModel": "AttnProcessor"}
         assert {type(p) for p in unet.attn_processors.values()} == {AttnProcessor}
         vanilla = unet(x, t, ctx).sample
-        monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", "sdpa")
-        DeviceManager().apply_attention(unet)
+        DeviceManager(attention="sdpa").apply_attention(unet)
         assert {type(p) for p in unet.attn_processors.values()} == {AttnProcessor2_0}
         sdpa = unet(x, t, ctx).sample
     torch.testing.assert_close(vanilla, sdpa, atol=1e-4, rtol=1e-4)
 
 
-def test_apply_attention_covers_every_pipeline_component(monkeypatch):
+def test_apply_attention_covers_every_pipeline_component():
     from tests.tiny_model import build_tiny_pipeline
 
     pipe = build_tiny_pipeline()
-    monkeypatch.setenv("DIFFUSERS_ATTENTION_TYPE", "vanilla")
-    applied = DeviceManager().apply_attention(pipe)
+    applied = DeviceManager(attention="vanilla").apply_attention(pipe)
     assert applied == {
         "unet": "AttnProcessor",
         "vae": "AttnProcessor",

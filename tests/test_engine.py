@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from config import sections, variables
 from engine import (
     Admission,
     AppSettings,
@@ -294,11 +295,8 @@ class _LockedEnviron(dict):
         return super().__contains__(key)
 
 
-APP_VARIABLES = {
-    "MODEL_ID", "LORA_DIR", "MAX_BATCH", "MAX_PIXELS", "MAX_SIDE", "MICRO_BATCH", "MEMORY_MODE", "PREVIEW_EVERY", "COMPILE",
-    "PREFERRED_DEVICE", "PREFERRED_DEVICE_STRICT", "CPU_REPLICAS", "TORCH_DTYPE", "DIFFUSERS_ATTENTION_TYPE",
-    "EDIT_MODEL_ID", "GENERATION_BACKEND", "QUEUE_SIZE", "QUEUE_PER_USER", "TIME_BUDGET", "QUANTIZATION", "BASE_MODEL",
-}  # fmt: skip
+# every declared variable (engine.settings and its sections): a new one is locked too
+APP_VARIABLES = {v.name for section in sections(AppSettings) for v in variables(section)}
 
 
 def test_the_backend_is_built_from_the_settings_object_alone(tmp_path, monkeypatch):

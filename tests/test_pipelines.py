@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import subprocess
@@ -71,9 +70,7 @@ def assert_same_image(a: Image.Image, b: Image.Image) -> None:
 
 def with_micro_batch(pipeline: ImagePipeline, size: int) -> ImagePipeline:
     """The same loaded weights, with another MICRO_BATCH."""
-    return ImagePipeline(
-        pipeline.pipe, pipeline.dm, dataclasses.replace(pipeline.options, micro_batch=size), pipeline.source
-    )
+    return ImagePipeline(pipeline.pipe, pipeline.dm, pipeline.options.updated(micro_batch=size), pipeline.source)
 
 
 def request(**kwargs) -> GenerationRequest:

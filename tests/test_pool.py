@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from devices import DeviceManager
-from devices.pool import expand_devices
+from devices.options import DeviceSettings
+from devices.pool import devices_for
 from pipelines import GenerationRequest, ImagePipeline, PipelineError
 from pipelines.pool import DevicePool, share_cpu_threads, split_range
 from tests import fakes
@@ -151,6 +152,12 @@ def test_split_range():
     assert split_range(6, 3) == [(0, 2), (2, 4), (4, 6)]
 
 
+def expand_devices(value: str | None, env: dict[str, str]) -> list[str | None]:
+    """The devices an entry point's settings give: CPU_REPLICAS from `env`, `value` as --device does."""
+    settings = DeviceSettings.from_env(env)
+    return devices_for(value if value is not None else settings.preferred, settings.cpu_replicas)
+
+
 @pytest.mark.parametrize(
     ("value", "env", "expected"),
     [
@@ -158,6 +165,7 @@ def test_split_range():
         ("cpu", {"CPU_REPLICAS": "3"}, ["cpu", "cpu", "cpu"]),
         ("cpu", {}, ["cpu"]),
         (None, {}, [None]),
+        (None, {"CPU_REPLICAS": "2"}, ["cpu", "cpu"]),  # PREFERRED_DEVICE=auto on a machine without an accelerator
         ("all", {}, ["cpu"]),
     ],
 )

@@ -334,9 +334,9 @@ def test_bad_settings_stop_the_start_with_the_variable_named():
     [
         ("QUEUE_SIZE", "abc", "QUEUE_SIZE='abc' is not valid"),
         ("GRADIO_SERVER_PORT", "abc", "GRADIO_SERVER_PORT='abc' is not valid: expected an integer from 1 to 65535"),
-        ("GRADIO_SERVER_PORT", "70000", "GRADIO_SERVER_PORT='70000' is out of range"),
+        ("GRADIO_SERVER_PORT", "70000", "GRADIO_SERVER_PORT='70000' is not valid: expected an integer from 1 to 65535"),
         ("MAX_FILE_SIZE", "abc", "MAX_FILE_SIZE='abc' is not valid: expected a size such as 500kb"),
-        ("TIME_BUDGET", "nan", "TIME_BUDGET='nan' is out of range"),
+        ("TIME_BUDGET", "nan", "TIME_BUDGET='nan' is not valid: expected a number from 1 to 86400"),
         ("MONITORING", "maybe", "MONITORING='maybe' is not valid"),
         ("GENERATION_BACKEND", "spark", "GENERATION_BACKEND='spark' is not valid: expected one of local, ray"),
     ],
