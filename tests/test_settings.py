@@ -165,7 +165,7 @@ def test_the_environment_is_read_only_where_docs_settings_md_says():
     """Entry points (from_env(os.environ)) and the platform-set exceptions, each listed in the docs."""
     text = settings_docs.DOCS.read_text(encoding="utf-8")
     section = text.split("### Where the environment is read", 1)[1].split("\n## ", 1)[0]
-    documented = set(re.findall(r"\b((?:[a-z_]+/)+[a-z_]+\.py)\b", section))
+    documented = set(re.findall(r"\b((?:[a-z_]+/)*[a-z_]+\.py)\b", section))
     assert environment_readers() == documented
 
 
