@@ -17,6 +17,7 @@ from PIL import Image
 
 from devices import DeviceManager
 from pipelines import GenerationRequest, ImagePipeline, PipelineError
+from tests.sync import in_thread
 
 ray = pytest.importorskip("ray", reason="Ray is optional: pip install -r requirements-ray.txt")
 PROMPT = "a red circle on a blue background"
@@ -70,7 +71,6 @@ def test_results_equal_the_in_process_ones(backend, local):
     assert remote.inputs[0].getpixel((0, 0)) == (200, 30, 30)
 
 
-
 def test_an_inpaint_travels_with_its_mask_and_keeps_the_unmasked_pixels(backend, local):
     from pipelines.inpaint import Inpaint
 
@@ -87,7 +87,6 @@ def test_an_inpaint_travels_with_its_mask_and_keeps_the_unmasked_pixels(backend,
 def run_together(backend, seeds, on_step=None):
     """Generate one request per seed from threads at once; each waits at step 1 until all are denoising."""
     together = threading.Barrier(len(seeds), timeout=30)
-    results, errors = {}, []
 
     def progress(done, _total, _image):
         if done == 1:
@@ -95,19 +94,8 @@ def run_together(backend, seeds, on_step=None):
             if on_step is not None:
                 on_step()
 
-    def one(seed):
-        try:
-            results[seed] = backend.generate(request(seed=seed, steps=20), progress)
-        except Exception as exc:  # reported by the assertion below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=one, args=(s,)) for s in seeds]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors
-    return results
+    calls = {seed: in_thread(backend.generate, request(seed=seed, steps=20), progress) for seed in seeds}
+    return {seed: call.result(timeout=120) for seed, call in calls.items()}  # a call's exception is raised here
 
 
 def test_concurrent_requests_are_served_by_different_replicas_and_status_answers(backend):
