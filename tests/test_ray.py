@@ -8,8 +8,11 @@ for a local test instance); the object store is capped at 100 MB.
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,10 +20,12 @@ from PIL import Image
 
 from devices import DeviceManager
 from pipelines import GenerationRequest, ImagePipeline, PipelineError
-from tests.sync import in_thread
+from tests.ray_hold import HOLD
+from tests.sync import in_thread, until
 
 ray = pytest.importorskip("ray", reason="Ray is optional: pip install -r requirements-ray.txt")
 PROMPT = "a red circle on a blue background"
+ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = {"micro_batch": 2}
 
 
@@ -33,7 +38,16 @@ def backend(tiny_model_dir):
     with pytest.MonkeyPatch.context() as env:
         env.setenv("RAY_USAGE_STATS_ENABLED", "0")
         env.setenv("RAY_AUTH_MODE", "disabled")
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            object_store_memory=100 * 2**20,
+            runtime_env={  # HOLD prompts wait at a step in the replicas; the hook runs before Ray sets sys.path
+                "worker_process_setup_hook": "tests.ray_hold.install",
+                "env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))},
+            },
+        )
     try:
         yield RayBackend.start(model=str(tiny_model_dir), replicas=2, device="cpu", cpus_per_replica=1, **OPTIONS)
     finally:
@@ -127,20 +141,25 @@ def test_stop_returns_what_finished(backend, local):
     assert any("cancelled" in w for w in result.warnings)
 
 
-def test_a_caller_that_goes_away_stops_the_replica_work(backend):
+def test_a_caller_that_goes_away_stops_the_replica_work(backend, tmp_path):
+    """The replica holds the job at step 2 (tests/ray_hold.py) until it is cancelled: only the caller
+    going away can end the hold early, so the replica must stop there, however fast the machine."""
+    report = tmp_path / "held.json"
+
     class Gone(Exception):
         pass
 
     def progress(done, _total, _image):
-        if done == 3:
+        if done == 2:  # the replica has reported step 2 and holds there
             raise Gone
 
-    with pytest.raises(Gone):  # 8 images x 150 steps: ~17 s of work if nothing stopped it
-        backend.generate(request(num_images=8, steps=150), progress=progress)
-    deadline = time.time() + 8
-    while time.time() < deadline and any(r.busy for r in backend.status()):
-        time.sleep(0.2)
-    assert not any(r.busy for r in backend.status())
+    with pytest.raises(Gone):
+        backend.generate(request(prompt=HOLD + str(report), num_images=2, steps=10), progress=progress)
+    assert until(report.exists, timeout=120), "the held job did not end"
+    held = json.loads(report.read_text())
+    assert held["held_until"] == "cancel" and held["cancelled"] is True, held
+    assert max(held["steps"]) < held["total"], held
+    assert until(lambda: not any(r.busy for r in backend.status())), backend.status()
 
 
 def test_request_errors_keep_their_message(backend):
