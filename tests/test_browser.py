@@ -18,6 +18,7 @@ import pytest
 from pipelines.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, running_app
 
+pytestmark = pytest.mark.slow  # the browser tier: left out of `python -m pytest -m "not slow"`, run in CI
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",

@@ -24,6 +24,7 @@ from tests.ray_hold import HOLD
 from tests.sync import in_thread, until
 
 ray = pytest.importorskip("ray", reason="Ray is optional: pip install -r requirements-ray.txt")
+pytestmark = pytest.mark.slow  # the Ray tier: a local Ray instance and Serve replicas (~2 min to start here)
 PROMPT = "a red circle on a blue background"
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = {"micro_batch": 2}

@@ -168,6 +168,7 @@ def test_settings_read_zerogpu_and_bound_the_time_budget():
     assert AppSettings.from_env({"TIME_BUDGET": "600"}).effective_time_budget == 600
 
 
+@pytest.mark.slow  # the ZeroGPU tier: the app in a subprocess, forking a worker per generation
 def test_generations_run_in_zerogpu_workers_with_progress_and_stop(zerogpu_app):
     from gradio_client import Client, handle_file
 
