@@ -10,6 +10,7 @@ from benchmarks.__main__ import main as bench_main
 from benchmarks.parity import main as parity_main
 
 
+@pytest.mark.slow  # 41 s on 2 shared cores
 def test_benchmark_suite_writes_every_figure(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "bench.json"
     code = bench_main(
@@ -133,6 +134,7 @@ def test_parity_over_options_passes_skips_and_fails(tiny_model_dir, tmp_path, mo
     assert report["options"]["broken"]["pass"] is False
 
 
+@pytest.mark.slow  # 55 s on 2 shared cores
 def test_parity_and_speed_run_a_step_cache_through_the_request_path(tiny_model_dir, family_root, tmp_path):
     """A per-request option (a step cache) goes through ImagePipeline.generate, the app's path; on a
     model whose denoiser has no cache (the embedded UNet) it is skipped with the reason."""

@@ -351,6 +351,7 @@ def test_settings_are_read_once_and_back_ends_never_imported_by_the_policy_modul
     assert not any(name in line for line in top_level for name in ("gguf", "torchao", "bitsandbytes", "diffusers"))
 
 
+@pytest.mark.slow  # 47 s on 2 shared cores
 def test_speed_and_parity_measure_a_quantization_spec(made, tmp_path, capsys):
     """`python -m benchmarks speed|parity --quantization SPEC`: a maintainer's own GGUF (here the tiny
     Flux at Q8_0) measured against the same model without it; a spec the loader refuses is a failed

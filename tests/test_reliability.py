@@ -199,6 +199,7 @@ def flood(url: str, calls: int) -> list[tuple[str, str]]:
     return [call.result(timeout=300) for call in started]  # a call's exception is raised here
 
 
+@pytest.mark.slow  # 34 s on 2 shared cores
 def test_simultaneous_rest_calls_from_one_address_get_the_per_caller_limit(tmp_path, tiny_model_dir):
     with running_app(tiny_model_dir, tmp_path, queue_per_user=4, queue_size=100) as (demo, _):
         answers = flood(demo.local_url, 24)
@@ -207,6 +208,7 @@ def test_simultaneous_rest_calls_from_one_address_get_the_per_caller_limit(tmp_p
     assert all("QUEUE_PER_USER" in text for kind, text in answers if kind != "complete")
 
 
+@pytest.mark.slow  # 44 s on 2 shared cores
 def test_simultaneous_calls_cannot_overflow_the_queue(tmp_path, tiny_model_dir):
     with running_app(tiny_model_dir, tmp_path, queue_size=3, queue_per_user=100) as (demo, _):
         answers = flood(demo.local_url, 24)
@@ -358,6 +360,7 @@ def test_limits_follow_the_model_and_device(app):
 
 
 # ---------------------------------------------------------------- load
+@pytest.mark.slow  # 28 s on 2 shared cores
 def test_eight_clients_times_four_requests_get_only_their_own_images(app):
     url = app[0].local_url
     prompts = ["a red circle on a blue background", "a green square on a white background"]
@@ -378,6 +381,7 @@ def test_eight_clients_times_four_requests_get_only_their_own_images(app):
         assert got[k] == want, f"client {k} got {got[k]}"
 
 
+@pytest.mark.slow  # 86 s: 220 requests on 2 shared cores
 def test_soak_200_requests_memory_flat_and_disk_bounded(tmp_path, tiny_model_dir):
     cap = 100_000  # bytes: far less than 200 images, so retention must work
     with running_app(tiny_model_dir, tmp_path, output_max_gb=cap / 2**30) as (demo, _):
