@@ -392,6 +392,17 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+# Qwen-Image-Edit's Qwen2.5-VL encoder makes each of its tests take 15-70 s on 2 cores: the slow tier.
+SLOW_FAMILIES = {"qwen-image-edit"}
+
+
+def params(names) -> list:
+    """Family names as pytest parameters, the slow families marked `slow` (left out of `-m "not slow"`)."""
+    import pytest
+
+    return [pytest.param(name, marks=pytest.mark.slow) if name in SLOW_FAMILIES else name for name in names]
+
+
 def build(name: str, path: Path, seed: int = 0) -> Path:
     """Write the tiny `name` model to `path` (seeded) and return it; a no-op when already there."""
     if (path / "model_index.json").is_file():

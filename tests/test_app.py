@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from devices.memory import STATS_KEYS
 from pipelines import read_metadata
 from pipelines.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, main_pipeline, running_app
+from tests.sync import HoldAtStep, in_thread, until
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "a red circle on a blue background"
@@ -107,38 +107,38 @@ def test_bad_input_is_an_error_message_then_the_server_still_works(client):
     assert len(images) == 2 and info["seeds"] == [9, 10]
 
 
-def test_stop_cancels_and_returns_what_finished(server):
-    demo, _ = server
+def test_stop_cancels_and_returns_what_finished(server, monkeypatch):
+    """16 images are two micro-batches of 8; the job is held at step 2 of the second until Stop
+    cancels it: the first 8 images come back, however fast the machine."""
+    demo, backend = server
+    hold = HoldAtStep(backend.generate, step=6)  # 4 steps per micro-batch: step 2 of the second
+    monkeypatch.setattr(backend, "generate", hold)
     client = Client(demo.local_url, verbose=False)
-    job = client.submit(**generate_args(num_images=8, steps=150, seed=3), api_name="/generate")
-    deadline = time.time() + 120
-    while time.time() < deadline:  # wait until denoising has started
-        progress = job.status().progress_data
-        if progress and progress[0].progress:
-            break
-        time.sleep(0.2)
-    started = time.time()
+    job = client.submit(**generate_args(num_images=16, steps=4, seed=3), api_name="/generate")
+    assert hold.reached.wait(120), hold
     client.predict(api_name="/stop")
     images, info = job.result(timeout=120)
-    assert info["cancelled"] is True
-    assert len(images) < 8 and any("cancelled" in w for w in info["warnings"])
-    assert time.time() - started < 30  # stops within a step, not after 8 x 150 steps
+    assert hold.stopped_early(), hold
+    assert info["cancelled"] is True and info["seeds"] == list(range(3, 11))
+    assert len(images) == 8 and any("cancelled" in w for w in info["warnings"])
 
 
-def test_status_answers_while_a_generation_runs(server):
-    demo, _ = server
+def test_status_answers_while_a_generation_runs(server, monkeypatch):
+    """The job is held at step 2 until the test has its answers: a status call that queued behind the
+    generation would answer only after the hold's limit, with the job no longer held, and fail."""
+    demo, backend = server
+    hold = HoldAtStep(backend.generate, step=2)
+    monkeypatch.setattr(backend, "generate", hold)
     client = Client(demo.local_url, verbose=False)
-    job = client.submit(**generate_args(num_images=4, steps=60, seed=3), api_name="/generate")
-    time.sleep(1.0)
-    latencies = []
-    for _ in range(3):
-        start = time.time()
-        client.predict(api_name="/status")
-        latencies.append(time.time() - start)
-    running = not job.done()
-    job.result(timeout=300)
-    assert running, "the generation finished before status was asked; make it longer"
-    assert max(latencies) < 2.0, latencies
+    job = client.submit(**generate_args(num_images=4, steps=6, seed=3), api_name="/generate")
+    assert hold.reached.wait(120), hold
+    answers = [client.predict(api_name="/status") for _ in range(3)]
+    assert hold.held_until is None, hold  # all three answered while the job was still held
+    hold.release()
+    images, _ = job.result(timeout=300)
+    assert len(images) == 4 and hold.held_until == "release"
+    for status in answers:  # and each showed the generation at its step
+        assert any(r["busy"] and "step 2/" in r["activity"] for r in status["replicas"]), status["replicas"]
 
 
 def test_only_output_files_are_served(server, client):
@@ -147,31 +147,26 @@ def test_only_output_files_are_served(server, client):
         assert httpx.get(f"{demo.local_url}gradio_api/file={path}").status_code == 403, path
 
 
-def test_queue_is_bounded_with_a_busy_message(tmp_path, tiny_model_dir):
-    with running_app(tiny_model_dir, tmp_path, queue_size=1) as (demo, _):
-        clients = [Client(demo.local_url, verbose=False) for _ in range(3)]
-        jobs = []
-        for c in clients:
-            jobs.append(c.submit(**generate_args(num_images=4, steps=100, width=32, height=32), api_name="/generate"))
-            time.sleep(0.5)
-        errors = []
-        for job in jobs:
-            try:
-                job.result(timeout=300)
-            except Exception as exc:
-                errors.append(str(exc))
-        assert any("queue is full" in e.lower() for e in errors), errors
-        assert len(errors) < len(jobs)  # the running job still finished
+def test_queue_is_bounded_with_a_busy_message(tmp_path, tiny_model_dir, monkeypatch):
+    """QUEUE_SIZE=1: the first job is held running, the second waits, the third is told the queue is full."""
+    with running_app(tiny_model_dir, tmp_path, queue_size=1) as (demo, backend):
+        engine = demo.studio.engine
+        hold = HoldAtStep(backend.generate, step=2)
+        monkeypatch.setattr(backend, "generate", hold)
+        request = generate_args(num_images=2, steps=4, width=32, height=32)
+        running = Client(demo.local_url, verbose=False).submit(**request, api_name="/generate")
+        assert hold.reached.wait(120), hold
+        waiting = Client(demo.local_url, verbose=False).submit(**request, api_name="/generate")
+        assert until(lambda: engine.load() == {"running": 1, "waiting": 1}), engine.load()
+        with pytest.raises(Exception, match=r"(?i)queue is full"):
+            Client(demo.local_url, verbose=False).predict(**request, api_name="/generate")
+        hold.release()
+        assert len(running.result(timeout=300)[0]) == 2 and len(waiting.result(timeout=300)[0]) == 2
 
 
 def test_concurrent_status_does_not_block(client):
-    results = []
-    threads = [threading.Thread(target=lambda: results.append(client.predict(api_name="/status"))) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert len(results) == 4
+    calls = [in_thread(client.predict, api_name="/status") for _ in range(4)]
+    assert all(set(call.result(timeout=30)) >= STATUS_KEYS for call in calls)
 
 
 def test_out_of_memory_keeps_what_finished(server, client, monkeypatch):

@@ -8,7 +8,8 @@ from gradio_client import Client
 from engine.auth import AuthError, Users, hash_password
 from engine.settings import AppSettings
 from tests.app_server import running_app
-from tests.test_reliability import args, wait_until_busy
+from tests.sync import HoldAtStep
+from tests.test_reliability import args
 
 
 def test_plain_and_hashed_passwords(tmp_path):
@@ -61,23 +62,31 @@ def test_the_api_needs_sign_in(signed_in_app):
     assert info["seeds"] == [5] and len(images) == 1
 
 
-def test_outputs_and_cancel_are_per_user(signed_in_app):
+def test_outputs_and_cancel_are_per_user(signed_in_app, monkeypatch):
+    """Alice's jobs are held at step 2 while the Stops come: bob's must leave hers running, hers must stop it."""
     demo, out = signed_in_app
+    backend = demo.studio.engine.backend
+    generate = backend.generate
     alice = Client(demo.local_url, auth=("alice", "wonder"), verbose=False)
     bob = Client(demo.local_url, auth=("bob", "builder"), verbose=False)
-    job = alice.submit(**args(num_images=4, steps=30, seed=7), api_name="/generate")
-    wait_until_busy(demo.local_url, auth=("alice", "wonder"))
+    hold = HoldAtStep(generate, step=2)
+    monkeypatch.setattr(backend, "generate", hold)
+    job = alice.submit(**args(num_images=4, steps=6, seed=7), api_name="/generate")
+    assert hold.reached.wait(120), hold
     # bob knows alice's session id (worst case) and still cannot stop her job
     assert bob.predict(alice.session_hash, api_name="/stop") == {"running": 0, "queued": 0}
+    hold.release()
     images, info = job.result(timeout=300)
-    assert info["cancelled"] is False and len(images) == 4
+    assert hold.held_until == "release" and info["cancelled"] is False and len(images) == 4
     assert len(list((out / "users" / "alice").rglob("*.png"))) >= 4
     assert not (out / "users" / "bob").exists()
     # alice stops her own
-    job = alice.submit(**args(num_images=8, steps=150, seed=8), api_name="/generate")
-    wait_until_busy(demo.local_url, auth=("alice", "wonder"))
+    hold = HoldAtStep(generate, step=2)
+    monkeypatch.setattr(backend, "generate", hold)
+    job = alice.submit(**args(num_images=8, steps=6, seed=8), api_name="/generate")
+    assert hold.reached.wait(120), hold
     assert alice.predict("", api_name="/stop")["running"] == 1
-    assert job.result(timeout=300)[1]["cancelled"] is True
+    assert job.result(timeout=300)[1]["cancelled"] is True and hold.stopped_early(), hold
 
 
 def test_history_is_per_user(signed_in_app):

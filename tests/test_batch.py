@@ -55,6 +55,7 @@ def pngs(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob("*.png"))
 
 
+@pytest.mark.slow  # multi-process: torchrun starts
 def test_two_processes_make_exactly_the_files_of_one(runs):
     one, two, _, _ = runs
     assert pngs(one) == pngs(two) == [f"{k:06d}-{7 + k}.png" for k in range(6)]
@@ -64,6 +65,7 @@ def test_two_processes_make_exactly_the_files_of_one(runs):
             assert np.array_equal(np.asarray(a), np.asarray(b)), name  # the same micro-batches: same pixels
 
 
+@pytest.mark.slow  # multi-process: torchrun starts
 def test_the_files_are_the_apps_images_for_the_same_seeds(runs, tiny_model_dir):
     one, _, _, _ = runs
     pipeline = ImagePipeline.from_pretrained(tiny_model_dir, DeviceManager("cpu"), micro_batch=2)
@@ -77,6 +79,7 @@ def test_the_files_are_the_apps_images_for_the_same_seeds(runs, tiny_model_dir):
         assert "timings" not in stored and "process" not in stored  # per-run values: manifest only
 
 
+@pytest.mark.slow  # multi-process: torchrun starts
 def test_the_manifest_lists_every_item_once_with_both_processes(runs):
     _, two, _, _ = runs
     entries = [json.loads(line) for line in (two / "manifest.jsonl").read_text().splitlines()]
@@ -87,6 +90,7 @@ def test_the_manifest_lists_every_item_once_with_both_processes(runs):
     assert not list(two.glob("manifest.part-*"))
 
 
+@pytest.mark.slow  # multi-process: torchrun starts
 def test_a_rerun_skips_finished_files_and_redoes_missing_ones(runs):
     _, two, prompts, model = runs
     before = {p.name: p.stat().st_mtime_ns for p in two.glob("*.png")}

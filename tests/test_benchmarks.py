@@ -10,6 +10,7 @@ from benchmarks.__main__ import main as bench_main
 from benchmarks.parity import main as parity_main
 
 
+@pytest.mark.slow  # 41 s on 2 shared cores
 def test_benchmark_suite_writes_every_figure(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "bench.json"
     code = bench_main(
@@ -46,7 +47,7 @@ def test_benchmark_suite_writes_every_figure(tiny_model_dir, tmp_path, capsys):
     assert r["dtype"]["dtypes"]["float32"]["max_pixel_diff_vs_float32"] == 0.0
     roof = r["roofline"]
     assert roof["unet_gflop_per_step"] > 0 and roof["matmul_gflops"] > 0
-    assert 0 < roof["loop_fraction_of_matmul"] < 1.5
+    assert roof["loop_fraction_of_matmul"] > 0  # a ratio of two timings: reported, not bounded (it varies with load)
     assert r["startup"]["model_load_s"] > 0 and r["startup"]["app_launch_to_page_s"] > 0
     table = capsys.readouterr().out
     assert "wrapper / raw diffusers" in table and "fraction of matmul rate" in table
@@ -133,6 +134,7 @@ def test_parity_over_options_passes_skips_and_fails(tiny_model_dir, tmp_path, mo
     assert report["options"]["broken"]["pass"] is False
 
 
+@pytest.mark.slow  # 55 s on 2 shared cores
 def test_parity_and_speed_run_a_step_cache_through_the_request_path(tiny_model_dir, family_root, tmp_path):
     """A per-request option (a step cache) goes through ImagePipeline.generate, the app's path; on a
     model whose denoiser has no cache (the embedded UNet) it is skipped with the reason."""
@@ -164,3 +166,18 @@ def test_the_torchao_option_names_the_models_denoiser_or_says_why_not(tiny_model
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(Unavailable, match=r"requirements-quant\.txt"):
         option.fields(str(tiny_model_dir))
+
+
+def test_responsiveness_benchmark_reports_stop_status_and_hostile_metadata(tiny_model_dir, tmp_path, capsys):
+    """The figures the tests no longer assert as time limits, printed from one run (no limit here either)."""
+    from benchmarks.responsiveness import HOSTILE
+    from benchmarks.responsiveness import main as responsiveness_main
+
+    out = tmp_path / "responsiveness.json"
+    report = responsiveness_main(["--model", str(tiny_model_dir), "--steps", "4", "--images", "1", "--json", str(out)])
+    assert json.loads(out.read_text()) == report
+    engine = report["engine"]
+    assert engine["total_steps"] == 4 and 0 <= engine["steps_after_stop"] <= 1  # stopped at 3 of 4
+    assert engine["status_busy_s"] > 0 and engine["stop_to_end_s"] > 0
+    assert set(report["hostile_metadata"]) == {"normal_s", *HOSTILE}
+    assert "Stop at step 3 of 4" in capsys.readouterr().out

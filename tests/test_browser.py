@@ -18,6 +18,7 @@ import pytest
 from pipelines.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, running_app
 
+pytestmark = pytest.mark.slow  # the browser tier: left out of `python -m pytest -m "not slow"`, run in CI
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -95,10 +96,10 @@ def test_generate_four_images_in_the_browser(browser, app_url):
     captions = page.locator("#gallery").inner_text()
     assert len(set(re.findall(r"seed (\d+)", captions))) == 4, captions
 
-    time.sleep(4.5)  # two ticks of the 2 s status timer
+    # the 2 s status timer refreshes the panel: wait for a new text (bounded), whatever the machine's pace
+    expect(page.locator("#status")).not_to_have_text(first_status, timeout=60_000)
     later_status = status_text(page)
     assert "cpu" in later_status and MEMORY_FIGURE.search(later_status)
-    assert later_status != first_status, "the status panel did not update"
     expect(page.locator("#memory-plot")).to_be_visible()
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,7 @@ def test_the_editor_loads_as_an_instruction_editor_with_its_vocabulary(editor):
     assert sum(f.stat().st_size for f in EDITOR_DIR.rglob("*") if f.is_file()) <= 35 * 2**20
 
 
+@pytest.mark.slow  # 43 s on 2 shared cores
 def test_edits_of_every_kind_change_that_attribute_and_keep_the_rest(editor):
     """24 random (drawn input, instruction) pairs of the evaluation, judged by its classifier and
     mask overlap. Thresholds sit below the measured figures (docs/embedded-models.md) and far above what an editor
@@ -63,6 +64,7 @@ def test_edits_of_every_kind_change_that_attribute_and_keep_the_rest(editor):
     assert min(got["by_kind"].values()) >= BY_KIND_MIN, got
 
 
+@pytest.mark.slow  # 68 s on 2 shared cores
 def test_an_instruction_that_cannot_apply_keeps_the_image_and_one_that_can_edits_it(editor):
     """"make the background yellow" on a yellow shape cannot be drawn in this world (its two
     colours always differ): the result must be the input, not a yellow square. The same scene with

@@ -317,6 +317,7 @@ def test_a_bad_gradio_port_is_one_line_before_gradio_is_imported():
     assert run.stderr.strip() == "error: GRADIO_SERVER_PORT='abc' is not valid: expected an integer from 1 to 65535"
 
 
+@pytest.mark.slow  # 90 s: three `python -m engine` starts on 2 shared cores
 def test_the_command_line_runs_the_apps_backend(tmp_path):
     """`python -m engine` builds what `python app.py` serves: a prompt goes to the main model, an
     instruction with an input image to the embedded editor beside it."""

@@ -16,8 +16,8 @@ from pipelines import GenerationRequest, ImagePipeline
 from pipelines.errors import UnsupportedTaskError
 from tests import families
 
-NAMES = list(families.FAMILIES)
-EDIT = [n for n, f in families.FAMILIES.items() if f.edit]
+NAMES = families.params(families.FAMILIES)
+EDIT = families.params(n for n, f in families.FAMILIES.items() if f.edit)
 TEXT = [n for n, f in families.FAMILIES.items() if f.text_to_image]
 # The size step a user must respect: VAE factor 8 x 2 for packed (Flux, Qwen) or patch-2 (SD3,
 # PixArt, HiDream) latents; Sana's DC-AE is 32; UNet families 8.

@@ -40,7 +40,7 @@ def denoiser_batches(pipe: ImagePipeline) -> tuple[list[int], object]:
     return sizes, model.register_forward_pre_hook(record, with_kwargs=True)
 
 
-@pytest.mark.parametrize("name", list(families.FAMILIES))
+@pytest.mark.parametrize("name", families.params(families.FAMILIES))
 def test_guidance_end_stops_guidance_halfway_or_says_it_cannot(family_root, name):
     pipe = load(family_root, name)
     prompts = ["a red circle on a blue background", "a green square"]  # two images: diffusers' own cutoff breaks here

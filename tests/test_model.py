@@ -52,6 +52,7 @@ def test_classifier_is_exact_on_training_images():
     assert classifier_self_check(200, seed=3) == 1.0
 
 
+@pytest.mark.slow  # 43 s on 2 shared cores
 def test_follows_prompts_on_a_fixed_sample(embedded):
     """A small fixed sample with thresholds a little under the goals (90/90/90/75 %)."""
     report = evaluate(embedded, n=40, seed=2024)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import random
-import threading
-import time
+from types import SimpleNamespace
 
 import httpx
 import numpy as np
@@ -18,6 +17,7 @@ from PIL import Image, ImageDraw
 
 from pipelines.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, running_app
+from tests.sync import HoldAtStep, in_thread, send_and_leave, until
 
 KEY = "test-key-0123456789abcdef"
 USER, PASSWORD = "alice", "wonderland-42"
@@ -239,36 +239,38 @@ def test_bad_generation_inputs_name_the_field(client, url):
 
 
 # ---------------------------------------------------------------------------------------------- admission
-def test_a_second_concurrent_call_of_the_same_key_gets_429_and_the_queue_recovers(app, client):
+def test_a_second_concurrent_call_of_the_same_key_gets_429_and_the_queue_recovers(app, client, monkeypatch):
     engine = app.studio.engine
-    done: dict[str, object] = {}
-    first = threading.Thread(
-        target=lambda: done.update(out=client.images.generate(prompt=PROMPT, n=4, extra_body={"steps": 150}))
-    )
-    first.start()
-    deadline = time.monotonic() + 30
-    while engine.load()["running"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    hold = HoldAtStep(engine.backend.generate, step=2)  # the first call is surely running when the second comes
+    monkeypatch.setattr(engine.backend, "generate", hold)
+    first = in_thread(client.images.generate, prompt=PROMPT, n=4, extra_body={"steps": 10})
+    assert hold.reached.wait(120), "the first call's job never reached its second step"
     assert engine.load()["running"] == 1
     with pytest.raises(openai.RateLimitError) as caught:
         client.images.generate(prompt=PROMPT, extra_body=FAST)
     assert caught.value.body["type"] == "rate_limit_error" and "QUEUE_PER_USER" in caught.value.body["message"]
     assert engine.stop_caller("user:key:1")["running"] == 1  # A1111's /interrupt's way: it returns what finished
-    first.join(120)
-    assert done["out"].model_extra["cancelled"] is True and len(done["out"].data) < 4
-    assert engine.load() == {"running": 0, "waiting": 0}
+    out = first.result(timeout=120)
+    assert hold.stopped_early(), hold
+    assert out.model_extra["cancelled"] is True and len(out.data) < 4
+    assert until(lambda: engine.load() == {"running": 0, "waiting": 0}), engine.load()
     assert len(client.images.generate(prompt=PROMPT, extra_body=FAST).data) == 1
 
 
-def test_a_client_that_disconnects_cancels_its_job(app, url):
+def test_a_client_that_disconnects_cancels_its_job(app, url, monkeypatch):
+    """The job is held at its second step until it is cancelled: it must stop there, however fast
+    the machine (without the cancel it would wait out the hold, then run all its steps)."""
     engine = app.studio.engine
-    body = {"prompt": PROMPT, "n": 4, "steps": 150}
-    with pytest.raises(httpx.TimeoutException):
-        httpx.post(f"{url}/v1/images/generations", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=1.0)
-    deadline = time.monotonic() + 10
-    while engine.load()["running"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert engine.load() == {"running": 0, "waiting": 0}
+    hold = HoldAtStep(engine.backend.generate, step=2)
+    monkeypatch.setattr(engine.backend, "generate", hold)
+    body = {"prompt": PROMPT, "n": 4, "steps": 10}
+    connection = send_and_leave(f"{url}/v1/images/generations", body, key=KEY)
+    assert hold.reached.wait(120), "the job never reached its second step"
+    assert engine.load() == {"running": 1, "waiting": 0}
+    connection.close()  # the client goes away while its job is held at step 2
+    assert hold.finished.wait(120), "the job did not end"
+    assert hold.stopped_early(), hold
+    assert until(lambda: engine.load() == {"running": 0, "waiting": 0}), engine.load()
 
 
 # ---------------------------------------------------------------------------------------------- the route class
@@ -326,13 +328,18 @@ def test_without_an_editor_an_edit_is_image_to_image(tmp_path, scene):
         bad(lambda: plain.images.edit(image=image, prompt=PROMPT, extra_body={"strength": 0}), "strength")
 
 
-def test_image_urls_expire_and_the_store_is_bounded():
-    from webapi.openai_files import FileStore
+def test_image_urls_expire_and_the_store_is_bounded(monkeypatch):
+    """On the store's own clock, set by the test: a slow machine cannot expire a file early."""
+    from webapi import openai_files
 
-    store = FileStore(minutes=0.5 / 60, max_bytes=10)
+    now = [1000.0]
+    monkeypatch.setattr(openai_files, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    store = openai_files.FileStore(minutes=0.5 / 60, max_bytes=10)
     first = store.put(b"12345678", "png")
     assert store.get(first) == ("image/png", b"12345678")
     second = store.put(b"abcdefgh", "webp")  # over max_bytes: the oldest goes
     assert store.get(first) is None and store.get(second) == ("image/webp", b"abcdefgh")
-    time.sleep(0.6)
+    now[0] += 0.4
+    assert store.get(second) == ("image/webp", b"abcdefgh")  # not yet expired
+    now[0] += 0.2
     assert store.get(second) is None and len(store) == 0

@@ -398,6 +398,7 @@ def test_png_metadata_round_trip(pipeline, tmp_path):
 
 
 # ---------------------------------------------------------------- CLI
+@pytest.mark.slow  # 65 s: command-line starts on 2 shared cores
 def test_cli_end_to_end(tiny_model_dir, lora_dir, tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "LORA_DIR": str(lora_dir), "OMP_NUM_THREADS": "1"}

@@ -398,29 +398,38 @@ def diamond_graph(depth: int) -> dict:
     return graph
 
 
+def _read_or_none(path: Path) -> dict | None:
+    try:
+        return read_png_info(path)
+    except ValueError:  # "no generation parameters": a refusal is an answer too
+        return None
+
+
 @pytest.mark.parametrize(
-    "chunks",
+    ("chunks", "check"),
     [
-        {"prompt": json.dumps(diamond_graph(30))},  # 2^30 paths, a 2^31-character prompt if expanded
-        {"parameters": "p\n" + "word " * 200_000},  # A1111's pattern alone is quadratic on such a line
-        {"parameters": "p\n" + "Key: v, " * 100_000},
-        {"XML:com.adobe.xmp": "<x:parameters>" * 100_000},
+        # 2^30 paths, a 2^31-character prompt if expanded: capped
+        ({"prompt": json.dumps(diamond_graph(30))}, lambda info: len(info["parameters"]["prompt"]) == 1 << 16),
+        # A1111's pattern alone is quadratic on such a line: read as the prompt
+        (
+            {"parameters": "p\n" + "word " * 200_000},
+            lambda info: info["parameters"]["prompt"].startswith("p\nword word"),
+        ),
+        ({"parameters": "p\n" + "Key: v, " * 100_000}, lambda info: info["parameters"]["extra"] == {"Key": "v"}),
+        ({"XML:com.adobe.xmp": "<x:parameters>" * 100_000}, lambda info: info is None),
     ],
     ids=["diamond graph", "1 MB prompt line", "100k fields", "unclosed XMP tags"],
 )
-def test_hostile_metadata_is_read_in_bounded_time(tmp_path, chunks):
-    import time
-
+def test_hostile_metadata_is_read_without_blowing_up(tmp_path, chunks, check):
+    """Each is read (or refused) as it should be. A reader that walked the graph's paths or
+    backtracked quadratically would take hours on these (pytest's timeout fails it); they take well
+    under a second. No timing is asserted: a slow machine reads them the same way."""
     path = tmp_path / "h.png"
-    path.write_bytes(png_with(*(chunk(b"iTXt", k.encode() + b"\x00\x00\x00\x00\x00" + v.encode()) for k, v in chunks.items())))
-    start = time.perf_counter()
-    try:
-        info = read_png_info(path)
-    except ValueError:
-        info = None
-    assert time.perf_counter() - start < 5
-    if "prompt" in chunks:
-        assert len(info["parameters"]["prompt"]) == 1 << 16  # capped
+    path.write_bytes(
+        png_with(*(chunk(b"iTXt", k.encode() + b"\x00\x00\x00\x00\x00" + v.encode()) for k, v in chunks.items()))
+    )
+    info = _read_or_none(path)
+    assert check(info), info and {k: str(v)[:80] for k, v in info["parameters"].items()}
 
 
 def test_a_jpeg_comment_and_windows_paths_in_a_graph(tmp_path):

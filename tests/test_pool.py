@@ -16,6 +16,7 @@ from devices.pool import devices_for
 from pipelines import GenerationRequest, ImagePipeline, PipelineError
 from pipelines.pool import DevicePool, share_cpu_threads, split_range
 from tests import fakes
+from tests.sync import in_thread
 
 PROMPTS = ["a red circle on a blue background", "a green square on a white background"]
 
@@ -62,15 +63,11 @@ def test_two_requests_run_on_two_replicas_at_once(pool):
             both_running.wait()
             met.append(True)
 
-    results = []
-    threads = [
-        threading.Thread(target=lambda s=s: results.append(pool.generate(request(seed=s, num_images=1, prompt="a red circle on a blue background"), progress)))
+    calls = [
+        in_thread(pool.generate, request(seed=s, num_images=1, prompt="a red circle on a blue background"), progress)
         for s in (1, 2)
-    ]  # fmt: skip
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    ]
+    results = [call.result(timeout=120) for call in calls]
     assert met == [True, True] and sorted(r.seeds[0] for r in results) == [1, 2]
 
 

@@ -8,8 +8,11 @@ for a local test instance); the object store is capped at 100 MB.
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,9 +20,13 @@ from PIL import Image
 
 from devices import DeviceManager
 from pipelines import GenerationRequest, ImagePipeline, PipelineError
+from tests.ray_hold import HOLD
+from tests.sync import in_thread, until
 
 ray = pytest.importorskip("ray", reason="Ray is optional: pip install -r requirements-ray.txt")
+pytestmark = pytest.mark.slow  # the Ray tier: a local Ray instance and Serve replicas (~2 min to start here)
 PROMPT = "a red circle on a blue background"
+ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = {"micro_batch": 2}
 
 
@@ -32,7 +39,16 @@ def backend(tiny_model_dir):
     with pytest.MonkeyPatch.context() as env:
         env.setenv("RAY_USAGE_STATS_ENABLED", "0")
         env.setenv("RAY_AUTH_MODE", "disabled")
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            object_store_memory=100 * 2**20,
+            runtime_env={  # HOLD prompts wait at a step in the replicas; the hook runs before Ray sets sys.path
+                "worker_process_setup_hook": "tests.ray_hold.install",
+                "env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))},
+            },
+        )
     try:
         yield RayBackend.start(model=str(tiny_model_dir), replicas=2, device="cpu", cpus_per_replica=1, **OPTIONS)
     finally:
@@ -70,7 +86,6 @@ def test_results_equal_the_in_process_ones(backend, local):
     assert remote.inputs[0].getpixel((0, 0)) == (200, 30, 30)
 
 
-
 def test_an_inpaint_travels_with_its_mask_and_keeps_the_unmasked_pixels(backend, local):
     from pipelines.inpaint import Inpaint
 
@@ -87,7 +102,6 @@ def test_an_inpaint_travels_with_its_mask_and_keeps_the_unmasked_pixels(backend,
 def run_together(backend, seeds, on_step=None):
     """Generate one request per seed from threads at once; each waits at step 1 until all are denoising."""
     together = threading.Barrier(len(seeds), timeout=30)
-    results, errors = {}, []
 
     def progress(done, _total, _image):
         if done == 1:
@@ -95,19 +109,8 @@ def run_together(backend, seeds, on_step=None):
             if on_step is not None:
                 on_step()
 
-    def one(seed):
-        try:
-            results[seed] = backend.generate(request(seed=seed, steps=20), progress)
-        except Exception as exc:  # reported by the assertion below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=one, args=(s,)) for s in seeds]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors
-    return results
+    calls = {seed: in_thread(backend.generate, request(seed=seed, steps=20), progress) for seed in seeds}
+    return {seed: call.result(timeout=120) for seed, call in calls.items()}  # a call's exception is raised here
 
 
 def test_concurrent_requests_are_served_by_different_replicas_and_status_answers(backend):
@@ -139,20 +142,25 @@ def test_stop_returns_what_finished(backend, local):
     assert any("cancelled" in w for w in result.warnings)
 
 
-def test_a_caller_that_goes_away_stops_the_replica_work(backend):
+def test_a_caller_that_goes_away_stops_the_replica_work(backend, tmp_path):
+    """The replica holds the job at step 2 (tests/ray_hold.py) until it is cancelled: only the caller
+    going away can end the hold early, so the replica must stop there, however fast the machine."""
+    report = tmp_path / "held.json"
+
     class Gone(Exception):
         pass
 
     def progress(done, _total, _image):
-        if done == 3:
+        if done == 2:  # the replica has reported step 2 and holds there
             raise Gone
 
-    with pytest.raises(Gone):  # 8 images x 150 steps: ~17 s of work if nothing stopped it
-        backend.generate(request(num_images=8, steps=150), progress=progress)
-    deadline = time.time() + 8
-    while time.time() < deadline and any(r.busy for r in backend.status()):
-        time.sleep(0.2)
-    assert not any(r.busy for r in backend.status())
+    with pytest.raises(Gone):
+        backend.generate(request(prompt=HOLD + str(report), num_images=2, steps=10), progress=progress)
+    assert until(report.exists, timeout=120), "the held job did not end"
+    held = json.loads(report.read_text())
+    assert held["held_until"] == "cancel" and held["cancelled"] is True, held
+    assert max(held["steps"]) < held["total"], held
+    assert until(lambda: not any(r.busy for r in backend.status())), backend.status()
 
 
 def test_request_errors_keep_their_message(backend):

@@ -117,6 +117,7 @@ def hidream_recipe(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # 103 s on 2 shared cores
 def test_recipe_end_to_end_custom_pipeline_extra_components_defaults_lora(hidream_recipe):
     pipe = ImagePipeline.from_pretrained(str(hidream_recipe), device_manager=DeviceManager("cpu"), memory_mode="off")
     raw = pipe.diffusers_pipeline

@@ -11,7 +11,6 @@ import math
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from pipelines import GenerationRequest, read_metadata
 from pipelines.metadata import save_png
 from pipelines.options import DEFAULT_LORA_DIR
 from tests.app_server import running_app
+from tests.sync import HoldAtStep, in_thread, until
 from ui.outputs import OutputStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,14 +99,9 @@ def rest_result(url: str, api: str, event_id: str) -> tuple[str, object]:
 def test_same_seed_in_the_same_second_keeps_every_image(app):
     demo, _, out = app
     before = pngs(out)
-    results = []
     clients = [Client(demo.local_url, verbose=False) for _ in range(3)]
-    threads = [threading.Thread(target=lambda c=c: results.append(c.predict(**args(seed=5), api_name="/generate")))
-               for c in clients]  # fmt: skip
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    calls = [in_thread(c.predict, **args(seed=5), api_name="/generate") for c in clients]
+    results = [call.result(timeout=120) for call in calls]
     new = pngs(out) - before
     assert len(results) == 3 and len(new) == 3, new
     assert all(read_metadata(p)["parameters"]["seed"] == 5 for p in new)
@@ -194,29 +189,19 @@ def flood(url: str, calls: int) -> list[tuple[str, str]]:
     or ("refused", message). A refusal comes from Gradio's join (HTTP 503, its own QUEUE_SIZE
     backstop) or, for a call it took, from the engine's admission as the call's error event."""
     body = json.dumps(args(num_images=4, steps=60))  # named values (call/v2)
-    answers: list[tuple[str, str]] = []
-    errors: list[BaseException] = []
 
-    def one() -> None:
-        try:
-            r = httpx.post(f"{url}gradio_api/call/v2/generate", content=body, headers={"content-type": "application/json"})
-            if r.status_code != 200:
-                answers.append(("refused", r.text))
-                return
-            kind, data = rest_result(url, "generate", r.json()["event_id"])
-            answers.append(("complete", "") if kind == "complete" else ("refused", str(data)))
-        except BaseException as exc:  # reaches the assertion below, not lost in the thread
-            errors.append(exc)
+    def one() -> tuple[str, str]:
+        r = httpx.post(f"{url}gradio_api/call/v2/generate", content=body, headers={"content-type": "application/json"})
+        if r.status_code != 200:
+            return ("refused", r.text)
+        kind, data = rest_result(url, "generate", r.json()["event_id"])
+        return ("complete", "") if kind == "complete" else ("refused", str(data))
 
-    threads = [threading.Thread(target=one) for _ in range(calls)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not errors and len(answers) == calls, (errors, answers)
-    return answers
+    started = [in_thread(one) for _ in range(calls)]
+    return [call.result(timeout=300) for call in started]  # a call's exception is raised here
 
 
+@pytest.mark.slow  # 34 s on 2 shared cores
 def test_simultaneous_rest_calls_from_one_address_get_the_per_caller_limit(tmp_path, tiny_model_dir):
     with running_app(tiny_model_dir, tmp_path, queue_per_user=4, queue_size=100) as (demo, _):
         answers = flood(demo.local_url, 24)
@@ -225,6 +210,7 @@ def test_simultaneous_rest_calls_from_one_address_get_the_per_caller_limit(tmp_p
     assert all("QUEUE_PER_USER" in text for kind, text in answers if kind != "complete")
 
 
+@pytest.mark.slow  # 44 s on 2 shared cores
 def test_simultaneous_calls_cannot_overflow_the_queue(tmp_path, tiny_model_dir):
     with running_app(tiny_model_dir, tmp_path, queue_size=3, queue_per_user=100) as (demo, _):
         answers = flood(demo.local_url, 24)
@@ -233,26 +219,38 @@ def test_simultaneous_calls_cannot_overflow_the_queue(tmp_path, tiny_model_dir):
     assert all("queue is full" in text.lower() for kind, text in answers if kind != "complete")
 
 
-def test_a_rest_caller_stops_only_its_own_job(app):
-    url = app[0].local_url
-    victim = rest_call(url, "v2/generate", args(num_images=8, steps=40, seed=21))
-    wait_until_busy(url)
+def test_a_rest_caller_stops_only_its_own_job(app, monkeypatch):
+    """The victim's job is held at step 2 while the Stops come, so each reaches a running job."""
+    url, backend = app[0].local_url, app[1]
+    generate = backend.generate
+    hold = HoldAtStep(generate, step=2)
+    monkeypatch.setattr(backend, "generate", hold)
+    victim = rest_call(url, "v2/generate", args(num_images=8, steps=6, seed=21))
+    assert hold.reached.wait(120), hold
     rest_call(url, "stop", [""])  # another REST caller's stop without a job id: its own (empty) session
+    hold.release()
     kind, data = rest_result(url, "generate", victim)
     assert kind == "complete" and data[1]["cancelled"] is False and data[1]["num_images"] == 8
+    assert hold.held_until == "release", hold
 
-    job = rest_call(url, "v2/generate", args(num_images=8, steps=150, seed=22))
-    wait_until_busy(url)
+    hold = HoldAtStep(generate, step=2)
+    monkeypatch.setattr(backend, "generate", hold)
+    job = rest_call(url, "v2/generate", args(num_images=8, steps=6, seed=22))
+    assert hold.reached.wait(120), hold
     rest_result(url, "stop", rest_call(url, "stop", [job]))  # the event id the caller was given
     kind, data = rest_result(url, "generate", job)
     assert kind == "complete" and data[1]["cancelled"] is True and data[1]["num_images"] < 8
+    assert hold.stopped_early(), hold
 
 
-def test_one_caller_cannot_fill_the_queue_and_stop_drops_its_queued_jobs(app):
-    demo = app[0]
+def test_one_caller_cannot_fill_the_queue_and_stop_drops_its_queued_jobs(app, monkeypatch):
+    demo, backend = app[0], app[1]
+    hold = HoldAtStep(backend.generate, step=2)  # whichever of the hog's jobs starts first stays running
+    monkeypatch.setattr(backend, "generate", hold)
     hog = Client(demo.local_url, verbose=False)
-    jobs = [hog.submit(**args(num_images=8, steps=150, seed=30 + i), api_name="/generate") for i in range(2)]
-    wait_until_busy(demo.local_url)
+    jobs = [hog.submit(**args(num_images=8, steps=6, seed=30 + i), api_name="/generate") for i in range(2)]
+    assert hold.reached.wait(120), hold
+    assert until(lambda: demo.studio.engine.load() == {"running": 1, "waiting": 1}), demo.studio.engine.load()
     with pytest.raises(Exception, match="QUEUE_PER_USER"):
         hog.predict(**args(seed=40), api_name="/generate")
     other = Client(demo.local_url, verbose=False).submit(**args(seed=41), api_name="/generate")
@@ -265,6 +263,7 @@ def test_one_caller_cannot_fill_the_queue_and_stop_drops_its_queued_jobs(app):
         except Exception as exc:
             outcomes.append(str(exc))
     assert sorted(outcomes) == ["cancelled before it started", "cancelled while running"]
+    assert hold.stopped_early(), hold
     assert other.result(timeout=120)[1]["seeds"] == [41]  # the other caller was served
 
 
@@ -347,10 +346,14 @@ def test_each_setting_is_checked(name, value, message):
 
 
 # ---------------------------------------------------------------- bounded work
-def test_the_time_budget_stops_a_long_job_with_what_finished(app):
+def test_the_time_budget_stops_a_long_job_with_what_finished(app, monkeypatch):
+    """The job is held at step 2 until something stops it: here only the budget can, on any machine."""
+    hold = HoldAtStep(app[1].generate, step=2)
+    monkeypatch.setattr(app[1], "generate", hold)
     engine = Engine(app[1], Admission(time_budget=0.3))
-    request = GenerationRequest(prompt=PROMPT, num_images=8, steps=150, width=32, height=32, seed=3)
+    request = GenerationRequest(prompt=PROMPT, num_images=8, steps=10, width=32, height=32, seed=3)
     result = engine.run(request)
+    assert hold.stopped_early(), hold
     assert result.cancelled and len(result.images) < 8
     assert any("time budget of 0.3 s (TIME_BUDGET)" in w for w in result.warnings)
 
@@ -362,34 +365,28 @@ def test_limits_follow_the_model_and_device(app):
 
 
 # ---------------------------------------------------------------- load
+@pytest.mark.slow  # 28 s on 2 shared cores
 def test_eight_clients_times_four_requests_get_only_their_own_images(app):
     url = app[0].local_url
     prompts = ["a red circle on a blue background", "a green square on a white background"]
-    errors: list[str] = []  # every thread's exception ends up here (a thread's own exception is otherwise lost)
-    got: dict[int, list[tuple[list[int], list[str]]]] = {k: [] for k in range(8)}
 
-    def client_run(k: int) -> None:
-        try:
-            c = Client(url, verbose=False)
-            for r in range(4):
-                seed = 1000 * k + 10 * r
-                images, info = c.predict(**args(prompt=prompts[k % 2], num_images=2, seed=seed), api_name="/generate")
-                got[k].append((info["seeds"], [read_metadata(i["image"])["parameters"]["prompt"] for i in images]))
-        except BaseException as e:  # reported by the assertion below
-            errors.append(f"client {k}: {type(e).__name__}: {e}")
+    def client_run(k: int) -> list[tuple[list[int], list[str]]]:
+        c = Client(url, verbose=False)
+        got = []
+        for r in range(4):
+            seed = 1000 * k + 10 * r
+            images, info = c.predict(**args(prompt=prompts[k % 2], num_images=2, seed=seed), api_name="/generate")
+            got.append((info["seeds"], [read_metadata(i["image"])["parameters"]["prompt"] for i in images]))
+        return got
 
-    threads = [threading.Thread(target=client_run, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(600)
-    assert not any(t.is_alive() for t in threads), "a client did not finish within 600 s"
-    assert errors == []
+    calls = [in_thread(client_run, k) for k in range(8)]
+    got = {k: call.result(timeout=600) for k, call in enumerate(calls)}  # a client's exception is raised here
     for k in range(8):
         want = [([1000 * k + 10 * r, 1000 * k + 10 * r + 1], [prompts[k % 2]] * 2) for r in range(4)]
         assert got[k] == want, f"client {k} got {got[k]}"
 
 
+@pytest.mark.slow  # 86 s: 220 requests on 2 shared cores
 def test_soak_200_requests_memory_flat_and_disk_bounded(tmp_path, tiny_model_dir):
     cap = 100_000  # bytes: far less than 200 images, so retention must work
     with running_app(tiny_model_dir, tmp_path, output_max_gb=cap / 2**30) as (demo, _):

@@ -49,6 +49,7 @@ def editor():
     return ImagePipeline.from_pretrained(str(EDITOR_DIR), DeviceManager("cpu"))
 
 
+@pytest.mark.slow  # 50 s on 2 shared cores
 def test_every_sampler_the_embedded_model_offers_draws_the_prompt(text_to_image):
     offered = text_to_image.model_info().samplers
     assert {"DPM++ 2M", "DPM++ 2M SDE", "Euler", "Euler a", "DDIM", "UniPC"} <= set(offered), offered
@@ -63,6 +64,7 @@ def test_every_sampler_the_embedded_model_offers_draws_the_prompt(text_to_image)
     assert len(wrong) <= len(offered) * len(PROMPTS) // 10, wrong  # PLMS, a multistep on eps, misses one
 
 
+@pytest.mark.slow  # 71 s on 2 shared cores
 def test_every_sampler_the_embedded_editor_offers_edits(editor):
     offered = editor.model_info().samplers
     assert not set(BROKEN_HERE) & set(offered), offered

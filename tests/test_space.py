@@ -109,6 +109,7 @@ def test_generated_outputs_are_not_tracked():
     assert "outputs/" in (ROOT / ".gitignore").read_text().splitlines()
 
 
+@pytest.mark.slow  # a pip resolve against the package index
 @pytest.mark.timeout(660)
 def test_the_spaces_builder_command_resolves(tmp_path):
     """Replays the Spaces builder's install (it mounts requirements.txt alone) as a pip dry run from

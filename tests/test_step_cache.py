@@ -233,6 +233,7 @@ def test_cache_bench_runs_and_writes_its_figures(family_root, tmp_path):
     assert "calibration" in report["magcache_first_run"] and out.is_file()
 
 
+@pytest.mark.slow  # 39 s on 2 shared cores
 def test_edit_and_inpaint_endpoints_take_a_step_cache(family_root, tmp_path):
     """The app as `python app.py` builds it on tiny Flux Kontext with STEP_CACHE=TaylorSeer: `/edit`
     and `/inpaint` (gradio_client) take `step_cache` like `/generate`, leaving it out means the

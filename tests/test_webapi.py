@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import threading
 from types import SimpleNamespace
 
 import httpx
@@ -103,24 +104,60 @@ class _Connection:
         return {"type": "http.disconnect"}
 
 
+def _hang_up_while_waiting(engine: Engine, job) -> None:
+    """`wait` for `job` on a connection whose client hangs up: the call ends with ClientGone."""
+
+    async def call():
+        connection = _Connection()
+        connection.gone.set()  # the job has not finished (the gate holds it): only the hang-up can end the wait
+        with pytest.raises(ClientGone):
+            await wait(engine, job, connection)
+
+    asyncio.run(asyncio.wait_for(call(), 10))
+
+
 def test_a_client_that_hangs_up_cancels_its_own_job_and_nobody_elses():
     gate = _Gate()
     engine = Engine(gate)
     other = engine.submit(GenerationRequest(prompt="other"), Caller(session="o"))
-
-    async def call():
-        connection = _Connection()
-        job = engine.submit(GenerationRequest(prompt="leaving"), Caller(session="l"))
-        asyncio.get_running_loop().call_later(0.2, connection.gone.set)
-        with pytest.raises(ClientGone):
-            await wait(engine, job, connection)
-        return job
-
-    job = asyncio.run(asyncio.wait_for(call(), 10))
-    assert job.state == "done"  # it was waiting behind `other`: dropped, never started
+    job = engine.submit(GenerationRequest(prompt="leaving"), Caller(session="l"))
+    assert job.state == "queued"  # behind `other`, which the gate holds
+    _hang_up_while_waiting(engine, job)
+    assert job.state == "done" and engine.load() == {"running": 1, "waiting": 0}  # dropped, never started
     gate.release.set()
     assert not other.result(timeout=5).cancelled
     assert gate.started == ["other"]
+
+
+class _RecordingGate(_Gate):
+    """The gate, keeping what each generation returned (the caller's own copy went to `wait`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.results: list = []
+        self.ended = threading.Event()
+
+    def generate(self, request, progress=None, should_cancel=None, preview=None):
+        result = super().generate(request, progress, should_cancel, preview)
+        self.results.append(result)
+        self.ended.set()
+        return result
+
+
+def test_a_client_that_hangs_up_stops_its_running_job_after_the_step():
+    """The gate holds the job until it is released or cancelled, and nothing releases it here: only
+    the cancel can end it."""
+    gate = _RecordingGate()
+    engine = Engine(gate)
+    job = engine.submit(GenerationRequest(prompt="leaving", num_images=2), Caller(session="l"))
+    assert job.state == "running"
+    try:
+        _hang_up_while_waiting(engine, job)
+        assert gate.ended.wait(30), "the running job was not cancelled"
+    finally:
+        gate.release.set()  # a failed test leaves no generation polling
+    assert gate.results[0].cancelled and gate.results[0].images == []
+    assert gate.started == ["leaving"]
 
 
 def _png(size, mode="RGB") -> bytes:

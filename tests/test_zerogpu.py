@@ -19,7 +19,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -32,6 +31,7 @@ from PIL import Image
 from engine import AppSettings
 from pipelines.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, free_port
+from tests.sync import in_thread
 
 spaces = pytest.importorskip("spaces", reason="the `spaces` package (requirements-dev.txt)")
 
@@ -78,7 +78,7 @@ class DeviceAPI:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.serving = in_thread(self.server.serve_forever)
 
     def paths(self, path: str) -> list[dict[str, str]]:
         return [params for p, params in self.calls if p == path]
@@ -86,6 +86,7 @@ class DeviceAPI:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+        self.serving.result(timeout=30)  # serve_forever's own failure, if it had one
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +168,7 @@ def test_settings_read_zerogpu_and_bound_the_time_budget():
     assert AppSettings.from_env({"TIME_BUDGET": "600"}).effective_time_budget == 600
 
 
+@pytest.mark.slow  # the ZeroGPU tier: the app in a subprocess, forking a worker per generation
 def test_generations_run_in_zerogpu_workers_with_progress_and_stop(zerogpu_app):
     from gradio_client import Client, handle_file
 
@@ -201,13 +203,10 @@ def test_generations_run_in_zerogpu_workers_with_progress_and_stop(zerogpu_app):
     while not any(u.progress for u in job.status().progress_data or []):
         assert time.monotonic() < deadline and not job.done(), "no progress from the ZeroGPU worker"
         time.sleep(0.2)
-    time.sleep(2.0)  # let a micro-batch or two finish
-    started = time.monotonic()
     assert client.predict("", api_name="/stop")["running"] == 1
     images, info, _ = _finish(job, 180)
     assert info["cancelled"] is True and len(images) < 8
     assert any("cancelled" in w for w in info["warnings"])
-    assert time.monotonic() - started < 60
 
     # HTTP_API=1: an A1111 API call runs in a ZeroGPU worker too, but with no Gradio request it carries
     # no visitor token: ZeroGPU schedules it on no visitor's quota (why HTTP_API is off there by default)
