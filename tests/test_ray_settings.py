@@ -14,6 +14,8 @@ import pytest
 
 from tests import families
 
+pytestmark = pytest.mark.slow  # the Ray tier (docs/testing.md)
+
 ray = pytest.importorskip("ray", reason="Ray is optional: pip install -r requirements-ray.txt")
 
 SETTINGS = {
