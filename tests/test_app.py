@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -240,9 +241,10 @@ def test_a_gradio_client_caller_of_generate_sees_the_steps(client):
     assert steps and steps[0].startswith("2 image(s): step "), seen
 
 
-def test_generate_takes_guidance_end_and_rest_callers_name_what_they_send(server, client):
-    """A plain REST caller of the ten values /generate was published with names them (Gradio's own
-    /gradio_api/call/v2/generate): every parameter added since takes its default."""
+def test_generate_takes_guidance_end_and_rest_callers_of_the_published_values_still_work(server, client):
+    """A plain REST caller of the ten values /generate was published with, positional (earlier READMEs'
+    curl) or named (Gradio's own /gradio_api/call/v2/generate), gets its images: every parameter added
+    since takes its default."""
     from tests.test_reliability import rest_call, rest_result
 
     images, _ = generate(client, seed=6, steps=4, guidance_end=0.5)
@@ -250,8 +252,10 @@ def test_generate_takes_guidance_end_and_rest_callers_name_what_they_send(server
     assert params["json"]["guidance_end"] == 0.5 and params["parameters"]["guidance_end"] == 0.5
     ten = generate_args(seed=6, steps=4, sampler="")
     assert len(ten) == 10  # the documented signature
-    kind, data = rest_result(server[0].local_url, "generate", rest_call(server[0].local_url, "v2/generate", ten))
-    assert kind == "complete" and data[1]["seeds"] == [6]
+    url = server[0].local_url
+    for route, values in (("generate", list(ten.values())), ("v2/generate", ten)):
+        kind, data = rest_result(url, "generate", rest_call(url, route, values))
+        assert kind == "complete" and data[1]["seeds"] == [6] and data[1]["num_images"] == 1, (route, data)
     with pytest.raises(Exception, match=r"guidance_end: 0 is out of range 0.01..1"):
         generate(client, guidance_end=0)
     api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/generate"]
@@ -260,10 +264,28 @@ def test_generate_takes_guidance_end_and_rest_callers_name_what_they_send(server
     assert all(p["parameter_has_default"] for p in api["parameters"][1:])  # added later, each with a default
 
 
+def test_a_short_positional_call_names_its_values_in_the_endpoints_own_order(client):
+    """`ui.positional` names a short `{"data": [...]}` call's values by `ui.fields.call_order`: that must
+    be each endpoint's parameter order as Gradio publishes it, or values land in the wrong fields.
+    A full list, a non-list and a list that is not short are left to Gradio."""
+    from ui.fields import LEADING, call_order
+    from ui.positional import named
+
+    api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    for endpoint in LEADING:
+        assert tuple(p["parameter_name"] for p in api[f"/{endpoint}"]["parameters"]) == call_order(endpoint)
+    assert json.loads(named("generate", b'{"data": ["a cat", "", 2]}')) == {
+        "prompt": "a cat", "negative_prompt": "", "num_images": 2,
+    }  # fmt: skip
+    full = json.dumps({"data": [""] * len(call_order("generate"))}).encode()
+    assert named("generate", full) is None
+    assert named("generate", b'{"data": {"prompt": "x"}}') is None and named("generate", b"[1, 2") is None
+
+
 def test_edit_callers_of_the_published_values_still_work(server, tmp_path):
     """/edit gained step_cache, step_cache_threshold, negative_prompt and loras; a plain REST caller
-    that names the files and the ten values /edit was published with still gets its edit (the new
-    ones: their defaults, the model's)."""
+    that sends the files and the ten values /edit was published with, positional or named, still gets
+    its edit (the new ones: their defaults, the model's)."""
     from tests.test_reliability import rest_call, rest_result, rest_upload
 
     url = server[0].local_url
@@ -272,10 +294,11 @@ def test_edit_callers_of_the_published_values_still_work(server, tmp_path):
     files = rest_upload(url, picture)
     published = dict(files=files, prompt="make the background red", strength=0.8, num_images=1, steps=2, guidance=4.0,
                      seed="9", random_seed=False, sampler="Euler", image_guidance=1.5, guidance_end=1.0)  # fmt: skip
-    kind, data = rest_result(url, "edit", rest_call(url, "v2/edit", published))
-    assert kind == "complete", data
-    assert len(data[0]) == 2 and data[0][1]["caption"] == "result 1 · seed 9"  # the input, then its edit
-    assert "1 image(s) in" in data[1]
+    for route, values in (("edit", list(published.values())), ("v2/edit", published)):
+        kind, data = rest_result(url, "edit", rest_call(url, route, values))
+        assert kind == "complete", (route, data)
+        assert len(data[0]) == 2 and data[0][1]["caption"] == "result 1 · seed 9"  # the input, then its edit
+        assert "1 image(s) in" in data[1]
 
 
 def test_generate_passes_the_step_cache_through(client):

@@ -163,7 +163,8 @@ def test_send_to_inpaint_from_a_generated_png(server, client):
 def test_rest_callers_name_what_they_send_and_the_rest_is_the_default(server, files):
     """A plain REST call that names its values (Gradio's `/gradio_api/call/v2/<endpoint>`) may leave out
     every parameter added since it was written: each takes its default (the model's). A positional call
-    sends every parameter, in the endpoint's order (`ui.fields.parameters`)."""
+    sends the parameters in the endpoint's order (`ui.fields.call_order`): the values /inpaint was first
+    published with are enough (`ui.positional`), and so is any shorter list."""
     from tests.test_reliability import rest_call, rest_result, rest_upload
     from ui.fields import parameters
 
@@ -180,6 +181,11 @@ def test_rest_callers_name_what_they_send_and_the_rest_is_the_default(server, fi
     positional = [image, mask, *(values.get(name, "") for name in parameters("inpaint"))]
     kind, data = rest_result(url, "inpaint", rest_call(url, "inpaint", positional))
     assert kind == "complete" and data[1]["seeds"] == [4], data
+    first_published = positional[: 2 + parameters("inpaint").index("guidance_end")]  # before the step cache came
+    kind, data = rest_result(url, "inpaint", rest_call(url, "inpaint", first_published))
+    assert kind == "complete" and data[1]["seeds"] == [4] and data[1]["num_images"] == 1, data
+    kind, data = rest_result(url, "outpaint", rest_call(url, "outpaint", [image, 0, 0, 32, 0, PROMPT]))
+    assert kind == "complete" and Image.open(data[0][0]["image"]["path"]).size == (96, 64), data
 
 
 def test_a_model_that_cannot_inpaint_turns_the_buttons_off_with_the_reason(server):

@@ -11,10 +11,12 @@ import logging
 from typing import Any
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from engine import AppSettings, Engine
 from pipelines.backend import ModelInfo
 from ui import api, edit_tab, generate_tab, history, inpaint_api, inpaint_tab, models, pnginfo_tab, status
+from ui.positional import PositionalCalls
 from ui.studio import Studio
 
 log = logging.getLogger("diffusion_anywhere")
@@ -97,7 +99,9 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
 def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
     """Launch without blocking. Every route is queued (REST included: api_open=False); generations are
     admitted by the engine, so Gradio needs a thread for each one it holds (QUEUE_SIZE waiting plus
-    the running ones) besides its own 40. (The HTTP APIs are mounted beside it by `app.serve`.)"""
+    the running ones) besides its own 40. A positional REST call that sends only the values an endpoint
+    was first published with is answered as its named call (`ui.positional`). (The HTTP APIs are
+    mounted beside it by `app.serve`.)"""
     settings.output_dir.mkdir(parents=True, exist_ok=True)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=1, api_open=False)
     options = dict(
@@ -111,6 +115,7 @@ def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
         show_error=True,
         prevent_thread_lock=True,
         max_threads=40 + settings.queue_size + demo.studio.engine.backend.concurrency,
+        app_kwargs={"middleware": [Middleware(PositionalCalls)]},  # short positional REST calls (ui.positional)
     )
     options.update(kwargs)
     demo.launch(**options)

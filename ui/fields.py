@@ -26,6 +26,8 @@ PUBLISHED = {
 RENAMED = {"edit": {"guidance_scale": "guidance", "image_guidance_scale": "image_guidance"}}
 OUTPAINT_SIDES = ("left", "up", "right", "down")  # /outpaint's own parameters, before /inpaint's
 FORM_ONLY = {"random_seed"}  # a tab's switch, not a request field (the Edit tab's /edit published it)
+# The inputs each endpoint takes before its fields: its files (and /outpaint's sides).
+LEADING = {"generate": (), "edit": ("files",), "inpaint": ("image", "mask"), "outpaint": ("image", *OUTPAINT_SIDES)}
 
 
 def parameters(endpoint: str) -> tuple[str, ...]:
@@ -38,3 +40,9 @@ def parameters(endpoint: str) -> tuple[str, ...]:
 def api_name(endpoint: str, field: str) -> str:
     """The parameter name `field` has in `endpoint`."""
     return RENAMED.get(endpoint, {}).get(field, field)
+
+
+def call_order(endpoint: str) -> tuple[str, ...]:
+    """Every parameter of `endpoint` by its published name, in the order a positional caller sends them."""
+    tab = "inpaint" if endpoint == "outpaint" else endpoint
+    return (*LEADING[endpoint], *(api_name(tab, field) for field in parameters(tab)))
