@@ -39,6 +39,8 @@ from .lora import LoraInfo, LoraManager
 from .model_setup import read_vocabulary
 from .options import PipelineOptions
 from .preview import PreviewDecoder
+from .prompt_syntax import parse
+from .prompt_weights import PromptPlan, kind_of
 from .recipes import Recipe
 from .request import (
     FALLBACK_GUIDANCE,
@@ -52,7 +54,7 @@ from .request import (
     validate,
 )
 from .step_cache import StepCache
-from .tokens import count_tokens, fit_prompt, truncation_warnings
+from .tokens import count_tokens
 from .tokens import windows as token_windows
 from .traits import denoiser, inspect_pipeline
 
@@ -84,12 +86,13 @@ class _Plan:
     items: list[dict[str, Any]]  # the work items run here (a range of the request's, see `work_items`)
     first: int  # index of items[0] among the request's items
     accepted: frozenset[str]  # the parameters the diffusers call takes
-    prompts: dict[str, str]  # the user's prompt -> the part the text encoders keep
+    prompts: dict[str, str]  # the user's prompt -> the `prompt` argument (pipelines.prompt_weights)
     size: tuple[int, int]
     guidance_end: float
     warnings: list[str]
     prepared: dict[int, inpaint.Prepared] = dataclasses.field(default_factory=dict)  # by id(input image)
     cache: StepCache | None = None  # the step cache it runs with (pipelines.step_cache)
+    texts: PromptPlan | None = None  # weighted and long prompts (pipelines.prompt_weights)
 
     def finish(self, item: dict[str, Any], image: Any) -> Any:
         """An output as the user gets it: an inpaint pasted back into its original (pipelines.inpaint)."""
@@ -138,6 +141,7 @@ class ImagePipeline:
         self._mag_ratios: dict[tuple[int, str], list[float]] = {}  # MagCache calibrations (pipelines.step_cache)
         self.base_loras: dict[str, float] = {}  # a recipe's LoRAs that stay on (not fused)
         self._token_windows = token_windows(pipe, private=True)  # counted beside a running generation
+        self.prompt_weighting = kind_of(pipe, self.traits.params)  # "": prompts go as plain text
         self.vocabulary = read_vocabulary(source)
         self.default_image_guidance = float(self.vocabulary.get("default_image_guidance", FALLBACK_IMAGE_GUIDANCE))
         self.default_guidance_end = float(self.vocabulary.get("default_guidance_end", DEFAULT_GUIDANCE_END))
@@ -271,7 +275,7 @@ class ImagePipeline:
 
     def count_tokens(self, prompt: str) -> list:
         """Prompt tokens per text encoder against what it keeps (the UI's token counter)."""
-        return count_tokens(self._token_windows, prompt)
+        return count_tokens(self._token_windows, parse(prompt).text, chunked=bool(self.prompt_weighting))
 
     # ------------------------------------------------------------------ LoRA
     def load_lora(self, path: str | Path, name: str | None = None, allow_outside: bool = False) -> str:
@@ -392,7 +396,9 @@ class ImagePipeline:
             count = stop - start
         validate(request, self.limits, count=count)
         samplers.check_steps(
-            request.sampler or self.scheduler_name, request.steps or self.default_steps, samplers.minima(self.pipe.scheduler)
+            request.sampler or self.scheduler_name,
+            request.steps or self.default_steps,
+            samplers.minima(self.pipe.scheduler),
         )
         self.check_task(request)
         request = pin_seed(request).with_defaults(self)
@@ -461,8 +467,10 @@ class ImagePipeline:
         accepted = frozenset(inspect.signature(pipe.__call__).parameters)
         warnings = self._request_warnings(request, pipe, accepted)
         guidance_end = self._guidance_end(request, pipe, warnings)
-        prompts = {p: fit_prompt(pipe, p) for p in request.prompts}  # metadata keeps the user's full text
-        plan = _Plan(pipe, request, items, first, accepted, prompts, size, guidance_end, warnings)
+        texts = PromptPlan(pipe, accepted)
+        warnings += texts.warnings(request.prompts, request.negative_prompt)
+        prompts = {p: texts.text(p) for p in request.prompts}  # metadata keeps the prompt as written
+        plan = _Plan(pipe, request, items, first, accepted, prompts, size, guidance_end, warnings, texts=texts)
         plan.cache = self._step_cache_for(request, warnings)
         if request.inpaint is not None:
             self._plan_inpaint(plan)
@@ -532,12 +540,14 @@ class ImagePipeline:
         generators = [self.dm.create_generator(item["seed"]) for item in chunk]
         fitted = [{**item, "prompt": plan.prompts[item["prompt"]]} for item in chunk]
         if not plan.prepared:
-            return call_kwargs(self.traits, plan.accepted, plan.request, fitted, plan.size, generators)
+            return plan.texts.apply(
+                call_kwargs(self.traits, plan.accepted, plan.request, fitted, plan.size, generators)
+            )
         prepared = [plan.prepared[id(item["image"])] for item in chunk]
         fitted = [{**item, "image": p.image} for item, p in zip(fitted, prepared, strict=True)]
         kwargs = call_kwargs(self.traits, plan.accepted, plan.request, fitted, plan.size, generators)
         kwargs["mask_image"] = [p.mask for p in prepared]
-        return kwargs
+        return plan.texts.apply(kwargs)
 
     def _step_cache_for(self, request: GenerationRequest, warnings: list[str]) -> StepCache | None:
         """The request's step cache ("none": off), else the model's default (STEP_CACHE, the recipe's);
@@ -666,12 +676,15 @@ class ImagePipeline:
             warnings.append(f"{type(pipe).__name__} has no guidance rescale; {request.guidance_rescale:g} was ignored")
         if self.traits.step_callback == "none":
             warnings.append(f"{type(pipe).__name__} reports no steps: no progress, and Stop waits for the end")
-        for prompt in dict.fromkeys(request.prompts):
-            warnings += truncation_warnings(pipe, prompt)
         return warnings
 
     def _metadata(
-        self, request: GenerationRequest, item: dict, width: int, height: int, guidance_end: float = 1.0,
+        self,
+        request: GenerationRequest,
+        item: dict,
+        width: int,
+        height: int,
+        guidance_end: float = 1.0,
         rescale: float | None = None,
     ) -> dict[str, Any]:
         meta = {

@@ -86,12 +86,19 @@ def windows(pipe: Any, private: bool = False) -> list[Window]:
 
 
 def _ids(tokenizer: Any, prompt: str) -> list[int]:
-    return list(tokenizer(prompt, add_special_tokens=False, truncation=False).input_ids)
+    return list(tokenizer(prompt, add_special_tokens=False, truncation=False, verbose=False).input_ids)
 
 
-def count_tokens(pipe: Any, prompt: str) -> list[TokenCount]:
-    """One count per text encoder of `pipe` (or of its `windows`); none without tokenizers."""
-    return [TokenCount(w.component, w.label, len(_ids(w.tokenizer, prompt)), w.limit) for w in windows(pipe)]
+def count_tokens(pipe: Any, prompt: str, chunked: bool = False) -> list[TokenCount]:
+    """One count per text encoder of `pipe` (or of its `windows`); none without tokenizers.
+    `chunked`: the encoders take the prompt in windows (pipelines.prompt_weights), so none cuts it
+    and the limit shown is the windows it fills, as A1111's counter shows (80/150)."""
+    out = []
+    for w in windows(pipe):
+        count = len(_ids(w.tokenizer, prompt))
+        limit = w.limit * max(1, -(-count // w.limit)) if chunked else w.limit
+        out.append(TokenCount(w.component, w.label, count, limit))
+    return out
 
 
 def truncation_warnings(pipe: Any, prompt: str) -> list[str]:

@@ -1,0 +1,167 @@
+"""A1111's prompt language (pipelines.prompt_syntax) and its weighted, chunked encoding for CLIP
+pipelines (pipelines.prompt_weights). Expected values are written out by hand from A1111's wiki
+("Features": attention/emphasis, BREAK, infinite prompt length)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pipelines.prompt_syntax import parse
+from pipelines.prompt_weights import Encoder, PromptPlan, call_embeds, chunks, emphasized, kind_of
+
+EMBEDDED = Path(__file__).resolve().parent.parent / "models" / "tiny-shapes"
+
+
+def pieces(prompt: str) -> list[tuple[str | None, float]]:
+    return [(p.text, round(p.weight, 6)) for p in parse(prompt).pieces]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "expected"),
+    [
+        ("a red circle", [("a red circle", 1.0)]),
+        ("a (red) circle", [("a ", 1.0), ("red", 1.1), (" circle", 1.0)]),
+        ("((red))", [("red", 1.21)]),
+        ("[red]", [("red", round(1 / 1.1, 6))]),
+        ("[[red]]", [("red", round(1 / 1.21, 6))]),
+        ("(red:1.5)", [("red", 1.5)]),
+        ("(red: 0.5 )", [("red", 0.5)]),
+        ("(red:0)", [("red", 0.0)]),
+        ("(a (b:2) c)", [("a ", 1.1), ("b", 2.2), (" c", 1.1)]),
+        ("(a [b] c)", [("a ", 1.1), ("b", 1.0), (" c", 1.1)]),
+        (r"\(red\) \[x\] a\\b", [("(red) [x] a\\b", 1.0)]),
+        ("a BREAK b", [("a", 1.0), (None, -1.0), ("b", 1.0)]),
+        ("a BREAKING b", [("a BREAKING b", 1.0)]),  # BREAK is a word, in capitals
+        ("(a b", [("a b", 1.1)]),  # unclosed: to the end
+        ("a) b] c:1.5)", [("a) b] c:1.5)", 1.0)]),  # nothing open: plain text
+        ("a (red:1.0) circle", [("a red circle", 1.0)]),  # merged: same weight
+        ("", [("", 1.0)]),
+    ],
+)
+def test_a1111_attention_syntax(prompt, expected):
+    assert pieces(prompt) == expected
+
+
+def test_plain_is_only_a_prompt_without_syntax():
+    assert parse("a red circle, on blue").plain
+    assert not parse("a (red:1.0) circle").plain  # same words, but written with syntax
+    assert parse("a (red:1.0) circle").text == "a red circle"
+    assert not parse("a BREAK b").plain and parse("a BREAK b").text == "a b"
+
+
+@pytest.fixture(scope="module")
+def sd():
+    """The embedded model's diffusers pipeline: one CLIP of a 16-token window (14 between BOS and EOS)."""
+    from diffusers import StableDiffusionPipeline
+
+    pipe = StableDiffusionPipeline.from_pretrained(EMBEDDED)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False).input_ids
+
+
+def test_chunks_fill_the_window_pad_after_break_and_move_a_phrase_after_its_comma(sd):
+    tok = sd.tokenizer
+    bos, eos, pad = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
+    assert tok.model_max_length == 16 and len(ids(tok, "red circle blue")) == 3  # one token a word here
+    words = ["red", "blue", "yellow", "circle", "square", "on", "a"] * 3  # 21 tokens: 14 + 7
+    got = chunks(parse(" ".join(words)), tok)
+    w = [ids(tok, word)[0] for word in words]
+    assert [c.ids for c in got] == [(bos, *w[:14], eos), (bos, *w[14:], eos, *[pad] * 7)]
+    assert [c.used for c in got] == [16, 9]
+    # BREAK: the chunk ends where it is written and is padded to the window
+    got = chunks(parse("red BREAK blue"), tok)
+    assert [c.ids for c in got] == [(bos, w[0], eos, *[pad] * 13), (bos, w[1], eos, *[pad] * 13)]
+    # a full chunk whose last comma is near its end moves the words after the comma on
+    comma = ids(tok, ",")[0]
+    text = "red blue yellow circle square on a red blue yellow, circle square on a red"  # comma: the 11th token
+    got = chunks(parse(text), tok)
+    first = ids(tok, "red blue yellow circle square on a red blue yellow ,")
+    assert got[0].ids == (bos, *first, eos, *[pad] * 3) and first[-1] == comma
+    assert got[1].ids[1:6] == tuple(ids(tok, "circle square on a red"))
+    # weights follow their tokens; BOS, EOS and padding keep 1
+    got = chunks(parse("a (red:1.5) circle"), tok)
+    assert got[0].weights[:5] == (1.0, 1.0, 1.5, 1.0, 1.0) and set(got[0].weights[5:]) == {1.0}
+    assert chunks(parse(""), tok)[0].ids == (bos, eos, *[pad] * 14)
+
+
+def test_emphasis_multiplies_each_token_then_restores_the_mean():
+    z = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    out = emphasized(z, torch.tensor([1.0, 2.0]))
+    # weighted [[1, 2], [6, 8]] has mean 4.25; the original mean is 2.5: all times 2.5 / 4.25
+    expected = torch.tensor([[1.0, 2.0], [6.0, 8.0]]) * (2.5 / 4.25)
+    assert torch.allclose(out, expected) and torch.isclose(out.mean(), z.mean())
+    assert emphasized(z, torch.ones(2)) is z  # unweighted: untouched
+
+
+def test_weights_of_one_give_the_pipelines_own_embeddings_bit_for_bit(sd):
+    assert kind_of(sd, frozenset(inspect.signature(sd.__call__).parameters)) == "clip"
+    encoder = Encoder(sd, "clip")
+    plain, empty = sd.encode_prompt("a red circle", "cpu", 1, True, "")
+    assert torch.equal(encoder.encode("a (red:1.0) circle").embeds, plain)
+    assert torch.equal(encoder.encode("").embeds, empty)
+    weighted = encoder.encode("a (red:1.5) circle").embeds
+    assert not torch.equal(weighted, plain) and weighted.shape == plain.shape
+
+
+def test_long_prompts_are_encoded_whole_and_the_negative_padded_to_match(sd):
+    encoder = Encoder(sd, "clip")
+    long = "a red circle on a blue background " * 3  # 21 tokens: two windows
+    assert encoder.encode(long).embeds.shape == (1, 32, 64)
+    out = call_embeds(encoder, [long, "a green square"], "blue", zero_negative=False)
+    assert out["prompt_embeds"].shape == out["negative_prompt_embeds"].shape == (2, 32, 64)
+    empty_chunk = encoder.encode("").embeds[0]
+    assert torch.equal(out["prompt_embeds"][1, 16:], empty_chunk)  # the short prompt's padding: an empty chunk
+    assert torch.equal(out["negative_prompt_embeds"][0, :16], encoder.encode("blue").embeds[0])
+
+
+def test_a_plain_prompt_that_fits_goes_to_the_pipeline_untouched(sd):
+    plan = PromptPlan(sd, frozenset(inspect.signature(sd.__call__).parameters))
+    plain = {"prompt": ["a red circle"], "negative_prompt": ["blue"]}
+    assert plan.apply(dict(plain)) == plain
+    weighted = plan.apply({"prompt": ["a (red:1.2) circle"], "negative_prompt": ["blue"]})
+    assert set(weighted) == {"prompt_embeds", "negative_prompt_embeds"}
+    long = plan.apply({"prompt": ["a red circle on a blue background " * 3]})
+    assert long["prompt_embeds"].shape[1] == 32
+    assert plan.warnings(["a (red:1.2) circle " * 5], "") == []  # nothing is cut, nothing ignored
+
+
+def _mean_rgb(image) -> np.ndarray:
+    return np.asarray(image.convert("RGB"), dtype=np.float64).reshape(-1, 3).mean(axis=0)
+
+
+def test_weights_and_long_prompts_reach_the_image(sd):
+    """Through ImagePipeline, as every front end calls it: a weight of 1 is the plain image bit for bit,
+    another weight changes it, and the words past the window are not dropped."""
+    from devices import DeviceManager
+    from pipelines.image_pipeline import ImagePipeline
+    from pipelines.request import GenerationRequest
+
+    pipe = ImagePipeline.from_pretrained(EMBEDDED, device_manager=DeviceManager("cpu"), memory_mode="off")
+    assert pipe.prompt_weighting == "clip"
+
+    def image(prompt: str):
+        result = pipe.generate(GenerationRequest(prompt=prompt, steps=3, seed=11, width=64, height=64))
+        return np.asarray(result.images[0]), result
+
+    plain, _ = image("a red circle on a blue background")
+    same, result = image("a (red:1.0) circle on a blue background")
+    assert np.array_equal(plain, same)
+    assert result.metadata[0]["prompt"] == "a (red:1.0) circle on a blue background"  # as written
+    heavier, _ = image("a (red:1.6) circle on a blue background")
+    assert not np.array_equal(plain, heavier)
+    filler = "a circle on a blue background, " * 2  # 14 tokens: the whole window
+    long_red, result = image(filler + "red")
+    long_yellow, _ = image(filler + "yellow")
+    assert not any("cut" in w for w in result.warnings), result.warnings
+    assert not np.array_equal(long_red, long_yellow)  # the word past the window was encoded
+    counts = pipe.count_tokens(filler + "(red:1.3)")
+    assert counts[0].count == 15 and counts[0].limit == 28 and not counts[0].cut
