@@ -2,7 +2,7 @@
 (diffusers/callbacks.py): each is a small object the call invokes after every denoising step.
 
 `CallMonitor` reports progress, honours cancel and times the phases; `Previews` adds cheap preview
-images; `Chained` runs guidance end after them; `LegacyCallback` adapts the whole protocol to the
+images; `Chained` runs the prompt switch and guidance end after them; `LegacyCallback` adapts the whole protocol to the
 old `callback(step, timestep, latents)` of pipelines that have no `callback_on_step_end`.
 """
 
@@ -16,7 +16,6 @@ import torch
 
 from devices import DeviceManager
 
-from .guidance import GuidanceCutoff
 from .preview import PreviewDecoder
 
 ProgressFn = Callable[[int, int, int], None]
@@ -118,13 +117,22 @@ class Previews:
 
 
 class Chained:
-    """The step callback, then guidance end: progress and previews see every step as before."""
+    """The step callback, then the callbacks that change the step's tensors (the prompt switch, then
+    guidance end), each seeing the tensors as the one before left them: progress and previews see
+    every step as before."""
 
-    def __init__(self, callback: Callable[..., dict], cutoff: GuidanceCutoff):
-        self.callback, self.cutoff = callback, cutoff
+    def __init__(self, callback: Callable[..., dict], *changers: Any):
+        self.callback, self.changers = callback, changers
+
+    @property
+    def tensor_inputs(self) -> list[str]:
+        return list(dict.fromkeys(["latents", *(name for c in self.changers for name in c.tensor_inputs)]))
 
     def __call__(self, pipe: Any, step: int, timestep: Any, tensors: dict) -> dict:
-        return {**self.callback(pipe, step, timestep, tensors), **self.cutoff(pipe, step, timestep, tensors)}
+        out = dict(self.callback(pipe, step, timestep, tensors))
+        for changer in self.changers:
+            out.update(changer(pipe, step, timestep, {**tensors, **out}))
+        return out
 
 
 class Interrupted(Exception):

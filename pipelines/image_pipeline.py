@@ -40,7 +40,8 @@ from .model_setup import read_vocabulary
 from .options import PipelineOptions
 from .preview import PreviewDecoder
 from .prompt_syntax import parse
-from .prompt_weights import PromptPlan, kind_of
+from .prompt_weights import kind_of
+from .prompts import PromptPlan, PromptSwitch
 from .recipes import Recipe
 from .request import (
     FALLBACK_GUIDANCE,
@@ -467,7 +468,7 @@ class ImagePipeline:
         accepted = frozenset(inspect.signature(pipe.__call__).parameters)
         warnings = self._request_warnings(request, pipe, accepted)
         guidance_end = self._guidance_end(request, pipe, warnings)
-        texts = PromptPlan(pipe, accepted)
+        texts = PromptPlan(pipe, accepted, request.steps)
         warnings += texts.warnings(request.prompts, request.negative_prompt)
         prompts = {p: texts.text(p) for p in request.prompts}  # metadata keeps the prompt as written
         plan = _Plan(pipe, request, items, first, accepted, prompts, size, guidance_end, warnings, texts=texts)
@@ -504,13 +505,13 @@ class ImagePipeline:
             chunk = items[done : done + out.micro]
             steps_per_call = self._steps_for(plan.request, plan.accepted)
             total_steps = steps_done + steps_per_call * -(-(len(items) - done) // out.micro)
-            call = self._chunk_kwargs(plan, chunk)
+            call, switch = self._chunk_kwargs(plan, chunk)
             first = plan.first + done
             timer = CallMonitor(
                 plan.pipe, self.dm, progress, should_cancel, steps_done, total_steps, first, steps_per_call
             )
             try:
-                output, timing = self._call(plan.pipe, call, timer, preview, first, plan.guidance_end)
+                output, timing = self._call(plan.pipe, call, timer, preview, first, plan.guidance_end, switch)
             except Exception as exc:
                 if not is_out_of_memory(exc):
                     raise
@@ -535,8 +536,9 @@ class ImagePipeline:
             done += len(chunk)
         return out
 
-    def _chunk_kwargs(self, plan: _Plan, chunk: list[dict[str, Any]]) -> dict[str, Any]:
-        """The diffusers call of one micro-batch: its own CPU generators, prompts fitted to the encoders."""
+    def _chunk_kwargs(self, plan: _Plan, chunk: list[dict[str, Any]]) -> tuple[dict[str, Any], PromptSwitch | None]:
+        """The diffusers call of one micro-batch: its own CPU generators, its prompts as the encoders take
+        them (pipelines.prompts), and the step callback that changes them between steps, if any."""
         generators = [self.dm.create_generator(item["seed"]) for item in chunk]
         fitted = [{**item, "prompt": plan.prompts[item["prompt"]]} for item in chunk]
         if not plan.prepared:
@@ -590,18 +592,21 @@ class ImagePipeline:
         preview: PreviewFn | None,
         first: int,
         guidance_end: float = DEFAULT_GUIDANCE_END,
+        switch: PromptSwitch | None = None,
     ):
-        """One diffusers call with the step callback (previews, guidance end); returns (output, phase timings)."""
+        """One diffusers call with the step callback (previews, the prompt switch, guidance end); returns
+        (output, phase timings)."""
         callback = timer
         if preview is not None:
             callback = Previews(timer, self._previews, preview, first, self.options.preview_every)
         style = self.traits.step_callback
         if style == "on_step_end":
             call["callback_on_step_end"] = callback
-            if guidance_end < 1.0:
-                cutoff = GuidanceCutoff(pipe, guidance_end)
-                call["callback_on_step_end"] = Chained(callback, cutoff)
-                call["callback_on_step_end_tensor_inputs"] = ["latents", *cutoff.tensor_inputs]
+            changers = [c for c in (switch, GuidanceCutoff(pipe, guidance_end) if guidance_end < 1.0 else None) if c]
+            if changers:
+                chained = Chained(callback, *changers)
+                call["callback_on_step_end"] = chained
+                call["callback_on_step_end_tensor_inputs"] = chained.tensor_inputs
         elif style == "legacy":  # PixArt: callback(step, timestep, latents), no interrupt flag
             call["callback"] = LegacyCallback(pipe, callback)
             call["callback_steps"] = 1

@@ -35,7 +35,6 @@ from typing import Any
 import torch
 
 from .prompt_syntax import Parsed, parse
-from .tokens import fit_prompt, truncation_warnings
 
 log = logging.getLogger(__name__)
 
@@ -218,65 +217,3 @@ def call_embeds(encoder: Encoder, prompts: list[str], negative: str | None, zero
             else negative_encoded.pooled.expand_as(pooled).contiguous()
         )
     return out
-
-
-class PromptPlan:
-    """What one request's prompts become in its diffusers calls (`ImagePipeline._plan`): untouched
-    where plain and short enough, else weighted embeddings (CLIP pipelines) or plain text with the
-    syntax removed (the others, with a warning)."""
-
-    def __init__(self, pipe: Any, params: frozenset[str]) -> None:
-        self.pipe = pipe
-        self.kind = kind_of(pipe, params)
-        self.encoder = Encoder(pipe, self.kind) if self.kind else None
-        self._tokenizers = [tokenizer for tokenizer, _, _ in self.encoder.pairs()] if self.encoder else []
-
-    def text(self, prompt: str) -> str:
-        """The `prompt` argument for `prompt`: itself (CLIP pipelines encode it here when needed), else
-        its words without the syntax, cut to the widest encoder window (pipelines.tokens)."""
-        return prompt if self.kind else fit_prompt(self.pipe, parse(prompt).text)
-
-    def warnings(self, prompts: list[str], negative: str | None) -> list[str]:
-        """Said before the run: the syntax an encoder cannot take, and where a prompt is cut."""
-        out = []
-        name = type(self.pipe).__name__
-        for prompt in dict.fromkeys([*prompts, *([negative] if negative else [])]):
-            parsed = parse(prompt)
-            if not self.kind and not parsed.plain:
-                out.append(
-                    f"{name}'s text encoders take no A1111 weights or BREAK here (only SD 1.x/2.x and SDXL's "
-                    f"CLIPs do): sent as plain text: {parsed.text[:80]!r}"
-                )
-            if not self.kind and prompt in prompts:
-                out += truncation_warnings(self.pipe, parsed.text)
-        return out
-
-    def _needs_embeds(self, texts: list[str]) -> bool:
-        """A prompt with syntax, or longer than a window: diffusers would read it literally or cut it."""
-        for text in texts:
-            parsed = parse(text)
-            if not parsed.plain:
-                return True
-            for tokenizer in self._tokenizers:
-                if (
-                    len(tokenizer(text, add_special_tokens=False, verbose=False).input_ids)
-                    > tokenizer.model_max_length - 2
-                ):
-                    return True
-        return False
-
-    def apply(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """`kwargs` of one diffusers call with its prompts as this plan takes them."""
-        negative = kwargs.get("negative_prompt")
-        negative = negative[0] if negative else None
-        if not self.kind:
-            if negative is not None:
-                kwargs["negative_prompt"] = [parse(negative).text] * len(kwargs["negative_prompt"])
-            return kwargs
-        if "prompt" not in kwargs or not self._needs_embeds([*kwargs["prompt"], *([negative] if negative else [])]):
-            return kwargs
-        prompts = kwargs.pop("prompt")
-        kwargs.pop("negative_prompt", None)
-        zero = self.kind == "clip2" and not negative and bool(self.pipe.config.get("force_zeros_for_empty_prompt"))
-        kwargs.update(call_embeds(self.encoder, prompts, negative, zero))
-        return kwargs

@@ -262,6 +262,23 @@ def test_a1111_weights_apply_on_clip_families_and_are_removed_with_a_warning_els
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_prompt_editing_switches_on_clip_families_and_runs_the_first_text_elsewhere(family_root, name):
+    """`[red:blue:0.5]`: red, then blue (neither plain image) where the step loop takes new embeddings;
+    elsewhere the first step's text ("red"), with a warning."""
+    pipe = load(family_root, name)
+    edited = pipe.generate(request(name, prompt="a [red:blue:0.5] circle on a yellow background", steps=4))
+    red = pipe.generate(request(name, prompt="a red circle on a yellow background", steps=4))
+    blue = pipe.generate(request(name, prompt="a blue circle on a yellow background", steps=4))
+    if name in CHUNKED:
+        assert not any("between steps" in w for w in edited.warnings), edited.warnings
+        assert not np.array_equal(pixels(edited.images[0]), pixels(red.images[0]))
+        assert not np.array_equal(pixels(edited.images[0]), pixels(blue.images[0]))
+        return
+    assert any("cannot change its prompt between steps" in w for w in edited.warnings), edited.warnings
+    assert np.array_equal(pixels(edited.images[0]), pixels(red.images[0]))
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_long_prompt_is_reported_cut(family_root, name):
     """Every family but the CLIP ones cuts a prompt past its window, and says so; the CLIP ones keep it whole."""
     pipe = load(family_root, name)

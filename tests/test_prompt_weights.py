@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from pipelines.prompt_syntax import parse
-from pipelines.prompt_weights import Encoder, PromptPlan, call_embeds, chunks, emphasized, kind_of
+from pipelines.prompt_weights import Encoder, call_embeds, chunks, emphasized, kind_of
+from pipelines.prompts import PromptPlan
 
 EMBEDDED = Path(__file__).resolve().parent.parent / "models" / "tiny-shapes"
 
@@ -124,12 +125,12 @@ def test_long_prompts_are_encoded_whole_and_the_negative_padded_to_match(sd):
 
 
 def test_a_plain_prompt_that_fits_goes_to_the_pipeline_untouched(sd):
-    plan = PromptPlan(sd, frozenset(inspect.signature(sd.__call__).parameters))
+    plan = PromptPlan(sd, frozenset(inspect.signature(sd.__call__).parameters), steps=20)
     plain = {"prompt": ["a red circle"], "negative_prompt": ["blue"]}
-    assert plan.apply(dict(plain)) == plain
-    weighted = plan.apply({"prompt": ["a (red:1.2) circle"], "negative_prompt": ["blue"]})
-    assert set(weighted) == {"prompt_embeds", "negative_prompt_embeds"}
-    long = plan.apply({"prompt": ["a red circle on a blue background " * 3]})
+    assert plan.apply(dict(plain)) == (plain, None)
+    weighted, switch = plan.apply({"prompt": ["a (red:1.2) circle"], "negative_prompt": ["blue"]})
+    assert set(weighted) == {"prompt_embeds", "negative_prompt_embeds"} and switch is None
+    long, _ = plan.apply({"prompt": ["a red circle on a blue background " * 3]})
     assert long["prompt_embeds"].shape[1] == 32
     assert plan.warnings(["a (red:1.2) circle " * 5], "") == []  # nothing is cut, nothing ignored
 
@@ -165,3 +166,79 @@ def test_weights_and_long_prompts_reach_the_image(sd):
     assert not np.array_equal(long_red, long_yellow)  # the word past the window was encoded
     counts = pipe.count_tokens(filler + "(red:1.3)")
     assert counts[0].count == 15 and counts[0].limit == 28 and not counts[0].cut
+
+
+# --------------------------------------------------------------------------- editing and alternation
+@pytest.mark.parametrize(
+    ("prompt", "steps", "expected"),
+    [
+        ("a [red:blue:0.5] circle", 10, [(5, "a red circle"), (10, "a blue circle")]),
+        ("a [red:blue:3] circle", 10, [(3, "a red circle"), (10, "a blue circle")]),
+        ("a [blue:0.2] x", 10, [(2, "a  x"), (10, "a blue x")]),  # [to:when]: added after
+        ("a [red::4] x", 10, [(4, "a red x"), (10, "a  x")]),  # [from::when]: removed after
+        ("[red|blue] x", 4, [(1, "red x"), (2, "blue x"), (3, "red x"), (4, "blue x")]),
+        ("[a:b:40]", 10, [(10, "a")]),  # capped at the steps
+        ("[(red:1.5):blue:2]", 4, [(2, "(red:1.5)"), (4, "blue")]),  # weights inside, read afterwards
+        ("[[a:b:0.5]]", 4, [(2, "[a]"), (4, "[b]")]),  # de-emphasis around an edit
+        ("a [red:[blue|yellow]:0.5]", 4, [(2, "a red"), (3, "a blue"), (4, "a yellow")]),  # step 3: the first option
+        ("[blurry] [a:b] [a:b:c:2] \\[a:b:2\\] [a|b", 10, [(10, "[blurry] [a:b] [a:b:c:2] \\[a:b:2\\] [a|b")]),
+    ],
+)
+def test_prompt_editing_and_alternation_schedules(prompt, steps, expected):
+    from pipelines.prompt_schedule import schedule
+
+    assert schedule(prompt, steps) == expected
+
+
+def _denoiser_inputs(pipe):
+    """The text embeddings the UNet gets at each call (one per step): a forward pre-hook."""
+    seen = []
+    hook = pipe.diffusers_pipeline.unet.register_forward_pre_hook(
+        lambda _m, args, kwargs: seen.append(kwargs.get("encoder_hidden_states", args[2] if len(args) > 2 else None)),
+        with_kwargs=True,
+    )
+    return seen, hook
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    from devices import DeviceManager
+    from pipelines.image_pipeline import ImagePipeline
+
+    return ImagePipeline.from_pretrained(EMBEDDED, device_manager=DeviceManager("cpu"), memory_mode="off")
+
+
+@pytest.mark.parametrize("guidance_end", [1.0, 0.5])
+def test_edited_and_alternating_prompts_change_the_embeddings_at_their_steps(embedded, sd, guidance_end):
+    from pipelines.request import GenerationRequest
+
+    encoder = Encoder(sd, "clip")
+    red, blue = encoder.encode("a red circle").embeds, encoder.encode("a blue circle").embeds
+    for prompt, expected in (
+        ("a [red:blue:0.5] circle", [red, red, blue, blue]),
+        ("a [red|blue] circle", [red, blue, red, blue]),
+    ):
+        seen, hook = _denoiser_inputs(embedded)
+        try:
+            request = GenerationRequest(
+                prompt=prompt, steps=4, seed=3, width=64, height=64, guidance_scale=5.0, guidance_end=guidance_end
+            )
+            result = embedded.generate(request)
+        finally:
+            hook.remove()
+        assert len(seen) == 4 and not result.warnings, result.warnings
+        conditional = [states[-1:] for states in seen]  # [negative, prompt] while guided; the prompt after
+        assert all(torch.equal(got, want) for got, want in zip(conditional, expected, strict=True)), prompt
+        assert [len(states) for states in seen] == ([2, 2, 2, 2] if guidance_end == 1.0 else [2, 2, 1, 1])
+
+
+def test_an_edited_prompt_draws_neither_plain_prompt(embedded):
+    from pipelines.request import GenerationRequest
+
+    def image(prompt: str) -> np.ndarray:
+        request = GenerationRequest(prompt=prompt, steps=6, seed=5, width=64, height=64)
+        return np.asarray(embedded.generate(request).images[0])
+
+    edited = image("a [red:blue:0.5] circle on a yellow background")
+    assert not np.array_equal(edited, image("a red circle on a yellow background"))
+    assert not np.array_equal(edited, image("a blue circle on a yellow background"))
