@@ -95,6 +95,8 @@ class ModelInfo:
     samplers: tuple[str, ...] = ()  # every sampler this model can use (pipelines.samplers)
     min_steps: dict[str, int] = field(default_factory=dict)  # fewest steps per sampler, its own too (samplers.minima)
     loras: tuple[str, ...] = ()
+    embeddings: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> vectors, shape (pipelines.embeddings)
+    embeddings_skipped: dict[str, str] = field(default_factory=dict)  # name -> why it does not fit this model
     vocabulary: dict[str, Any] = field(default_factory=dict)  # embedded models: pattern, words, examples
     examples: tuple[str, ...] = ()
     pipeline_class: str = ""

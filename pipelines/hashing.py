@@ -7,6 +7,7 @@ name the same files on those sites:
   safetensors file (SHA-256 of the data AFTER the header: 8 bytes of header length, then the JSON
   header are skipped; modules/hashes.py `addnet_hash_safetensors`), else the whole file's SHA-256;
   the first 12 hex digits.
+- `TI hashes`: a textual-inversion embedding's whole-file SHA-256, the first 12 hex digits.
 
 Apart from the pipeline because hashing is plain file work: a multi-GB checkpoint is read once per
 file version (cached by path, size and modification time), started in the background at load.
@@ -28,7 +29,7 @@ def _hash(path: str, size: int, mtime: float) -> str:
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             sha.update(chunk)
-    return sha.hexdigest()[:10]
+    return sha.hexdigest()
 
 
 @functools.lru_cache(maxsize=64)
@@ -65,7 +66,14 @@ def lora_hash(path: str | Path) -> str:
 def short_hash(path: str | Path) -> str:
     """A1111's/Civitai's AutoV2 hash of a file: SHA-256, first 10 hex digits (cached per file version)."""
     st = Path(path).stat()
-    return _hash(str(path), st.st_size, st.st_mtime)
+    return _hash(str(path), st.st_size, st.st_mtime)[:10]
+
+
+def embedding_hash(path: str | Path) -> str:
+    """A textual-inversion embedding's hash as A1111 writes it in `TI hashes`: the file's SHA-256,
+    first 12 hex digits."""
+    st = Path(path).stat()
+    return _hash(str(path), st.st_size, st.st_mtime)[:12]
 
 
 def model_weights_file(source: str | Path) -> Path | None:

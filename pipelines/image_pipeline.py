@@ -32,6 +32,7 @@ from . import hashing, inpaint, model_setup, quantization, samplers, step_cache
 from .backend import Capabilities, ModelInfo, ReplicaStatus
 from .callbacks import CallMonitor, CancelFn, Chained, Interrupted, LegacyCallback, PreviewFn, Previews, ProgressFn
 from .calls import call_kwargs, size_for
+from .embeddings import Embeddings
 from .errors import OutOfMemoryError, UnsupportedTaskError
 from .guidance import DEFAULT_GUIDANCE_END, GuidanceCutoff, supports_guidance_end
 from .inpaint import EMPTY_MASK_WARNING, INPAINT_FAMILIES
@@ -141,6 +142,7 @@ class ImagePipeline:
         self.default_step_cache = model_setup.default_step_cache(self, options.step_cache, options.step_cache_threshold)
         self._mag_ratios: dict[tuple[int, str], list[float]] = {}  # MagCache calibrations (pipelines.step_cache)
         self.base_loras: dict[str, float] = {}  # a recipe's LoRAs that stay on (not fused)
+        self.embeddings = Embeddings(pipe, options.embeddings_dir)  # before the tokenizers are copied
         self._token_windows = token_windows(pipe, private=True)  # counted beside a running generation
         self.prompt_weighting = kind_of(pipe, self.traits.params)  # "": prompts go as plain text
         self.vocabulary = read_vocabulary(source)
@@ -468,7 +470,7 @@ class ImagePipeline:
         accepted = frozenset(inspect.signature(pipe.__call__).parameters)
         warnings = self._request_warnings(request, pipe, accepted)
         guidance_end = self._guidance_end(request, pipe, warnings)
-        texts = PromptPlan(pipe, accepted, request.steps)
+        texts = PromptPlan(pipe, accepted, request.steps, self.embeddings.words)
         warnings += texts.warnings(request.prompts, request.negative_prompt)
         prompts = {p: texts.text(p) for p in request.prompts}  # metadata keeps the prompt as written
         plan = _Plan(pipe, request, items, first, accepted, prompts, size, guidance_end, warnings, texts=texts)
@@ -734,6 +736,9 @@ class ImagePipeline:
         for meta in metas:
             meta["timings"] = {k: round(v, 4) for k, v in total.items()}
             meta.update(hashing.result_hashes(self.source, self.loras.available(), meta.get("loras", {})))
+            embeddings = self.embeddings.used(meta["prompt"], meta.get("negative_prompt", ""))
+            if embeddings:
+                meta["ti_hashes"] = embeddings
         return GenerationResult(
             images=images,
             seeds=[m["seed"] for m in metas],

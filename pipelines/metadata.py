@@ -67,6 +67,9 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
     hashes = meta.get("lora_hashes") or {}
     if hashes:
         fields.append(("Lora hashes", ", ".join(f"{n}: {h}" for n, h in hashes.items())))
+    embeddings = meta.get("ti_hashes") or {}
+    if embeddings:  # the textual-inversion embeddings the prompts used (pipelines.embeddings)
+        fields.append(("TI hashes", ", ".join(f"{n}: {h}" for n, h in embeddings.items())))
     lines = [prompt]
     if meta.get("negative_prompt"):
         lines.append(f"Negative prompt: {meta['negative_prompt']}")

@@ -248,6 +248,8 @@ def describe(self: Any) -> ModelInfo:
         samplers=tuple(s.name for s in samplers.offered(self.pipe.scheduler)),
         min_steps=samplers.minima(self.pipe.scheduler),
         loras=tuple(sorted(self.loras.available())),
+        embeddings={n: {"vectors": e.vectors, "shape": e.width} for n, e in self.embeddings.loaded.items()},
+        embeddings_skipped=dict(self.embeddings.skipped),
         vocabulary=dict(vocab),
         examples=tuple(vocab.get("examples") or ()),
         pipeline_class=traits.class_name,

@@ -21,7 +21,8 @@ from .request import STEP_CACHES, spec
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-shapes"
 DEFAULT_LORA_DIR = REPO_ROOT / "models" / "loras"
-PATH_FIELDS = ("model_id", "lora_dir", "base_model")  # may name files or folders of this machine
+DEFAULT_EMBEDDINGS_DIR = REPO_ROOT / "embeddings"  # where A1111 keeps them
+PATH_FIELDS = ("model_id", "lora_dir", "embeddings_dir", "base_model")  # may name files or folders of this machine
 
 
 def _step_cache(value: Any) -> Any:
@@ -68,6 +69,11 @@ class PipelineOptions(Section, title="Pipeline"):
     lora_dir: Path = setting(
         "LORA_DIR", DEFAULT_LORA_DIR, "folder of .safetensors LoRAs offered in the UI (others are refused)",
         shown="`models/loras`",
+    )  # fmt: skip
+    embeddings_dir: Path = setting(
+        "EMBEDDINGS_DIR", DEFAULT_EMBEDDINGS_DIR,
+        "folder of textual-inversion embeddings (.safetensors, .pt, .bin), used in prompts by file name",
+        shown="`embeddings`",
     )  # fmt: skip
     max_batch: int = setting("MAX_BATCH", 16, "most images per request", ge=1)
     max_pixels: int | None = setting(

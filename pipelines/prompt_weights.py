@@ -29,6 +29,7 @@ images are bit-identical to before, and it costs nothing more.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,8 +63,9 @@ class Chunk:
     used: int  # BOS, the tokens and EOS: what the tokenizer's attention mask covers
 
 
-def chunks(parsed: Parsed, tokenizer: Any) -> list[Chunk]:
-    """`parsed`'s tokens in windows of `tokenizer.model_max_length` (step 1 above)."""
+def chunks(parsed: Parsed, tokenizer: Any, convert: Callable[[str], str] = str) -> list[Chunk]:
+    """`parsed`'s tokens in windows of `tokenizer.model_max_length` (step 1 above). `convert`: a
+    multi-vector embedding's word as its tokens (diffusers' `maybe_convert_prompt`)."""
     size = int(tokenizer.model_max_length) - 2
     comma = _single_id(tokenizer, ",")
     done: list[tuple[list[int], list[float]]] = []
@@ -80,7 +82,7 @@ def chunks(parsed: Parsed, tokenizer: Any) -> list[Chunk]:
         if piece.is_break:
             close()
             continue
-        for token in tokenizer(piece.text, add_special_tokens=False, verbose=False).input_ids:
+        for token in tokenizer(convert(piece.text), add_special_tokens=False, verbose=False).input_ids:
             if len(ids) == size:
                 if last_comma != -1 and size - last_comma <= COMMA_BACKTRACK:
                     keep = last_comma + 1
@@ -154,7 +156,7 @@ class Encoder:
     def _encode(self, parsed: Parsed) -> Encoded:
         per_encoder, pooled = [], None
         for tokenizer, encoder, penultimate in self.pairs():
-            parts = chunks(parsed, tokenizer)
+            parts = chunks(parsed, tokenizer, self._convert(tokenizer))
             states = [self._run(encoder, chunk, penultimate) for chunk in parts]
             per_encoder.append(
                 [emphasized(z, torch.tensor(c.weights)) for (z, _), c in zip(states, parts, strict=True)]
@@ -168,6 +170,14 @@ class Encoder:
         embeds = torch.cat(joined, dim=-1)[None]
         empty = torch.cat([self._empty_chunk(t, e, p) for t, e, p in self.pairs()], dim=-1)
         return Encoded(embeds, pooled if self.kind == "clip2" else None, empty)
+
+    def _convert(self, tokenizer: Any) -> Callable[[str], str]:
+        """Textual-inversion words as their tokens, as diffusers' encode_prompt does (pipelines.embeddings)."""
+        from diffusers.loaders import TextualInversionLoaderMixin  # not at import: settings load without diffusers
+
+        if not isinstance(self.pipe, TextualInversionLoaderMixin):
+            return str
+        return lambda text: self.pipe.maybe_convert_prompt(text, tokenizer)
 
     def _empty_chunk(self, tokenizer: Any, encoder: Any, penultimate: bool) -> torch.Tensor:
         cached = self._empty.get(id(encoder))

@@ -13,6 +13,7 @@ then each text's weights and BREAKs (`prompt_syntax`), encoded in windows by the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,8 +37,9 @@ def first_steps(kwargs: dict[str, Any]) -> int:
 class PromptPlan:
     """One request's prompts, for each of its diffusers calls (`ImagePipeline._plan`)."""
 
-    def __init__(self, pipe: Any, params: frozenset[str], steps: int) -> None:
+    def __init__(self, pipe: Any, params: frozenset[str], steps: int, words: Callable[[str], str] = str) -> None:
         self.pipe, self.steps = pipe, max(1, steps)  # the request's steps: when a first text ends
+        self.words = words  # ComfyUI's `embedding:name` as the embedding's word (pipelines.embeddings)
         self.kind = kind_of(pipe, params)
         self.encoder = Encoder(pipe, self.kind) if self.kind else None
         self.switches = self.kind != "" and type(pipe).__name__ in LAYOUTS  # its step loop reads embeds back
@@ -46,6 +48,7 @@ class PromptPlan:
     def text(self, prompt: str) -> str:
         """The `prompt` argument for `prompt`: itself where this plan encodes it, else the first step's
         words without the syntax, cut to the widest encoder window (pipelines.tokens)."""
+        prompt = self.words(prompt)
         if self.kind:
             return prompt
         return fit_prompt(self.pipe, parse(text_at(parse_schedule(prompt), 1, self.steps)).text)
@@ -85,10 +88,10 @@ class PromptPlan:
         """`kwargs` of one diffusers call with its prompts as this plan takes them, and the step
         callback that changes them between steps where a prompt is edited or alternates."""
         negative = kwargs.get("negative_prompt")
-        negative = negative[0] if negative else None
+        negative = self.words(negative[0]) if negative else None
+        if negative is not None:
+            kwargs["negative_prompt"] = [self.text(negative)] * len(kwargs["negative_prompt"])
         if not self.kind:
-            if negative is not None:
-                kwargs["negative_prompt"] = [self.text(negative)] * len(kwargs["negative_prompt"])
             return kwargs, None
         if "prompt" not in kwargs or not self._needs_embeds([*kwargs["prompt"], *([negative] if negative else [])]):
             return kwargs, None

@@ -242,3 +242,67 @@ def test_an_edited_prompt_draws_neither_plain_prompt(embedded):
     edited = image("a [red:blue:0.5] circle on a yellow background")
     assert not np.array_equal(edited, image("a red circle on a yellow background"))
     assert not np.array_equal(edited, image("a blue circle on a yellow background"))
+
+
+# --------------------------------------------------------------------------- textual-inversion embeddings
+class _Code:
+    """Something a weights-only unpickler must refuse: a pickle that names a class."""
+
+
+@pytest.fixture(scope="module")
+def embeddings_dir(tmp_path_factory):
+    """Embeddings in the shapes A1111 and its trainers write, for the embedded model's 64-wide CLIP."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path_factory.mktemp("embeddings")
+    generator = torch.Generator().manual_seed(0)
+    save_file({"emb_params": torch.randn(2, 64, generator=generator) * 2}, folder / "shiny.safetensors")
+    torch.save(
+        {"string_to_param": {"*": torch.randn(1, 64, generator=generator)}, "name": "old", "step": 9}, folder / "old.pt"
+    )
+    save_file({"emb_params": torch.randn(1, 32, generator=generator)}, folder / "narrow.safetensors")
+    save_file({"clip_l": torch.randn(1, 64), "clip_g": torch.randn(1, 80)}, folder / "xl.safetensors")
+    torch.save({"string_to_param": {"*": _Code()}}, folder / "code.pt")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def with_embeddings(embeddings_dir):
+    from devices import DeviceManager
+    from pipelines.image_pipeline import ImagePipeline
+
+    return ImagePipeline.from_pretrained(
+        EMBEDDED, device_manager=DeviceManager("cpu"), memory_mode="off", embeddings_dir=embeddings_dir
+    )
+
+
+def test_embeddings_load_by_file_name_and_the_rest_are_skipped_with_the_reason(with_embeddings):
+    info = with_embeddings.model_info()
+    assert info.embeddings == {"old": {"vectors": 1, "shape": 64}, "shiny": {"vectors": 2, "shape": 64}}
+    skipped = info.embeddings_skipped
+    assert set(skipped) == {"narrow", "xl", "code"}
+    assert "32 wide; this text encoder takes 64" in skipped["narrow"] and "SDXL embedding" in skipped["xl"]
+    assert "code.pt" in skipped["code"]  # refused by the weights-only loader, not run
+
+
+def test_an_embedding_word_changes_the_image_on_every_path_and_its_hash_is_recorded(with_embeddings, embeddings_dir):
+    import hashlib
+
+    from pipelines.metadata import a1111_parameters
+    from pipelines.request import GenerationRequest
+
+    def run(prompt: str):
+        result = with_embeddings.generate(GenerationRequest(prompt=prompt, steps=3, seed=2, width=64, height=64))
+        return np.asarray(result.images[0]), result.metadata[0]
+
+    plain, meta = run("a shiny circle on a blue background")
+    without, _ = run("a circle on a blue background")
+    assert not np.array_equal(plain, without)
+    comfy, _ = run("a embedding:shiny circle on a blue background")  # ComfyUI's way of naming it
+    weighted_one, _ = run("a (shiny:1.0) circle on a blue background")  # our encoder: both vectors, as diffusers
+    assert np.array_equal(plain, comfy) and np.array_equal(plain, weighted_one)
+    sha = hashlib.sha256((embeddings_dir / "shiny.safetensors").read_bytes()).hexdigest()[:12]
+    assert meta["ti_hashes"] == {"shiny": sha}
+    assert f'TI hashes: "shiny: {sha}"' in a1111_parameters(meta)
+    _, meta = run("a red circle on a blue background")
+    assert "ti_hashes" not in meta

@@ -248,7 +248,7 @@ class A1111:
         return await asyncio.to_thread(answers.png_info, data)
 
     async def refresh(self, request: Request, caller: Caller) -> None:
-        return None  # the model list is read on every call; LoRAs are loaded from LORA_DIR at start
+        return None  # the model list is read on every call; LoRAs and embeddings are read at start
 
     async def sd_models(self, request: Request, caller: Caller) -> list[dict[str, Any]]:
         return answers.sd_models(self.engine, self.model_hash())
@@ -272,7 +272,7 @@ def routes(api: A1111) -> list[tuple[str, str, Handler]]:
     """(method, path, handler) of every route served."""
     model = api.engine.model_info
     constant = {
-        "sd-vae": [], "embeddings": {"loaded": {}, "skipped": {}}, "prompt-styles": [], "face-restorers": [],
+        "sd-vae": [], "prompt-styles": [], "face-restorers": [],
         "hypernetworks": [], "realesrgan-models": [], "scripts": {"txt2img": [], "img2img": []}, "script-info": [],
         "extensions": [], "sd-modules": [],
     }  # fmt: skip
@@ -289,11 +289,12 @@ def routes(api: A1111) -> list[tuple[str, str, Handler]]:
         ("GET", "samplers", api.listing(lambda: answers.samplers(model()))),
         ("GET", "schedulers", api.listing(lambda: answers.schedulers(model()))),
         ("GET", "loras", api.listing(lambda: answers.loras(model()))),
+        ("GET", "embeddings", api.listing(lambda: answers.embeddings(model()))),
         ("GET", "upscalers", api.listing(answers.upscalers)),
         ("GET", "latent-upscale-modes", api.listing(answers.latent_upscale_modes)),
         ("GET", "cmd-flags", api.cmd_flags),
         ("GET", "memory", api.memory),
-        *(("POST", path, api.refresh) for path in ("refresh-checkpoints", "refresh-loras", "refresh-vae")),
+        *(("POST", path, api.refresh) for path in ("refresh-checkpoints", "refresh-loras", "refresh-vae", "refresh-embeddings")),
         *(("GET", path, api.listing(lambda value=value: value)) for path, value in constant.items()),
     ]
 

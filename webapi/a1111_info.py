@@ -172,6 +172,20 @@ def latent_upscale_modes() -> list[dict[str, str]]:
     return [{"name": n} for n in LATENT_UPSCALE_MODES]
 
 
+def embeddings(model: ModelInfo) -> dict[str, Any]:
+    """`/sdapi/v1/embeddings` as A1111 answers it: the textual-inversion embeddings loaded (EMBEDDINGS_DIR),
+    and those skipped because they do not fit this model (the reason is in our extra `reason`)."""
+
+    def entry(vectors: int | None, shape: int | None, reason: str | None = None) -> dict[str, Any]:
+        out = {"step": None, "sd_checkpoint": None, "sd_checkpoint_name": None, "shape": shape, "vectors": vectors}
+        return out if reason is None else {**out, "reason": reason}
+
+    return {
+        "loaded": {n: entry(e["vectors"], e["shape"]) for n, e in model.embeddings.items()},
+        "skipped": {n: entry(None, None, why) for n, why in model.embeddings_skipped.items()},
+    }
+
+
 def loras(model: ModelInfo) -> list[dict[str, Any]]:
     return [{"name": n, "alias": n, "path": n, "metadata": {}} for n in model.loras]
 
