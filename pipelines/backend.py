@@ -34,6 +34,7 @@ from .request import (
     validate,
 )
 from .samplers import check_steps
+from .styles import check as check_styles
 
 ProgressFn = Callable[[int, int, int], None]  # (steps done, steps in all, index of the image being made)
 CancelFn = Callable[[], bool]  # polled between denoising steps; True stops after the current step
@@ -97,6 +98,7 @@ class ModelInfo:
     loras: tuple[str, ...] = ()
     embeddings: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> vectors, shape (pipelines.embeddings)
     embeddings_skipped: dict[str, str] = field(default_factory=dict)  # name -> why it does not fit this model
+    styles: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> its texts (pipelines.styles)
     vocabulary: dict[str, Any] = field(default_factory=dict)  # embedded models: pattern, words, examples
     examples: tuple[str, ...] = ()
     pipeline_class: str = ""
@@ -141,7 +143,7 @@ class ModelInfo:
     def accept(self, request: GenerationRequest) -> GenerationRequest:
         """`request` as this model takes it, or RequestError naming the field: within its limits
         (`validate`), a sampler it offers (its own one named: none) and the steps that sampler needs,
-        LoRAs it has. The engine asks this of every request, so every front end gets the same answer."""
+        LoRAs and styles it has. The engine asks this of every request, so every front end gets the same answer."""
         validate(request, self.limits)
         if request.sampler is not None and request.sampler not in self.samplers:
             raise RequestError(
@@ -151,6 +153,7 @@ class ModelInfo:
         if unknown:
             offered = ", ".join(self.loras) or "none"
             raise RequestError("loras", f"unknown LoRA {shown(unknown[0], 80)}; available: {offered}", (unknown[0],))
+        check_styles(self.styles, request.styles)
         check_steps(request.sampler or self.scheduler, request.steps or self.default_steps, self.min_steps)
         if request.sampler is not None and request.sampler == self.scheduler:
             request = request.model_copy(update={"sampler": None})  # the model's own: nothing to swap

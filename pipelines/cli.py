@@ -50,8 +50,8 @@ def add_request_arguments(
             parser.add_argument("prompt", nargs="+", help=help_text)
         elif item.kind == "flag":
             parser.add_argument(flag, dest=item.name, action="store_true", default=None, help=help_text)
-        elif item.kind in ("scales", "images"):
-            metavar = "NAME_OR_FILE[:SCALE]" if item.kind == "scales" else "FILE"
+        elif item.kind in ("scales", "images", "names"):
+            metavar = {"scales": "NAME_OR_FILE[:SCALE]", "images": "FILE", "names": "NAME"}[item.kind]
             parser.add_argument(flag, dest=item.name, action="append", metavar=metavar, help=help_text)
         else:
             metavar = "FILE" if item.kind == "image" else item.name.upper()

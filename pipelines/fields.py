@@ -332,6 +332,28 @@ class Scales:
 
 
 @dataclass(frozen=True)
+class Names:
+    """Names of what the server has (styles), in order: a list of non-empty texts; one text is a list
+    of one; null or [] is none. Whether each exists is the model's to say (`ModelInfo.accept`)."""
+
+    most: int = 32
+
+    def parse(self, value: Any) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = [value] if value.strip() else []
+        if not isinstance(value, list | tuple):
+            raise refuse(f"must be a list of names, got {shown(value)}")
+        if len(value) > self.most:
+            raise refuse(f"at most {self.most} names, got {len(value)}")
+        return tuple(_item(Text(required=True).parse, item, i).strip() for i, item in enumerate(value))
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(self.parse)
+
+
+@dataclass(frozen=True)
 class Picture:
     """A decoded image (front ends decode uploads after checking their headers): a PIL image of a
     mode the pipelines take, at least MIN_IMAGE_SIDE pixels a side. `many`: a non-empty list of them."""
@@ -382,7 +404,8 @@ class Spec:
 
     @property
     def kind(self) -> str:
-        """What a form or a flag takes: whole | number | text | prompt | choice | flag | scales | image | images."""
+        """What a form or a flag takes: whole | number | text | prompt | choice | flag | scales | names |
+        image | images."""
         v = self.value
         if isinstance(v, Range):
             return "whole" if v.integer else "number"
@@ -390,7 +413,8 @@ class Spec:
             return "whole"
         if isinstance(v, Picture):
             return "images" if v.many else "image"
-        return {Text: "text", Prompts: "prompt", Choice: "choice", Flag: "flag", Scales: "scales"}[type(v)]
+        kinds = {Text: "text", Prompts: "prompt", Choice: "choice", Flag: "flag", Scales: "scales", Names: "names"}
+        return kinds[type(v)]
 
     def parse(self, value: Any) -> Any:
         """One value by this field's rules (a recipe's default, a setting, a form's input); null passes
@@ -410,5 +434,5 @@ class Spec:
             return " | ".join(v.options)
         if isinstance(v, Scales):
             return f"name -> {v.scale.describe()}"
-        return {"text": "text", "prompt": "text, or a list of texts", "flag": "true | false",
+        return {"text": "text", "prompt": "text, or a list of texts", "flag": "true | false", "names": "a list of names",
                 "image": "an image", "images": "a list of images"}[self.kind]  # fmt: skip

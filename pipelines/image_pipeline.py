@@ -28,7 +28,7 @@ import torch
 
 from devices import DeviceManager
 
-from . import hashing, inpaint, model_setup, quantization, samplers, step_cache
+from . import hashing, inpaint, model_setup, quantization, samplers, step_cache, styles
 from .backend import Capabilities, ModelInfo, ReplicaStatus
 from .callbacks import CallMonitor, CancelFn, Chained, Interrupted, LegacyCallback, PreviewFn, Previews, ProgressFn
 from .calls import call_kwargs, size_for
@@ -143,6 +143,7 @@ class ImagePipeline:
         self._mag_ratios: dict[tuple[int, str], list[float]] = {}  # MagCache calibrations (pipelines.step_cache)
         self.base_loras: dict[str, float] = {}  # a recipe's LoRAs that stay on (not fused)
         self.embeddings = Embeddings(pipe, options.embeddings_dir)  # before the tokenizers are copied
+        self.styles = styles.read(options.styles_file)
         self._token_windows = token_windows(pipe, private=True)  # counted beside a running generation
         self.prompt_weighting = kind_of(pipe, self.traits.params)  # "": prompts go as plain text
         self.vocabulary = read_vocabulary(source)
@@ -404,7 +405,7 @@ class ImagePipeline:
             samplers.minima(self.pipe.scheduler),
         )
         self.check_task(request)
-        request = pin_seed(request).with_defaults(self)
+        request = self._styled(pin_seed(request).with_defaults(self))
         if request.inpaint is not None and inpaint.is_empty(
             inpaint.binary_mask(request.inpaint.mask, request.inpaint.invert_mask)
         ):
@@ -453,6 +454,16 @@ class ImagePipeline:
         with step_cache.applied(denoiser(plan.pipe), plan.cache, steps, self._mag_ratios, sampler) as cache:
             finished = self._denoise(plan, progress, should_cancel, preview)
         return self._assemble(plan, finished, cache)
+
+    def _styled(self, request: GenerationRequest) -> GenerationRequest:
+        """`request` with its styles applied to the prompt(s) and the negative (pipelines.styles); the
+        result records the prompt that ran, as A1111's does."""
+        if not request.styles:
+            return request
+        styles.check(self.styles, request.styles)
+        styled = [styles.apply(self.styles, request.styles, p, request.negative_prompt or "") for p in request.prompts]
+        prompt = [p for p, _ in styled] if isinstance(request.prompt, list) else styled[0][0]
+        return request.replace(prompt=prompt, negative_prompt=styled[0][1], styles=())
 
     def _plan(self, request: GenerationRequest, item_range: tuple[int, int] | None) -> _Plan:
         """Steps 2-4: the pipeline and its LoRAs, one seed per image, and what this pipeline takes,

@@ -250,6 +250,7 @@ def describe(self: Any) -> ModelInfo:
         loras=tuple(sorted(self.loras.available())),
         embeddings={n: {"vectors": e.vectors, "shape": e.width} for n, e in self.embeddings.loaded.items()},
         embeddings_skipped=dict(self.embeddings.skipped),
+        styles={n: {"prompt": s.prompt, "negative_prompt": s.negative_prompt} for n, s in self.styles.items()},
         vocabulary=dict(vocab),
         examples=tuple(vocab.get("examples") or ()),
         pipeline_class=traits.class_name,

@@ -22,7 +22,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-shapes"
 DEFAULT_LORA_DIR = REPO_ROOT / "models" / "loras"
 DEFAULT_EMBEDDINGS_DIR = REPO_ROOT / "embeddings"  # where A1111 keeps them
-PATH_FIELDS = ("model_id", "lora_dir", "embeddings_dir", "base_model")  # may name files or folders of this machine
+DEFAULT_STYLES_FILE = REPO_ROOT / "styles.csv"  # where A1111 keeps it
+PATH_FIELDS = ("model_id", "lora_dir", "embeddings_dir", "styles_file", "base_model")  # files or folders here
 
 
 def _step_cache(value: Any) -> Any:
@@ -74,6 +75,10 @@ class PipelineOptions(Section, title="Pipeline"):
         "EMBEDDINGS_DIR", DEFAULT_EMBEDDINGS_DIR,
         "folder of textual-inversion embeddings (.safetensors, .pt, .bin), used in prompts by file name",
         shown="`embeddings`",
+    )  # fmt: skip
+    styles_file: Path = setting(
+        "STYLES_FILE", DEFAULT_STYLES_FILE, "A1111's styles.csv (name, prompt, negative_prompt): the styles offered",
+        shown="`styles.csv`",
     )  # fmt: skip
     max_batch: int = setting("MAX_BATCH", 16, "most images per request", ge=1)
     max_pixels: int | None = setting(

@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from .fields import (
     About,
     Choice,
+    Names,
     Picture,
     Prompts,
     Range,
@@ -138,6 +139,9 @@ class GenerationRequest(Schema):
     )
     loras: Annotated[dict[str, float], Scales(Range(-4.0, 4.0)), About("LoRAs", a1111="prompt", cli="--lora", step=0.05)] = Field(
         default_factory=dict, description="LoRA name (from the server's LORA_DIR) -> scale (+-4: beyond that merges are noise)"
+    )  # fmt: skip
+    styles: Annotated[tuple[str, ...], Names(), About("Styles", a1111="styles", cli="--style")] = Field(
+        (), description="styles of the server's STYLES_FILE (A1111's styles.csv), applied in order to prompt and negative"
     )  # fmt: skip
     sampler: Annotated[str | None, Text(), About("Sampler", a1111="sampler_name")] = Field(
         None, description="an A1111 sampler name the model offers (\"DPM++ 2M Karras\"); null: the model's own"

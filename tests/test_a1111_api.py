@@ -30,9 +30,25 @@ def app(tmp_path_factory):
     """The app; micro-batches of 2 images, so a long job finishes images as it goes."""
     if not embedded_model_available():
         pytest.skip("needs the embedded model (models/tiny-shapes)")
-    env = {"AUTH": f"{ALICE[0]}:{ALICE[1]},{BOB[0]}:{BOB[1]}", "ALLOW_MODEL_SWITCH": "0", "MICRO_BATCH": "2"}
+    env = {"AUTH": f"{ALICE[0]}:{ALICE[1]},{BOB[0]}:{BOB[1]}", "ALLOW_MODEL_SWITCH": "0", "MICRO_BATCH": "2",
+           **prompt_extras(tmp_path_factory.mktemp("prompt-extras"))}  # fmt: skip
     with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("outputs"), env=env) as (demo, _):
         yield demo
+
+
+def prompt_extras(folder) -> dict[str, str]:
+    """A styles.csv as A1111 writes it and a textual-inversion embedding for the embedded model's CLIP:
+    the environment that offers them."""
+    import torch
+    from safetensors.torch import save_file
+
+    (folder / "styles.csv").write_text(
+        'name,prompt,negative_prompt\nnight,"{prompt}, on a (black:1.2) background",blurry\nplain,,"text, watermark"\n'
+    )
+    (folder / "embeddings").mkdir()
+    vectors = torch.randn(2, 64, generator=torch.Generator().manual_seed(4)) * 2
+    save_file({"emb_params": vectors}, folder / "embeddings" / "glossy-ti.safetensors")
+    return {"STYLES_FILE": str(folder / "styles.csv"), "EMBEDDINGS_DIR": str(folder / "embeddings")}
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +160,33 @@ def test_webuiapi_lists_options_and_controls(api):
     assert api.interrupt() == {} and api.skip() == {}
     info = api.png_info(api.txt2img(prompt=PROMPT, seed=21, **SMALL).image)
     assert info.info.startswith(PROMPT) and info.json["parameters"]["Seed"] == "21"
+
+
+def test_webuiapi_sends_a_weighted_prompt_with_a_style_and_an_embedding_and_gets_what_its_infotext_says(api):
+    """The styles and embeddings are listed; a weighted prompt with a style and an embedding gives an
+    infotext with the styled prompt and the embedding's hash; that infotext's prompt, sent again
+    without the style, gives the same image (the infotext describes the image)."""
+    assert {s["name"]: s["prompt"] for s in api.get_prompt_styles()} == {
+        "night": "{prompt}, on a (black:1.2) background",
+        "plain": "",
+    }
+    assert api.get_embeddings()["loaded"]["glossy-ti"]["vectors"] == 2
+    first = api.txt2img(prompt="a (red:1.3) glossy-ti circle", styles=["night", "plain"], seed=31, **SMALL)
+    infotext = first.info["infotexts"][0]
+    prompt, negative, *_ = infotext.split("\n")
+    assert (
+        prompt == "a (red:1.3) glossy-ti circle, on a (black:1.2) background"
+        and negative == "Negative prompt: blurry, text, watermark"
+    )
+    assert 'TI hashes: "glossy-ti: ' in infotext and first.info.get("styles") in (None, [])
+    again = api.txt2img(prompt=prompt, negative_prompt=negative.removeprefix("Negative prompt: "), seed=31, **SMALL)
+    assert again.image.tobytes() == first.image.tobytes()
+    literal = api.txt2img(
+        prompt=prompt.replace("(red:1.3)", "red"), negative_prompt="blurry, text, watermark", seed=31, **SMALL
+    )
+    assert literal.image.tobytes() != first.image.tobytes()  # the weight reached the image
+    with pytest.raises(RuntimeError, match=r'\["body","styles",0\].*noir.* is not a style here; styles: night, plain'):
+        api.txt2img(prompt=PROMPT, styles=["noir"], **SMALL)
 
 
 # ---------------------------------------------------------------- clients' sequences, replayed

@@ -31,6 +31,7 @@ SIZE = (64, 64)
 MODEL = ModelInfo(
     "m", 64, 64, 8, 256, 256 * 256, 16, 20, 4.0, "Euler", samplers=("Euler", "Euler a", "DDIM"), loras=("outline",),
     image_guidance=True, edit=False, inpaint=True, step_cache=True,
+    styles={"cinematic": {"prompt": "{prompt}, film grain", "negative_prompt": "cartoon"}},
 )  # fmt: skip
 LIMITS = Limits(MODEL, 2000, 16, 4096 * 4096)
 # Samples where a field's declaration alone does not give one this test's model takes (its
@@ -59,6 +60,8 @@ def sample(item: Spec) -> Any:
         return mask
     if kind == "images":
         return [Image.new("RGB", SIZE, "navy")]
+    if kind == "names":
+        return ["cinematic"]
     return f"sample {item.name}"  # text, prompt
 
 
@@ -73,6 +76,8 @@ def same(item: Spec, value: Any, expected: Any) -> bool:
     if item.kind in ("image", "images"):  # an image travels as pixels: the same size and pixels
         pairs = zip(value or [], expected, strict=True) if item.kind == "images" else [(value, expected)]
         return all(a.size == b.size and a.tobytes() == b.convert(a.mode).tobytes() for a, b in pairs)
+    if item.kind == "names":  # a list of names is kept as a tuple
+        return tuple(value) == tuple(expected)
     return value == expected
 
 
@@ -199,6 +204,8 @@ def arguments(flag: str, item: Spec, value: Any, tmp_path) -> list[str]:
         return paths
     if item.kind == "scales":
         return [arg for name, scale in value.items() for arg in (flag, f"{name}:{scale}")]
+    if item.kind == "names":  # the flag once per name
+        return [arg for name in value for arg in (flag, name)]
     return [flag, str(value)]
 
 

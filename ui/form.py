@@ -93,6 +93,7 @@ MODEL_PROPS: dict[str, Callable[[ModelInfo], dict[str, Any]]] = {
     "image_guidance_scale": lambda info: {"value": info.default_image_guidance, "visible": info.image_guidance},
     "step_cache": _step_cache,
     "step_cache_threshold": _threshold,
+    "styles": lambda info: {"choices": list(info.styles), "visible": bool(info.styles)},
 }  # fmt: skip
 
 
@@ -211,6 +212,12 @@ def _flag(form: Form, item: Spec, props: dict[str, Any]) -> Any:
     return gr.Checkbox(**{k: v for k, v in props.items() if k != "value"}, value=bool(props.get("value")))
 
 
+def _names(form: Form, item: Spec, props: dict[str, Any]) -> Any:
+    """Names the server offers (the styles of its STYLES_FILE), several in order; hidden when it has none."""
+    props = {"info": "from the server's styles file, applied in order", **props, "value": list(props.get("value") or [])}
+    return gr.Dropdown(multiselect=True, **props)
+
+
 def _sampler(form: Form, item: Spec, props: dict[str, Any]) -> Any:
     return gr.Dropdown(**props)
 
@@ -261,7 +268,7 @@ _KINDS = {
     kind: _register(builder)
     for kind, builder in {
         "whole": _slider, "number": _slider, "text": _text, "prompt": _text, "choice": _choice, "flag": _flag,
-        "scales": _loras,
+        "scales": _loras, "names": _names,
     }.items()
 }  # fmt: skip
 _BUILDERS = {"sampler": _register(_sampler), "seed": _register(_seed)}

@@ -272,7 +272,7 @@ def routes(api: A1111) -> list[tuple[str, str, Handler]]:
     """(method, path, handler) of every route served."""
     model = api.engine.model_info
     constant = {
-        "sd-vae": [], "prompt-styles": [], "face-restorers": [],
+        "sd-vae": [], "face-restorers": [],
         "hypernetworks": [], "realesrgan-models": [], "scripts": {"txt2img": [], "img2img": []}, "script-info": [],
         "extensions": [], "sd-modules": [],
     }  # fmt: skip
@@ -290,6 +290,7 @@ def routes(api: A1111) -> list[tuple[str, str, Handler]]:
         ("GET", "schedulers", api.listing(lambda: answers.schedulers(model()))),
         ("GET", "loras", api.listing(lambda: answers.loras(model()))),
         ("GET", "embeddings", api.listing(lambda: answers.embeddings(model()))),
+        ("GET", "prompt-styles", api.listing(lambda: answers.prompt_styles(model()))),
         ("GET", "upscalers", api.listing(answers.upscalers)),
         ("GET", "latent-upscale-modes", api.listing(answers.latent_upscale_modes)),
         ("GET", "cmd-flags", api.cmd_flags),

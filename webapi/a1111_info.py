@@ -172,6 +172,11 @@ def latent_upscale_modes() -> list[dict[str, str]]:
     return [{"name": n} for n in LATENT_UPSCALE_MODES]
 
 
+def prompt_styles(model: ModelInfo) -> list[dict[str, str]]:
+    """`/sdapi/v1/prompt-styles`: the styles of the server's STYLES_FILE, as A1111 lists them."""
+    return [{"name": name, **texts} for name, texts in model.styles.items()]
+
+
 def embeddings(model: ModelInfo) -> dict[str, Any]:
     """`/sdapi/v1/embeddings` as A1111 answers it: the textual-inversion embeddings loaded (EMBEDDINGS_DIR),
     and those skipped because they do not fit this model (the reason is in our extra `reason`)."""

@@ -61,7 +61,6 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "subseed_strength": (0, None),
     "seed_resize_from_h": (0, -1, None),
     "seed_resize_from_w": (0, -1, None),
-    "styles": ([], None),
     "alwayson_scripts": ({}, None),
     "script_name": (None, ""),
     "script_args": ([], None),
