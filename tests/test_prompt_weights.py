@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from pipelines.prompt_syntax import parse
 from pipelines.prompt_weights import Encoder, call_embeds, chunks, emphasized, kind_of
@@ -306,3 +307,70 @@ def test_an_embedding_word_changes_the_image_on_every_path_and_its_hash_is_recor
     assert f'TI hashes: "shiny: {sha}"' in a1111_parameters(meta)
     _, meta = run("a red circle on a blue background")
     assert "ti_hashes" not in meta
+
+
+# --------------------------------------------------------------------------- other tools' PNGs, through the app
+WEIGHTED = "a (red:1.6) circle on a [blue] background"
+
+
+def _weighted_copies(folder: Path) -> dict[str, Path]:
+    """The A1111, Forge and ComfyUI fixtures (tests/fixtures/pnginfo) in their own containers, their
+    prompt replaced by a weighted one in the embedded model's words."""
+    import json
+
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "pnginfo"
+    out = {}
+    for name in ("a1111.png", "forge_exponential.png"):
+        text = Image.open(fixtures / name).text["parameters"]
+        chunk = PngInfo()
+        chunk.add_text("parameters", WEIGHTED + "\n" + text.split("\n", 1)[1])
+        Image.new("RGB", (8, 8)).save(folder / name, pnginfo=chunk)
+        out[name] = folder / name
+    graph = json.loads(Image.open(fixtures / "comfyui_links.png").text["prompt"])
+    graph["31"]["inputs"]["value"], graph["32"]["inputs"]["value"] = "a (red:1.6) circle", "on a [blue] background"
+    chunk = PngInfo()
+    chunk.add_text("prompt", json.dumps(graph))
+    Image.new("RGB", (8, 8)).save(folder / "comfyui_links.png", pnginfo=chunk)
+    out["comfyui_links.png"] = folder / "comfyui_links.png"
+    return out
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    from pipelines.options import DEFAULT_MODEL
+    from tests.app_server import running_app
+
+    with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("outputs")) as (demo, _):
+        yield demo
+
+
+@pytest.mark.parametrize("name", ["a1111.png", "forge_exponential.png", "comfyui_links.png"])
+def test_another_tools_png_sent_to_generate_runs_with_its_weights(app, tmp_path, name):
+    """PNG info -> Send to Generate (the button's own function) -> /generate: the form keeps the prompt
+    as written, the weights reach the image (not the brackets as words), and the image records it."""
+    from gradio_client import Client
+
+    from pipelines import read_metadata
+    from pipelines.pnginfo import read_png_info
+    from ui.send import generate_updates
+
+    form = app.tabs["generate"]["form"]
+    params = read_png_info(_weighted_copies(tmp_path)[name])["parameters"]
+    values = form.values_of(generate_updates(params, app.studio.info, form))
+    assert "(red:1.6)" in values["prompt"] and "[blue]" in values["prompt"], values["prompt"]
+    values.update(steps=6, width=64, height=64, num_images=1, seed="8", random_seed=False)
+    client = Client(app.local_url, verbose=False)
+
+    def run(prompt: str):
+        call = {k: v for k, v in values.items() if k not in ("random_seed", "loras")}  # form-only shapes
+        images, info = client.predict(**{**call, "prompt": prompt}, api_name="/generate")
+        return np.asarray(Image.open(images[0]["image"])), info, images[0]["image"]
+
+    weighted, info, path = run(values["prompt"])
+    assert not any("plain text" in w for w in info["warnings"]), info["warnings"]
+    assert read_metadata(path)["parameters"]["prompt"] == values["prompt"]  # the prompt as written
+    literal, _, _ = run(parse(values["prompt"]).text)  # the same words without weights
+    assert not np.array_equal(weighted, literal)
