@@ -6,6 +6,7 @@
     python -m models.eval --edit --n 200             # the instruction editor (models/eval_edit.py)
     python -m models.eval --inpaint --n 200          # inpainting (models/eval_inpaint.py)
     python -m models.eval --outpaint --n 100         # outpainting 64 -> 96 px (models/eval_inpaint.py)
+    python -m models.eval --prompts --n 40           # A1111 weights, long prompts, editing (models/eval_prompts.py)
 
 Each generated image is judged by models.scoring's classifier (no learned model), which is
 100 % correct on the procedural training images themselves, so errors it reports are the model's.
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--inpaint", action="store_true", help="evaluate inpainting (models/eval_inpaint.py)")
     parser.add_argument("--outpaint", action="store_true", help="evaluate outpainting (models/eval_inpaint.py)")
+    parser.add_argument("--prompts", action="store_true", help="A1111's prompt language (models/eval_prompts.py)")
     parser.add_argument("--strength", type=float, default=None, help="--inpaint/--outpaint: (DEFAULT_STRENGTH)")
     parser.add_argument("--masked-content", default=None, help="--inpaint/--outpaint: original or fill")
     parser.add_argument("--inpaint-area", default=None, help='--inpaint/--outpaint: "whole picture" or "only masked"')
@@ -162,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.edit or args.inpaint or args.outpaint:
-        if args.edit:
+    if args.edit or args.inpaint or args.outpaint or args.prompts:
+        if args.prompts:
+            from models.eval_prompts import run
+        elif args.edit:
             from models.eval_edit import run
         else:
             from models.eval_inpaint import run

@@ -284,6 +284,10 @@ def test_embeddings_load_by_file_name_and_the_rest_are_skipped_with_the_reason(w
     assert set(skipped) == {"narrow", "xl", "code"}
     assert "32 wide; this text encoder takes 64" in skipped["narrow"] and "SDXL embedding" in skipped["xl"]
     assert "code.pt" in skipped["code"]  # refused by the weights-only loader, not run
+    from ui.text import embeddings_markdown
+
+    listed = embeddings_markdown(info)  # under the Generate tab's prompt
+    assert "`old` (1 vector), `shiny` (2 vectors)" in listed and "not for this model: `code`, `narrow`, `xl`" in listed
 
 
 def test_an_embedding_word_changes_the_image_on_every_path_and_its_hash_is_recorded(with_embeddings, embeddings_dir):

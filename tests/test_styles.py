@@ -97,3 +97,4 @@ def test_the_generate_tab_offers_the_styles_and_sends_the_chosen_ones(pipe):
     control = form.c["styles"]
     assert control.multiselect and control.visible and [c[0] for c in control.choices] == ["night", "frame"]
     assert form.read({**dict.fromkeys(form.inputs), control: ["frame"]})["styles"] == ["frame"]
+    assert demo.tabs["generate"]["embeddings"].visible is False  # no EMBEDDINGS_DIR here: nothing to list

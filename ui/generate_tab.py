@@ -9,7 +9,7 @@ import gradio as gr
 from pipelines.backend import ModelInfo
 from ui.form import Form, wire_step_cache
 from ui.studio import Studio
-from ui.text import info_line, vocabulary_markdown
+from ui.text import embeddings_markdown, info_line, vocabulary_markdown
 
 
 def unavailable_text(info: ModelInfo) -> str:
@@ -26,6 +26,8 @@ def updates(info: ModelInfo, g: dict[str, Any]) -> dict[Any, Any]:
     out[g["unavailable"]] = gr.update(value=unavailable_text(info), visible=not info.text_to_image)
     text = vocabulary_markdown(info.vocabulary)
     out[g["vocabulary"]] = gr.update(value=text, visible=bool(text))
+    embeddings = embeddings_markdown(info)
+    out[g["embeddings"]] = gr.update(value=embeddings, visible=bool(embeddings))
     out[g["tokens"]] = gr.update(value="")
     return out
 
@@ -41,6 +43,8 @@ def build(studio: Studio) -> dict[str, Any]:
             c["tokens"] = gr.Markdown(elem_id="token-count", visible=studio.counts_tokens)
             vocabulary = vocabulary_markdown(info.vocabulary)
             c["vocabulary"] = gr.Markdown(vocabulary, elem_id="vocabulary", visible=bool(vocabulary))
+            embeddings = embeddings_markdown(info)
+            c["embeddings"] = gr.Markdown(embeddings, elem_id="embeddings", visible=bool(embeddings))
             form.add("negative_prompt")
             form.add("num_images")
             form.add("seed")

@@ -8,6 +8,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines import GenerationResult
+from pipelines.backend import ModelInfo
 
 log = logging.getLogger("diffusion_anywhere")
 
@@ -36,6 +37,17 @@ def info_line(result: GenerationResult) -> str:
 
 def _words(vocab: dict[str, Any]) -> str:
     return f"colors: {', '.join(vocab.get('colors', []))}  \nshapes: {', '.join(vocab.get('shapes', []))}"
+
+
+def embeddings_markdown(info: ModelInfo) -> str:
+    """The textual-inversion embeddings a prompt may name (EMBEDDINGS_DIR), and those that do not fit."""
+    if not info.embeddings and not info.embeddings_skipped:
+        return ""
+    loaded = ", ".join(f"`{n}` ({e['vectors']} vector{'s' * (e['vectors'] != 1)})" for n, e in info.embeddings.items())
+    text = f"<small>Embeddings (write the name in a prompt): {loaded or 'none'}"
+    if info.embeddings_skipped:
+        text += "; not for this model: " + ", ".join(f"`{n}`" for n in info.embeddings_skipped)
+    return text + "</small>"
 
 
 def vocabulary_markdown(vocab: dict[str, Any]) -> str:
