@@ -17,6 +17,7 @@ of these (`[blurry]`, `[a:b]`) are left as written: they are A1111's de-emphasis
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Union
 
@@ -41,6 +42,7 @@ class Alternate:
 Node = Union[str, Edit, Alternate]  # noqa: UP007 (a forward reference in a runtime alias)
 
 
+@functools.lru_cache(maxsize=512)  # read at each step of a call: parse it once
 def parse(prompt: str) -> tuple[Node, ...]:
     """`prompt` as text and the edits and alternations in it."""
     nodes, _ = _sequence(prompt, 0, inside=False)

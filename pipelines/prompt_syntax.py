@@ -20,6 +20,7 @@ the pipeline as the text it is (bit-identical to before this module).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -75,6 +76,7 @@ class Parsed:
         return not self.weighted and not self.has_break and self.text == self.source
 
 
+@functools.lru_cache(maxsize=512)  # a prompt is read several times per request: parse it once
 def parse(prompt: str) -> Parsed:
     """`prompt`'s weighted pieces, as A1111 reads them (the table above)."""
     runs: list[list] = []  # [text | None, weight]

@@ -177,7 +177,11 @@ class Encoder:
 
         if not isinstance(self.pipe, TextualInversionLoaderMixin):
             return str
-        return lambda text: self.pipe.maybe_convert_prompt(text, tokenizer)
+        special = set(tokenizer.all_special_tokens)
+        words = [word for word in tokenizer.added_tokens_encoder if word not in special]
+        if not words:  # no embedding loaded: nothing to expand (and no long-text tokenizer warning)
+            return str
+        return lambda text: self.pipe.maybe_convert_prompt(text, tokenizer) if any(w in text for w in words) else text
 
     def _empty_chunk(self, tokenizer: Any, encoder: Any, penultimate: bool) -> torch.Tensor:
         cached = self._empty.get(id(encoder))
