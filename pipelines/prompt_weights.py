@@ -23,7 +23,8 @@ images are bit-identical to before, and it costs nothing more.
 |---------|------------------------------------------------|-------|
 | `clip`  | one `CLIPTextModel` (SD 1.x/2.x, their img2img, inpaint, InstructPix2Pix) | last hidden state |
 | `clip2` | `CLIPTextModel` + `CLIPTextModelWithProjection` taking pooled embeds (SDXL) | penultimate, both |
-| ``      | anything else (T5, LLM and mixed encoders: SD3, Flux, Qwen-Image, ...) | the syntax is removed, with a warning |
+| `sd3`   | two `CLIPTextModelWithProjection` + T5 (SD3, SD3.5) | the CLIPs' penultimate, weighted and chunked, widened to T5's features; then T5's sequence of the words without the syntax; pooled: both CLIPs' |
+| ``      | anything else (T5 / LLM encoders, or CLIPs that give only a pooled vector: Flux, Qwen-Image, ...) | the syntax is removed, with a warning |
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ COMMA_BACKTRACK = 20  # A1111's default: a comma this close to a full chunk's en
 
 
 def kind_of(pipe: Any, params: frozenset[str]) -> str:
-    """How `pipe`'s prompts can be weighted here: "clip", "clip2" or "" (see the table above)."""
+    """How `pipe`'s prompts can be weighted here: "clip", "clip2", "sd3" or "" (see the table above)."""
     if not {"prompt_embeds", "negative_prompt_embeds"} <= params:
         return ""
     names = [type(getattr(pipe, name, None)).__name__ for name in ("text_encoder", "text_encoder_2", "text_encoder_3")]
@@ -51,6 +52,9 @@ def kind_of(pipe: Any, params: frozenset[str]) -> str:
         return "clip"
     if names == ["CLIPTextModel", "CLIPTextModelWithProjection", "NoneType"] and "pooled_prompt_embeds" in params:
         return "clip2"
+    clips = ["CLIPTextModelWithProjection", "CLIPTextModelWithProjection"]
+    if names[:2] == clips and names[2] in ("T5EncoderModel", "NoneType") and "prompt_3" in params:
+        return "sd3"
     return ""
 
 
@@ -149,19 +153,19 @@ class Encoder:
         """(tokenizer, text encoder, penultimate layer?) of each CLIP the pipeline uses."""
         pipe = self.pipe
         if self.kind == "clip":
-            return [(pipe.tokenizer, pipe.text_encoder, False)]
+            return [(pipe.tokenizer, pipe.text_encoder, False)]  # SD 1.x/2.x: the last hidden state
         return [(pipe.tokenizer, pipe.text_encoder, True), (pipe.tokenizer_2, pipe.text_encoder_2, True)]
 
     @torch.no_grad()
     def _encode(self, parsed: Parsed) -> Encoded:
-        per_encoder, pooled = [], None
+        per_encoder, pooled = [], []
         for tokenizer, encoder, penultimate in self.pairs():
             parts = chunks(parsed, tokenizer, self._convert(tokenizer))
             states = [self._run(encoder, chunk, penultimate) for chunk in parts]
             per_encoder.append(
                 [emphasized(z, torch.tensor(c.weights)) for (z, _), c in zip(states, parts, strict=True)]
             )
-            pooled = states[0][1]  # the last encoder's (SDXL: the second CLIP), for the first chunk
+            pooled.append(states[0][1])  # each CLIP's, for the first chunk
         count = max(len(found) for found in per_encoder)
         joined = []
         for (tokenizer, encoder, penultimate), found in zip(self.pairs(), per_encoder, strict=True):
@@ -169,7 +173,21 @@ class Encoder:
             joined.append(torch.cat([*found, *([empty] * (count - len(found)))], dim=0))
         embeds = torch.cat(joined, dim=-1)[None]
         empty = torch.cat([self._empty_chunk(t, e, p) for t, e, p in self.pairs()], dim=-1)
-        return Encoded(embeds, pooled if self.kind == "clip2" else None, empty)
+        if self.kind == "sd3":
+            return self._with_t5(parsed, embeds, torch.cat(pooled, dim=-1), empty)
+        return Encoded(embeds, pooled[-1] if self.kind == "clip2" else None, empty)  # SDXL: the second CLIP's
+
+    def _with_t5(self, parsed: Parsed, clip: torch.Tensor, pooled: torch.Tensor, empty: torch.Tensor) -> Encoded:
+        """SD3: the CLIPs' windows widened to T5's features, then T5's sequence for the words without the
+        syntax (T5 takes no weights), from the pipeline's own `encode_prompt` (T5 absent: its zeros)."""
+        full, *_ = self.pipe.encode_prompt(
+            "", "", parsed.text, do_classifier_free_guidance=False
+        )  # its CLIP part unused
+        window = int(self.pipe.tokenizer.model_max_length)
+        t5 = full[:, window:]
+        widen = t5.shape[-1] - clip.shape[-1]
+        clip, empty = (torch.nn.functional.pad(t, (0, widen)) for t in (clip, empty))
+        return Encoded(torch.cat([clip, t5.to(clip)], dim=1), pooled, empty)
 
     def _convert(self, tokenizer: Any) -> Callable[[str], str]:
         """Textual-inversion words as their tokens, as diffusers' encode_prompt does (pipelines.embeddings)."""
@@ -199,7 +217,7 @@ class Encoder:
             mask = (torch.arange(len(chunk.ids), device=device) < chunk.used).long()[None]
         out = encoder(ids, attention_mask=mask, output_hidden_states=penultimate)
         if penultimate:
-            pooled = out[0] if self.kind == "clip2" else None
+            pooled = out[0] if self.kind in ("clip2", "sd3") else None
             return out.hidden_states[-2][0].to(encoder.dtype), pooled
         return out[0][0].to(encoder.dtype), None
 
@@ -222,7 +240,7 @@ def call_embeds(encoder: Encoder, prompts: list[str], negative: str | None, zero
         torch.zeros_like(embeds) if negative_encoded is None else padded(negative_encoded).expand_as(embeds)
     )
     out: dict[str, Any] = {"prompt_embeds": embeds, "negative_prompt_embeds": negative_embeds.contiguous()}
-    if encoder.kind == "clip2":
+    if encoder.kind in ("clip2", "sd3"):
         pooled = torch.cat([e.pooled for e in encoded])
         out["pooled_prompt_embeds"] = pooled
         out["negative_pooled_prompt_embeds"] = (

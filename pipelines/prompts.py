@@ -7,7 +7,8 @@ then each text's weights and BREAKs (`prompt_syntax`), encoded in windows by the
 | pipeline                                        | weights, BREAK, any length | editing, alternation |
 |-------------------------------------------------|----------------------------|----------------------|
 | SD 1.x/2.x, SDXL, their image-to-image, InstructPix2Pix | yes                | yes: the step callback swaps the embeddings (`PromptSwitch`) |
-| SD and SDXL inpainting                          | yes                        | no: the first step's text, with a warning |
+| SD3 / SD3.5 text-to-image                       | on its two CLIPs (T5 gets the words)  | yes |
+| SD and SDXL inpainting, SD3 image-to-image      | yes                        | no: the first step's text, with a warning |
 | every other family (T5 / LLM encoders)          | no: the words without the syntax, with a warning | no: the first step's text, with a warning |
 """
 
@@ -24,6 +25,8 @@ from .prompt_schedule import scheduled, text_at
 from .prompt_syntax import parse
 from .prompt_weights import Encoder, call_embeds, kind_of
 from .tokens import fit_prompt, truncation_warnings
+
+POOLED = {"clip2": "add_text_embeds", "sd3": "pooled_prompt_embeds"}  # the step loop's name for the pooled batch
 
 
 def first_steps(kwargs: dict[str, Any]) -> int:
@@ -66,11 +69,12 @@ class PromptPlan:
             words = parse(text_at(parse_schedule(prompt), 1, self.steps))
             if not self.kind and not words.plain:
                 out.append(
-                    f"{name}'s text encoders take no A1111 weights or BREAK here (only SD 1.x/2.x and SDXL's "
-                    f"CLIPs do): sent as plain text: {words.text[:80]!r}"
+                    f"{name}'s text encoders take no A1111 weights or BREAK here (only SD 1.x/2.x, SDXL and "
+                    f"SD3's CLIPs do): sent as plain text: {words.text[:80]!r}"
                 )
-            if not self.kind and prompt in prompts:
-                out += truncation_warnings(self.pipe, words.text)
+            if self.kind in ("", "sd3") and prompt in prompts:  # CLIPs read it whole here; T5 still cuts
+                cut = truncation_warnings(self.pipe, words.text)
+                out += [w for w in cut if not (self.kind and w.startswith("prompt cut by CLIP"))]
         return out
 
     def _needs_embeds(self, texts: list[str]) -> bool:
@@ -121,7 +125,7 @@ class PromptSwitch:
 
     @property
     def tensor_inputs(self) -> list[str]:
-        return ["prompt_embeds", *(["add_text_embeds"] if self.encoder.kind == "clip2" else [])]
+        return ["prompt_embeds", *([POOLED[self.encoder.kind]] if self.encoder.kind in POOLED else [])]
 
     def __call__(self, pipe: Any, step: int, _timestep: Any, tensors: dict[str, Any]) -> dict[str, Any]:
         total = pipe.num_timesteps
@@ -147,7 +151,7 @@ class PromptSwitch:
         out = {
             "prompt_embeds": batch(found["prompt_embeds"], found["negative_prompt_embeds"], tensors["prompt_embeds"])
         }
-        if self.encoder.kind == "clip2":
-            pooled, negative_pooled = found["pooled_prompt_embeds"], found["negative_pooled_prompt_embeds"]
-            out["add_text_embeds"] = batch(pooled, negative_pooled, tensors["add_text_embeds"])
+        if self.encoder.kind in POOLED:
+            name = POOLED[self.encoder.kind]
+            out[name] = batch(found["pooled_prompt_embeds"], found["negative_pooled_prompt_embeds"], tensors[name])
         return out

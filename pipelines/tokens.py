@@ -91,12 +91,12 @@ def _ids(tokenizer: Any, prompt: str) -> list[int]:
 
 def count_tokens(pipe: Any, prompt: str, chunked: bool = False) -> list[TokenCount]:
     """One count per text encoder of `pipe` (or of its `windows`); none without tokenizers.
-    `chunked`: the encoders take the prompt in windows (pipelines.prompt_weights), so none cuts it
-    and the limit shown is the windows it fills, as A1111's counter shows (80/150)."""
+    `chunked`: the CLIP encoders take the prompt in windows (pipelines.prompt_weights), so they do not
+    cut it and the limit shown is the windows it fills, as A1111's counter shows (80/150)."""
     out = []
     for w in windows(pipe):
         count = len(_ids(w.tokenizer, prompt))
-        limit = w.limit * max(1, -(-count // w.limit)) if chunked else w.limit
+        limit = w.limit * max(1, -(-count // w.limit)) if chunked and w.label == "CLIP" else w.limit
         out.append(TokenCount(w.component, w.label, count, limit))
     return out
 
