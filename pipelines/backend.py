@@ -34,7 +34,6 @@ from .request import (
     validate,
 )
 from .samplers import check_steps
-from .styles import check as check_styles
 
 ProgressFn = Callable[[int, int, int], None]  # (steps done, steps in all, index of the image being made)
 CancelFn = Callable[[], bool]  # polled between denoising steps; True stops after the current step
@@ -143,7 +142,7 @@ class ModelInfo:
     def accept(self, request: GenerationRequest) -> GenerationRequest:
         """`request` as this model takes it, or RequestError naming the field: within its limits
         (`validate`), a sampler it offers (its own one named: none) and the steps that sampler needs,
-        LoRAs and styles it has. The engine asks this of every request, so every front end gets the same answer."""
+        LoRAs it has. The engine asks this of every request, so every front end gets the same answer."""
         validate(request, self.limits)
         if request.sampler is not None and request.sampler not in self.samplers:
             raise RequestError(
@@ -153,7 +152,6 @@ class ModelInfo:
         if unknown:
             offered = ", ".join(self.loras) or "none"
             raise RequestError("loras", f"unknown LoRA {shown(unknown[0], 80)}; available: {offered}", (unknown[0],))
-        check_styles(self.styles, request.styles)
         check_steps(request.sampler or self.scheduler, request.steps or self.default_steps, self.min_steps)
         if request.sampler is not None and request.sampler == self.scheduler:
             request = request.model_copy(update={"sampler": None})  # the model's own: nothing to swap

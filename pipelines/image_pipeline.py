@@ -457,13 +457,15 @@ class ImagePipeline:
 
     def _styled(self, request: GenerationRequest) -> GenerationRequest:
         """`request` with its styles applied to the prompt(s) and the negative (pipelines.styles); the
-        result records the prompt that ran, as A1111's does."""
-        if not request.styles:
+        result records the prompt that ran, as A1111's does. Names this server lacks stay in `styles`
+        for the warning (`_request_warnings`)."""
+        known = tuple(name for name in request.styles if name in self.styles)
+        if not known:
             return request
-        styles.check(self.styles, request.styles)
-        styled = [styles.apply(self.styles, request.styles, p, request.negative_prompt or "") for p in request.prompts]
+        styled = [styles.apply(self.styles, known, p, request.negative_prompt or "") for p in request.prompts]
         prompt = [p for p, _ in styled] if isinstance(request.prompt, list) else styled[0][0]
-        return request.replace(prompt=prompt, negative_prompt=styled[0][1], styles=())
+        unknown = tuple(name for name in request.styles if name not in self.styles)  # said in the result
+        return request.replace(prompt=prompt, negative_prompt=styled[0][1], styles=unknown)
 
     def _plan(self, request: GenerationRequest, item_range: tuple[int, int] | None) -> _Plan:
         """Steps 2-4: the pipeline and its LoRAs, one seed per image, and what this pipeline takes,
@@ -694,6 +696,8 @@ class ImagePipeline:
             warnings.append(f"{type(pipe).__name__} has no guidance rescale; {request.guidance_rescale:g} was ignored")
         if self.traits.step_callback == "none":
             warnings.append(f"{type(pipe).__name__} reports no steps: no progress, and Stop waits for the end")
+        if request.styles:  # the ones `_styled` could not apply
+            warnings.append(styles.unknown_warning(self.styles, request.styles))
         return warnings
 
     def _metadata(

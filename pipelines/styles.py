@@ -9,8 +9,9 @@ order asked:
 | has `{prompt}`            | the style's text with the prompt in that place    |
 | has none                  | the prompt, ", ", the style's text (an empty one left out) |
 
-The negative prompt takes the style's negative the same way. Unknown names are refused by the
-model's check (`ModelInfo.accept`), naming the styles there are.
+The negative prompt takes the style's negative the same way. A name the file does not have is left
+out, as A1111 leaves it out (a client's preset may name its own server's styles), but the result
+says so, naming the styles there are.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .fields import RequestError, shown
+from .fields import shown
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +62,11 @@ def merge(style: str, text: str) -> str:
     return ", ".join(part for part in (text, style) if part)
 
 
-def check(offered: Collection[str], names: tuple[str, ...]) -> None:
-    """RequestError naming the first of `names` not `offered`, and the styles there are."""
-    for i, name in enumerate(names):
-        if name not in offered:
-            styles = ", ".join(offered) or "none (STYLES_FILE)"
-            raise RequestError("styles", f"{shown(name, 80)} is not a style here; styles: {styles}", (i,))
+def unknown_warning(offered: Collection[str], names: tuple[str, ...]) -> str:
+    """What a result says of style names this server does not have (they are left out, as A1111
+    leaves them out, but not silently)."""
+    missing = ", ".join(shown(n, 80) for n in names)
+    return f"style(s) {missing} not in this server's styles (STYLES_FILE): ignored; styles: {', '.join(offered) or 'none'}"
 
 
 def apply(styles: Mapping[str, Style], names: tuple[str, ...], prompt: str, negative: str) -> tuple[str, str]:
