@@ -38,11 +38,11 @@ def _red_distance(image: Any) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from devices import DeviceManager
-    from models.eval import MODEL_DIR
     from pipelines import ImagePipeline
+    from pipelines.options import DEFAULT_MODEL
     from pipelines.request import GenerationRequest
 
-    pipeline = ImagePipeline.from_pretrained(str(MODEL_DIR), DeviceManager())
+    pipeline = ImagePipeline.from_pretrained(str(DEFAULT_MODEL), DeviceManager())  # the embedded model
     steps = args.steps or 20
     rng = random.Random(args.seed)
     counts = {"away": 0, "kept_red": 0, "plain_red": 0, "long_drawn": 0, "edit_differs": 0, "identical_at_1": 0}

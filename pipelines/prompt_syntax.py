@@ -21,6 +21,7 @@ the pipeline as the text it is (bit-identical to before this module).
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 
@@ -116,9 +117,10 @@ def parse(prompt: str) -> Parsed:
 
 def _number(text: str) -> float | None:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:  # "1.2.3": A1111's pattern matches it, but it is no number: plain text
         return None
+    return value if math.isfinite(value) else None  # 400 nines: an infinite weight would give NaN images
 
 
 def _merged(runs: list[list]) -> tuple[Piece, ...]:

@@ -87,17 +87,16 @@ def chunks(parsed: Parsed, tokenizer: Any, convert: Callable[[str], str] = str) 
             close()
             continue
         for token in tokenizer(convert(piece.text), add_special_tokens=False, verbose=False).input_ids:
-            if len(ids) == size:
-                if last_comma != -1 and size - last_comma <= COMMA_BACKTRACK:
-                    keep = last_comma + 1
-                    moved = ids[keep:], weights[keep:]
-                    ids, weights = ids[:keep], weights[:keep]
-                    close()
-                    ids, weights = list(moved[0]), list(moved[1])
-                else:
-                    close()
-            if token == comma:
+            if token == comma:  # a comma that overflows the window starts the next one: nothing to move
                 last_comma = len(ids)
+            elif len(ids) == size and last_comma != -1 and size - last_comma <= COMMA_BACKTRACK:
+                keep = last_comma + 1
+                moved = ids[keep:], weights[keep:]
+                ids, weights = ids[:keep], weights[:keep]
+                close()
+                ids, weights = list(moved[0]), list(moved[1])
+            if len(ids) == size:
+                close()
             ids.append(token)
             weights.append(piece.weight)
     if ids or not done:

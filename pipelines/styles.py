@@ -7,7 +7,7 @@ order asked:
 | the style's text          | the result                                        |
 |---------------------------|---------------------------------------------------|
 | has `{prompt}`            | the style's text with the prompt in that place    |
-| has none                  | the prompt, ", ", the style's text (an empty one left out) |
+| has none                  | the prompt, ", ", the style's text (each stripped; an empty one left out) |
 
 The negative prompt takes the style's negative the same way. A name the file does not have is left
 out, as A1111 leaves it out (a client's preset may name its own server's styles), but the result
@@ -45,12 +45,13 @@ def read(path: Path) -> dict[str, Style]:
         log.warning("styles file %s is over %d bytes: not read", path, MAX_BYTES)
         return {}
     with path.open(encoding="utf-8-sig", newline="") as f:
-        rows = list(csv.DictReader(f))
+        rows = list(csv.DictReader(f, skipinitialspace=True))  # "name, prompt, negative_prompt" too
     styles = {}
     for row in rows:
         name = (row.get("name") or "").strip()
         if name:
-            styles[name] = Style(name, row.get("prompt") or "", row.get("negative_prompt") or "")
+            prompt = row.get("prompt") or row.get("text") or ""  # `text`: A1111's first format
+            styles[name] = Style(name, prompt, row.get("negative_prompt") or "")
     log.info("%d style(s) read from %s", len(styles), path)
     return styles
 
@@ -59,14 +60,16 @@ def merge(style: str, text: str) -> str:
     """`text` with `style` applied (the table above)."""
     if "{prompt}" in style:
         return style.replace("{prompt}", text)
-    return ", ".join(part for part in (text, style) if part)
+    return ", ".join(part for part in (text.strip(), style.strip()) if part)
 
 
 def unknown_warning(offered: Collection[str], names: tuple[str, ...]) -> str:
     """What a result says of style names this server does not have (they are left out, as A1111
     leaves them out, but not silently)."""
     missing = ", ".join(shown(n, 80) for n in names)
-    return f"style(s) {missing} not in this server's styles (STYLES_FILE): ignored; styles: {', '.join(offered) or 'none'}"
+    return (
+        f"style(s) {missing} not in this server's styles (STYLES_FILE): ignored; styles: {', '.join(offered) or 'none'}"
+    )
 
 
 def apply(styles: Mapping[str, Style], names: tuple[str, ...], prompt: str, negative: str) -> tuple[str, str]:

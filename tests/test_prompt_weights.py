@@ -89,6 +89,15 @@ def test_chunks_fill_the_window_pad_after_break_and_move_a_phrase_after_its_comm
     first = ids(tok, "red blue yellow circle square on a red blue yellow ,")
     assert got[0].ids == (bos, *first, eos, *[pad] * 3) and first[-1] == comma
     assert got[1].ids[1:6] == tuple(ids(tok, "circle square on a red"))
+    # ... but a comma that is itself the token past a full window just starts the next one
+    text = "red blue, yellow circle square on a red blue yellow circle square on, red"  # 15th token: ","
+    got = chunks(parse(text), tok)
+    assert got[0].ids == (
+        bos,
+        *ids(tok, "red blue , yellow circle square on a red blue yellow circle square on"),
+        eos,
+    )
+    assert got[1].ids[1:3] == (comma, w[0])
     # weights follow their tokens; BOS, EOS and padding keep 1
     got = chunks(parse("a (red:1.5) circle"), tok)
     assert got[0].weights[:5] == (1.0, 1.0, 1.5, 1.0, 1.0) and set(got[0].weights[5:]) == {1.0}
@@ -183,12 +192,31 @@ def test_weights_and_long_prompts_reach_the_image(sd):
         ("[[a:b:0.5]]", 4, [(2, "[a]"), (4, "[b]")]),  # de-emphasis around an edit
         ("a [red:[blue|yellow]:0.5]", 4, [(2, "a red"), (3, "a blue"), (4, "a yellow")]),  # step 3: the first option
         ("[blurry] [a:b] [a:b:c:2] \\[a:b:2\\] [a|b", 10, [(10, "[blurry] [a:b] [a:b:c:2] \\[a:b:2\\] [a|b")]),
+        ("a [cat [fluffy]:dog:0.5]", 4, [(2, "a cat [fluffy]"), (4, "a dog")]),  # de-emphasis inside an edit
+        ("[[cat]|dog]", 2, [(1, "[cat]"), (2, "dog")]),
+        ("[a:b:-1] [c:d:inf] [e:f:1e400]", 2, [(2, "b [c:d:inf] [e:f:1e400]")]),  # A1111's numbers only
     ],
 )
 def test_prompt_editing_and_alternation_schedules(prompt, steps, expected):
     from pipelines.prompt_schedule import schedule
 
     assert schedule(prompt, steps) == expected
+
+
+@pytest.mark.parametrize("prompt", ["x [ " * 2000, "[" * 4000, "[[" * 1000 + "a" + "]]" * 1000, "[a|" * 1000])
+def test_a_prompt_of_brackets_is_read_at_once(prompt):
+    """Unclosed or deeply nested brackets are text: no exponential scan, no recursion error. Counted in
+    operations, not seconds: the brackets a parse looks inside stay linear in the prompt's length."""
+    from pipelines import prompt_schedule
+
+    calls = []
+    original = prompt_schedule._Parser._bracket
+    prompt_schedule._Parser._bracket = lambda self, *a: calls.append(1) or original(self, *a)
+    try:
+        prompt_schedule.parse.__wrapped__(prompt)
+    finally:
+        prompt_schedule._Parser._bracket = original
+    assert len(calls) <= len(prompt)
 
 
 def _denoiser_inputs(pipe):

@@ -234,7 +234,8 @@ def test_every_pipeline_option_travels_to_the_ray_replicas(tmp_path, monkeypatch
     gguf = tmp_path / "t.gguf"
     gguf.write_bytes(b"")
     env = {
-        "MODEL_ID": "models/tiny-shapes", "LORA_DIR": "models/loras", "EMBEDDINGS_DIR": "models/recipes", "MAX_BATCH": "3", "MAX_PIXELS": "4096",
+        "MODEL_ID": "models/tiny-shapes", "LORA_DIR": "models/loras", "EMBEDDINGS_DIR": "models/recipes",
+        "STYLES_FILE": "models/tiny-shapes/vocabulary.json", "MAX_BATCH": "3", "MAX_PIXELS": "4096",
         "MAX_SIDE": "128", "MICRO_BATCH": "2", "PREVIEW_EVERY": "2", "MEMORY_MODE": "balanced", "COMPILE": "off",
         "STEP_CACHE": "MagCache", "STEP_CACHE_THRESHOLD": "0.3", "BASE_MODEL": "some/base",
         "QUANTIZATION": f"transformer=gguf:{os.path.relpath(gguf, ROOT)},vae=fp8-layerwise",
@@ -251,5 +252,6 @@ def test_every_pipeline_option_travels_to_the_ray_replicas(tmp_path, monkeypatch
         model_id=str(ROOT / "models/tiny-shapes"),
         lora_dir=ROOT / "models/loras",
         embeddings_dir=ROOT / "models/recipes",
+        styles_file=ROOT / "models/tiny-shapes/vocabulary.json",
         quantization=f"transformer=gguf:{gguf},vae=fp8-layerwise",
     )

@@ -34,6 +34,9 @@ def test_the_file_is_read_as_a1111_writes_it(styles_file, tmp_path):
         and read["frame"].negative_prompt == "text, watermark"
     )
     assert styles.read(tmp_path / "absent.csv") == {}
+    spaced = tmp_path / "spaced.csv"  # spaces after the commas, and A1111's first `text` column
+    spaced.write_text('name, text, negative_prompt\nold, "{prompt}, old", bad\n', encoding="utf-8")
+    assert styles.read(spaced)["old"] == styles.Style("old", "{prompt}, old", "bad")
 
 
 @pytest.mark.parametrize(
@@ -44,6 +47,8 @@ def test_the_file_is_read_as_a1111_writes_it(styles_file, tmp_path):
         ("framed", "a cat", "a cat, framed"),  # appended with ", "
         ("framed", "", "framed"),  # an empty side left out
         ("", "a cat", "a cat"),
+        (" hd ", "a cat ", "a cat, hd"),  # stripped, as A1111 does
+        ("hd", "  ", "hd"),
     ],
 )
 def test_merge_follows_a1111s_rules(style, text, expected):
