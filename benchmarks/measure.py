@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import platform
 import statistics
 import time
@@ -61,3 +62,27 @@ def report_header(dm: DeviceManager, model: str, steps: int) -> dict:
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "results": {},
     }
+
+
+def variants_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments of a benchmark that alternates variants of one request (`alternate`)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--images", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--json", default=None)
+    return parser
+
+
+def ratios(times: dict[str, list[float]], base: str, width: int = 9) -> dict[str, dict[str, float]]:
+    """Each variant's median and its ratio to `base`'s, printed a line each."""
+    reference = statistics.median(times[base])
+    report = {
+        name: {"median_s": statistics.median(t), "ratio": statistics.median(t) / reference} for name, t in times.items()
+    }
+    for name, r in report.items():
+        print(f"{name:>{width}}: {r['median_s']:.3f} s  {r['ratio']:.3f}x")
+    return report

@@ -8,27 +8,18 @@ its ratio to no previews; PREVIEW_EVERY's default is the smallest N whose ratio 
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 
 import torch
 
-from benchmarks.measure import alternate
+from benchmarks.measure import alternate, ratios, variants_parser
 from devices import DeviceManager
 from pipelines import GenerationRequest, ImagePipeline
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None)
-    parser.add_argument("--device", default=None)
+    parser = variants_parser(__doc__.splitlines()[0])
     parser.add_argument("--every", default="1,2,5,10")
-    parser.add_argument("--images", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -48,13 +39,7 @@ def main(argv: list[str] | None = None) -> None:
 
     variants = {"none": variant(0), **{f"every {n}": variant(int(n)) for n in args.every.split(",")}}
     pipe.generate(request)  # warm-up
-    times = alternate(dm, variants, args.repeats)
-    base = statistics.median(times["none"])
-    report = {
-        name: {"median_s": statistics.median(t), "ratio": statistics.median(t) / base} for name, t in times.items()
-    }
-    for name, r in report.items():
-        print(f"{name:>9}: {r['median_s']:.3f} s  {r['ratio']:.3f}x")
+    report = ratios(alternate(dm, variants, args.repeats), "none")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"device": str(dm.device), "threads": torch.get_num_threads(), **report}, f, indent=2)

@@ -10,13 +10,11 @@ encoded here once per call; a long one in two windows; an edited one again at it
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 
 import torch
 
-from benchmarks.measure import alternate
+from benchmarks.measure import alternate, ratios, variants_parser
 from devices import DeviceManager
 from pipelines import GenerationRequest, ImagePipeline
 
@@ -30,15 +28,7 @@ VARIANTS = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None)
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--images", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
+    args = variants_parser(__doc__.splitlines()[0]).parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     dm = DeviceManager(args.device)
@@ -51,13 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     variants = {name: variant(prompt) for name, prompt in VARIANTS.items()}
     for run in variants.values():
         run()  # warm-up
-    times = alternate(dm, variants, args.repeats)
-    base = statistics.median(times["plain"])
-    report = {
-        name: {"median_s": statistics.median(t), "ratio": statistics.median(t) / base} for name, t in times.items()
-    }
-    for name, r in report.items():
-        print(f"{name:>17}: {r['median_s']:.3f} s  {r['ratio']:.3f}x")
+    report = ratios(alternate(dm, variants, args.repeats), "plain", width=17)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"device": str(dm.device), "threads": torch.get_num_threads(), "steps": args.steps,
