@@ -63,8 +63,9 @@ class PromptPlan:
         for prompt in dict.fromkeys([*prompts, *([negative] if negative else [])]):
             if scheduled(prompt) and not self.switches:
                 out.append(
-                    f"{name} cannot change its prompt between steps here (SD and SDXL text-to-image and "
-                    f"image-to-image can): [from:to:when] and [a|b] ran their first step's text"
+                    f"{name} cannot change its prompt between steps here (SD, SDXL and SD3 text-to-image, "
+                    f"SD/SDXL image-to-image and InstructPix2Pix can): [from:to:when] and [a|b] ran their "
+                    f"first step's text"
                 )
             words = parse(text_at(parse_schedule(prompt), 1, self.steps))
             if not self.kind and not words.plain:
