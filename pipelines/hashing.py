@@ -56,11 +56,7 @@ def lora_hash(path: str | Path) -> str:
     st = Path(path).stat()
     if str(path).endswith(".safetensors"):
         return _addnet_hash(str(path), st.st_size, st.st_mtime)[:12]
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            sha.update(chunk)
-    return sha.hexdigest()[:12]
+    return _hash(str(path), st.st_size, st.st_mtime)[:12]
 
 
 def short_hash(path: str | Path) -> str:

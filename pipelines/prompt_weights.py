@@ -41,6 +41,8 @@ from .prompt_syntax import Parsed, parse
 log = logging.getLogger(__name__)
 
 COMMA_BACKTRACK = 20  # A1111's default: a comma this close to a full chunk's end moves the rest on
+# The kinds with a pooled embedding, and its name in the step loop (`callback_on_step_end`)
+POOLED = {"clip2": "add_text_embeds", "sd3": "pooled_prompt_embeds"}
 
 
 def kind_of(pipe: Any, params: frozenset[str]) -> str:
@@ -136,7 +138,7 @@ class Encoded:
 
 
 class Encoder:
-    """Encodes prompts for one pipeline call, each distinct prompt once."""
+    """Encodes one request's prompts (each distinct text once, over all its calls and steps)."""
 
     def __init__(self, pipe: Any, kind: str) -> None:
         self.pipe, self.kind = pipe, kind
@@ -216,7 +218,7 @@ class Encoder:
             mask = (torch.arange(len(chunk.ids), device=device) < chunk.used).long()[None]
         out = encoder(ids, attention_mask=mask, output_hidden_states=penultimate)
         if penultimate:
-            pooled = out[0] if self.kind in ("clip2", "sd3") else None
+            pooled = out[0] if self.kind in POOLED else None
             return out.hidden_states[-2][0].to(encoder.dtype), pooled
         return out[0][0].to(encoder.dtype), None
 
@@ -239,7 +241,7 @@ def call_embeds(encoder: Encoder, prompts: list[str], negative: str | None, zero
         torch.zeros_like(embeds) if negative_encoded is None else padded(negative_encoded).expand_as(embeds)
     )
     out: dict[str, Any] = {"prompt_embeds": embeds, "negative_prompt_embeds": negative_embeds.contiguous()}
-    if encoder.kind in ("clip2", "sd3"):
+    if encoder.kind in POOLED:
         pooled = torch.cat([e.pooled for e in encoded])
         out["pooled_prompt_embeds"] = pooled
         out["negative_pooled_prompt_embeds"] = (

@@ -23,10 +23,8 @@ from .guidance import LAYOUTS
 from .prompt_schedule import parse as parse_schedule
 from .prompt_schedule import scheduled, text_at
 from .prompt_syntax import parse
-from .prompt_weights import Encoder, call_embeds, kind_of
+from .prompt_weights import POOLED, Encoder, call_embeds, kind_of
 from .tokens import fit_prompt, truncation_warnings
-
-POOLED = {"clip2": "add_text_embeds", "sd3": "pooled_prompt_embeds"}  # the step loop's name for the pooled batch
 
 
 def first_steps(kwargs: dict[str, Any]) -> int:

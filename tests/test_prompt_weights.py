@@ -145,18 +145,20 @@ def test_a_plain_prompt_that_fits_goes_to_the_pipeline_untouched(sd):
     assert plan.warnings(["a (red:1.2) circle " * 5], "") == []  # nothing is cut, nothing ignored
 
 
-def _mean_rgb(image) -> np.ndarray:
-    return np.asarray(image.convert("RGB"), dtype=np.float64).reshape(-1, 3).mean(axis=0)
-
-
-def test_weights_and_long_prompts_reach_the_image(sd):
-    """Through ImagePipeline, as every front end calls it: a weight of 1 is the plain image bit for bit,
-    another weight changes it, and the words past the window are not dropped."""
+@pytest.fixture(scope="module")
+def embedded():
     from devices import DeviceManager
     from pipelines.image_pipeline import ImagePipeline
+
+    return ImagePipeline.from_pretrained(EMBEDDED, device_manager=DeviceManager("cpu"), memory_mode="off")
+
+
+def test_weights_and_long_prompts_reach_the_image(embedded):
+    """Through ImagePipeline, as every front end calls it: a weight of 1 is the plain image bit for bit,
+    another weight changes it, and the words past the window are not dropped."""
     from pipelines.request import GenerationRequest
 
-    pipe = ImagePipeline.from_pretrained(EMBEDDED, device_manager=DeviceManager("cpu"), memory_mode="off")
+    pipe = embedded
     assert pipe.prompt_weighting == "clip"
 
     def image(prompt: str):
@@ -227,14 +229,6 @@ def _denoiser_inputs(pipe):
         with_kwargs=True,
     )
     return seen, hook
-
-
-@pytest.fixture(scope="module")
-def embedded():
-    from devices import DeviceManager
-    from pipelines.image_pipeline import ImagePipeline
-
-    return ImagePipeline.from_pretrained(EMBEDDED, device_manager=DeviceManager("cpu"), memory_mode="off")
 
 
 @pytest.mark.parametrize("guidance_end", [1.0, 0.5])
