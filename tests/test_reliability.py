@@ -191,7 +191,8 @@ def flood(url: str, calls: int) -> list[tuple[str, str]]:
     body = json.dumps(args(num_images=4, steps=60))  # named values (call/v2)
 
     def one() -> tuple[str, str]:
-        r = httpx.post(f"{url}gradio_api/call/v2/generate", content=body, headers={"content-type": "application/json"})
+        r = httpx.post(f"{url}gradio_api/call/v2/generate", content=body, headers={"content-type": "application/json"},
+                       timeout=120)  # 24 posts at once: an answer may come later than httpx's default 5 s
         if r.status_code != 200:
             return ("refused", r.text)
         kind, data = rest_result(url, "generate", r.json()["event_id"])
@@ -372,7 +373,10 @@ def test_eight_clients_times_four_requests_get_only_their_own_images(app):
     prompts = ["a red circle on a blue background", "a green square on a white background"]
 
     def client_run(k: int) -> list[tuple[list[int], list[str]]]:
-        c = Client(url, verbose=False)
+        # Eight clients fetch the app's config (~300 kB) at once while the first ones generate: on
+        # 2 shared cores that took over gradio_client's default 5 s in CI. The test is about whose
+        # images come back, not how fast a config loads, so the clients wait as long as the test.
+        c = Client(url, verbose=False, httpx_kwargs={"timeout": 300})
         got = []
         for r in range(4):
             seed = 1000 * k + 10 * r
