@@ -30,7 +30,7 @@ import queue
 import secrets
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -198,6 +198,7 @@ class Engine:
         self._changed = threading.Condition()
         self._waiting: deque[Job] = deque()
         self._running: set[Job] = set()
+        self._stops: Counter[tuple[str | None, str | None] | str] = Counter()  # Stops per (session, user) and caller key
 
     # ---------------------------------------------------------------- the backend, described
     @property
@@ -242,6 +243,7 @@ class Engine:
     def stop(self, session: str, user: str | None = None) -> dict[str, int]:
         """Stop the running jobs of (session, user) after their step; drop their queued ones."""
         with self._changed:
+            self._stops[(session, user)] += 1
             dropped = [j for j in self._waiting if j.caller.session == session and j.caller.user == user]
             running = [j for j in self._running if j.caller.session == session and j.caller.user == user]
             for job in (*dropped, *running):
@@ -254,11 +256,18 @@ class Engine:
         """Stop every job of one caller (`Caller.key`: a user, an API key or an address): A1111's
         `/interrupt` names no job, and must reach only the caller's own."""
         with self._changed:
+            self._stops[key] += 1
             dropped = [j for j in self._waiting if j.caller.key == key]
             running = [j for j in self._running if j.caller.key == key]
             for job in (*dropped, *running):
                 self._cancel(job)
         return {"running": len(running), "queued": len(dropped)}
+
+    def stops(self, caller: Caller) -> int:
+        """How many Stops have reached `caller` (its session's, or its key's): a script of many jobs
+        (engine.plots) compares the count to see a Stop that came between two of its jobs."""
+        with self._changed:
+            return self._stops[(caller.session, caller.user)] + self._stops[caller.key]
 
     def cancel(self, job: Job) -> None:
         """Stop one job (its caller went away): dropped if it still waits, else stopped after its step."""

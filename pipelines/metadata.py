@@ -70,6 +70,7 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
     embeddings = meta.get("ti_hashes") or {}
     if embeddings:  # the textual-inversion embeddings the prompts used (pipelines.embeddings)
         fields.append(("TI hashes", ", ".join(f"{n}: {h}" for n, h in embeddings.items())))
+    fields += [tuple(pair) for pair in meta.get("script", ())]  # a script's grid: "Script: X/Y/Z plot", its axes
     lines = [prompt]
     if meta.get("negative_prompt"):
         lines.append(f"Negative prompt: {meta['negative_prompt']}")

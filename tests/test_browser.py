@@ -542,3 +542,39 @@ def test_send_to_generate_restores_the_step_cache_and_reruns_with_it(browser, tm
         _choose(page, "step-cache", "TaylorSeer")  # no threshold
         expect(page.locator("#step-cache-threshold")).to_be_hidden()
         page.close()
+
+
+def test_xyz_plot_of_sampler_by_cfg_in_the_browser(browser, served):
+    """The X/Y/Z plot accordion: Sampler x CFG over the form's request gives one labelled grid (its
+    PNG says so) and the four cells in the gallery."""
+    from playwright.sync_api import expect
+
+    from pipelines.pnginfo import parse_a1111
+
+    url, out = served
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(url, wait_until="load")
+    expect(page.locator("#status")).to_contain_text("cpu", timeout=30_000)
+    page.locator("#prompt textarea").fill("a red circle on a blue background")
+    number = page.locator("#num-images input[type=number]")
+    number.fill("1")
+    number.press("Enter")
+    page.get_by_role("button", name="X/Y/Z plot").click()
+    _choose(page, "xyz-x-type", "Sampler")
+    page.locator("#xyz-x-values textarea").fill("Euler a, Euler")  # closes the X list (the Y list has the same labels)
+    page.locator("#xyz-y-type input").click()
+    page.locator("#xyz-y-type").get_by_role("option", name="CFG Scale", exact=True).click()
+    page.locator("#xyz-y-values textarea").fill("1, 7")
+    page.get_by_role("button", name="Run X/Y/Z plot").click()
+    expect(page.locator("#xyz-info")).to_contain_text("4 of 4 cell(s)", timeout=240_000)
+    expect(page.locator("#xyz-grid img")).to_have_count(1)
+    expect(page.locator("#gallery img")).to_have_count(4)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "app-xyz-plot.png"), full_page=True)
+    from PIL import Image
+
+    grids = [p for p in out.rglob("*.png") if "X/Y/Z plot" in Image.open(p).text.get("parameters", "")]
+    assert len(grids) == 1, grids
+    extra = parse_a1111(Image.open(grids[0]).text["parameters"])["extra"]
+    assert (extra["X Type"], extra["X Values"], extra["Y Type"]) == ("Sampler", "Euler a, Euler", "CFG Scale")
+    page.close()

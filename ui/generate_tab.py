@@ -7,6 +7,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
+from ui import plot_panel
 from ui.form import Form, wire_step_cache
 from ui.studio import Studio
 from ui.text import embeddings_markdown, info_line, vocabulary_markdown
@@ -62,6 +63,7 @@ def build(studio: Studio) -> dict[str, Any]:
                 form.add("step_cache")
                 form.add("step_cache_threshold", info="higher skips more steps (faster, further from the uncached image)")
                 form.add_rest()  # the LoRAs, and any field new to the schema
+            plot_panel.build(studio, c)
         with gr.Column(scale=3, min_width=360):
             c["gallery"] = gr.Gallery(
                 label="Images", elem_id="gallery", columns=4, height=430, format="png",
@@ -88,6 +90,7 @@ def wire(studio: Studio, g: dict[str, Any]) -> None:
                 yield gallery, info_line(result), paths, result.info()
 
     wire_step_cache(g)
+    plot_panel.wire(studio, g)
     if studio.counts_tokens:
         g["prompt"].change(studio.token_count, g["prompt"], g["tokens"], api_visibility="private", queue=False)
     g["run"].click(

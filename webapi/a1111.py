@@ -27,12 +27,14 @@ from fastapi.responses import JSONResponse, Response
 from engine import AppSettings, Caller, Engine
 from engine.inputs import Limits
 from engine.jobs import CancelledBeforeStart, QueueFull, Refused, SwitchRefused, TooManyJobs
+from engine.plots import run_script
 from pipelines import GenerationResult
 from pipelines.errors import PipelineError
 from pipelines.fields import RequestError
 
 from . import a1111_info as answers
 from . import a1111_request as parse
+from . import a1111_scripts as scripts
 from . import body, images, running
 from .access import Access, Unauthorized
 from .errors import WireError
@@ -139,15 +141,22 @@ class A1111:
     async def txt2img(self, request: Request, caller: Caller) -> dict[str, Any]:
         payload = await read_body(request, self.fields_cap)
         switched = await self.checkpoint(payload)  # first: the request is read against the model that runs it
-        parsed = parse.txt2img(payload, self.limits())
+        no_prompt = scripts.needs_no_prompt(payload)
+        parsed = parse.txt2img({**payload, "prompt": scripts.PLACEHOLDER} if no_prompt else payload, self.limits())
         parsed.warnings[:0] = switched
+        if payload.get("script_name"):
+            return await self.script(parsed, payload, caller, "txt2img", no_prompt)
         return await self.generate(parsed, payload, caller, request)
 
     async def img2img(self, request: Request, caller: Caller) -> dict[str, Any]:
         payload = await read_body(request, self.body_cap)
         switched = await self.checkpoint(payload)
-        parsed = await asyncio.to_thread(parse.img2img, payload, self.limits(), self.max_bytes)
+        no_prompt = scripts.needs_no_prompt(payload)
+        body = {**payload, "prompt": scripts.PLACEHOLDER} if no_prompt else payload
+        parsed = await asyncio.to_thread(parse.img2img, body, self.limits(), self.max_bytes)
         parsed.warnings[:0] = switched
+        if payload.get("script_name"):
+            return await self.script(parsed, payload, caller, "img2img", no_prompt)
         return await self.generate(parsed, payload, caller, request)
 
     async def checkpoint(self, payload: dict[str, Any]) -> list[str]:
@@ -173,6 +182,18 @@ class A1111:
                 self.hashes[meta.get("model", "")] = meta["model_hash"]
         if parsed.warnings or result.warnings:
             log.info("A1111 request warnings: %s", "; ".join([*parsed.warnings, *result.warnings]))
+        return await asyncio.to_thread(self.response, parsed, payload, result)
+
+    async def script(self, parsed: parse.Parsed, payload: dict[str, Any], caller: Caller, mode: str, no_prompt: bool) -> dict[str, Any]:
+        """`script_name`: the script's cells through the engine (a pool runs them side by side), the
+        answer in A1111's order (grid, sub-grids, cell images)."""
+        name = scripts.find(str(payload["script_name"]))
+        args = payload.get("script_args", [])
+        script = scripts.build(name, args, parsed.request, mode, self.engine.model_info(), no_prompt)
+        done = await asyncio.to_thread(run_script, self.engine, script.cells, script.layout, caller)
+        result = done.as_result(script.grid, script.sub_grids, script.lone_images)
+        if parsed.warnings or result.warnings:
+            log.info("A1111 script warnings: %s", "; ".join([*parsed.warnings, *result.warnings]))
         return await asyncio.to_thread(self.response, parsed, payload, result)
 
     def response(self, parsed: parse.Parsed, payload: dict[str, Any], result: GenerationResult) -> dict[str, Any]:
@@ -273,7 +294,7 @@ def routes(api: A1111) -> list[tuple[str, str, Handler]]:
     model = api.engine.model_info
     constant = {
         "sd-vae": [], "face-restorers": [],
-        "hypernetworks": [], "realesrgan-models": [], "scripts": {"txt2img": [], "img2img": []}, "script-info": [],
+        "hypernetworks": [], "realesrgan-models": [],
         "extensions": [], "sd-modules": [],
     }  # fmt: skip
     return [
@@ -291,6 +312,8 @@ def routes(api: A1111) -> list[tuple[str, str, Handler]]:
         ("GET", "loras", api.listing(lambda: answers.loras(model()))),
         ("GET", "embeddings", api.listing(lambda: answers.embeddings(model()))),
         ("GET", "prompt-styles", api.listing(lambda: answers.prompt_styles(model()))),
+        ("GET", "scripts", api.listing(scripts.scripts)),
+        ("GET", "script-info", api.listing(lambda: scripts.script_info(model()))),
         ("GET", "upscalers", api.listing(answers.upscalers)),
         ("GET", "latent-upscale-modes", api.listing(answers.latent_upscale_modes)),
         ("GET", "cmd-flags", api.cmd_flags),

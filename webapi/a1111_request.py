@@ -62,8 +62,6 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "seed_resize_from_h": (0, -1, None),
     "seed_resize_from_w": (0, -1, None),
     "alwayson_scripts": ({}, None),
-    "script_name": (None, ""),
-    "script_args": ([], None),
     "s_churn": (0, None),
     "s_tmax": (0, None),
     "s_tmin": (0, None),

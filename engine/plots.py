@@ -1,0 +1,317 @@
+"""Scripts that make many requests from one: the X/Y/Z plot, the prompt matrix, prompts from a file.
+
+A script is a list of cells, each an ordinary request (`Cell`), laid out on a grid. `run_script`
+submits the cells to the engine like any other job — so QUEUE_PER_USER, the model's limits, the
+time budget and Stop apply to each — keeping as many in flight as the backend runs at once (a
+pool of N replicas or a Ray deployment runs N cells together). Each cell's image is the image the
+same single request makes, bit for bit, with its own metadata. Cells that vary the model are
+grouped by model so each model loads once; the model loaded before the plot is loaded back after.
+
+Stop (the engine's, for the caller's session) ends the script: the running cells return what
+they finished, the cells not started are dropped, and the grid is drawn with what came back
+(a grey tile for each missing cell).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import secrets
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from PIL import Image
+
+from pipelines import GenerationRequest, GenerationResult
+from pipelines.grid import Grid, draw_grid, join_grids
+from pipelines.request import RANDOM_SEED_SPACE
+from pipelines.samplers import from_any
+
+from .axes import AxisType, parse_values
+from .jobs import Caller, CancelledBeforeStart, Engine
+
+log = logging.getLogger(__name__)
+MAX_CELLS = 1000  # one script's requests: a mistyped range should not queue a day of work
+NOTHING = AxisType("Nothing", "nothing")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """An axis as asked: its type, its values, and the values as the caller wrote them (the infotext's)."""
+
+    type: AxisType
+    values: tuple[Any, ...]
+    text: str = ""
+
+    @classmethod
+    def of(cls, axis_type: AxisType, values: str | Sequence[Any]) -> Axis:
+        text = values if isinstance(values, str) else ", ".join(str(v) for v in values)
+        return cls(axis_type, tuple(parse_values(axis_type, values)), text)
+
+    @property
+    def labels(self) -> list[str]:
+        return [self.type.label(v) for v in self.values]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One request of a script, at (x, y, z) of its grid; `model` switches the checkpoint first."""
+
+    at: tuple[int, int, int]
+    request: GenerationRequest
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the cells are drawn: column, row and sub-grid labels, and the script's infotext fields."""
+
+    xs: list[str]
+    ys: list[str]
+    zs: list[str]
+    fields: list[tuple[str, str]]  # ("Script", "X/Y/Z plot"), ("X Type", "Steps"), ... (the grid PNG's text)
+    legend: bool = True
+    margin: int = 0
+
+
+@dataclass
+class ScriptResult:
+    """What a script made: the grid (sub-grids joined), each cell's result, and how it ended."""
+
+    grid: Grid | None
+    sub_grids: list[Grid]
+    cells: list[Cell]
+    results: dict[tuple[int, int, int], GenerationResult]
+    meta: dict[str, Any]  # the grid PNG's metadata: the first cell's, with the script's fields
+    warnings: list[str] = field(default_factory=list)
+    cancelled: bool = False
+    models_loaded: int = 0
+
+    @property
+    def images(self) -> list[Image.Image]:
+        """Every cell's images, in cell order (A1111's "include lone images")."""
+        return [image for cell in self.cells for image in self.results.get(cell.at, _EMPTY).images]
+
+    def as_result(self, grid: bool = True, sub_grids: bool = False, lone_images: bool = True) -> GenerationResult:
+        """The script's images as one result, in A1111's order: the grid, the sub-grids (one per Z
+        value), then every cell's images; each with its metadata (the grids': the first cell's, with
+        the script's fields). Without a grid (prompts from a file) the cells' images only."""
+        images, metadata, seeds = [], [], []
+        finished = [self.results[c.at] for c in self.cells if c.at in self.results]
+        if grid and self.grid is not None:
+            grids = [self.grid, *(self.sub_grids if sub_grids else [])]
+            images += [g.image for g in grids]
+            metadata += [self.meta] * len(grids)
+            seeds += [next((r.seeds[0] for r in finished if r.seeds), 0)] * len(grids)
+        if lone_images or not grid:
+            for result in finished:
+                images, metadata, seeds = images + result.images, metadata + result.metadata, seeds + result.seeds
+        first = finished[0] if finished else _EMPTY
+        return GenerationResult(images, seeds, metadata, {}, None, first.device, first.dtype, first.attention,
+                                warnings=self.warnings, cancelled=self.cancelled)  # fmt: skip
+
+
+_EMPTY = GenerationResult([], [], [], {}, None, "", "", "")
+
+
+# ---------------------------------------------------------------- the X/Y/Z plot
+@dataclass(frozen=True)
+class PlotOptions:
+    """A1111's X/Y/Z plot options, by its names."""
+
+    legend: bool = True  # draw legend
+    margin: int = 0  # grid margins (px)
+    keep_random_seeds: bool = False  # "Keep -1 for seeds": every cell its own random seed
+    vary_seeds: tuple[bool, bool, bool] = (False, False, False)  # "Vary seeds for X/Y/Z"
+    include_lone_images: bool = False
+    include_sub_grids: bool = False
+
+
+def plot_cells(base: GenerationRequest, axes: Sequence[Axis], options: PlotOptions) -> tuple[list[Cell], Layout]:
+    """The cells of an X/Y/Z plot of `base` over `axes` (X, Y, Z; fewer are Nothing), Z outermost.
+
+    Seeds as A1111: the request's -1 and a Seed axis's -1 are drawn once for the whole plot (every
+    cell the same noise) unless `keep_random_seeds`; "vary seeds" adds the cell's index along that
+    axis. RequestError (a cell's value out of a field's range) or ValueError (S/R not found) at once,
+    before any cell runs."""
+    x, y, z = (*axes, Axis(NOTHING, (None,)), Axis(NOTHING, (None,)))[:3]
+    keep = options.keep_random_seeds
+    seed = base.seed if base.seed is not None or keep else secrets.randbelow(RANDOM_SEED_SPACE)
+    x, y, z = (_fixed_seeds(a, keep) for a in (x, y, z))
+    for axis in (x, y, z):
+        if axis.type.kind == "replace":
+            _check_search(base, axis)
+    cells = []
+    for iz, vz in enumerate(z.values):
+        for iy, vy in enumerate(y.values):
+            for ix, vx in enumerate(x.values):
+                cell_seed = seed if seed is None else seed + _seed_offset((ix, iy, iz), (x, y), options.vary_seeds)
+                cells.append(_cell(base.replace(seed=cell_seed), (ix, iy, iz), ((x, vx), (y, vy), (z, vz))))
+    if len(cells) > MAX_CELLS:
+        raise ValueError(f"{len(cells)} cells, more than {MAX_CELLS}: use fewer values")
+    used = [(name, a) for name, a in zip("XYZ", (x, y, z), strict=True) if a.type.kind != "nothing"]
+    fields = [("Script", "X/Y/Z plot")]
+    for name, a in used:
+        fields += [(f"{name} Type", a.type.name), (f"{name} Values", a.text)]
+        if a.type.field == "seed" and not keep:  # the seeds -1 became, so the plot can be redone
+            fields.append((f"Fixed {name} Values", ", ".join(str(v) for v in a.values)))
+    return cells, Layout(x.labels, y.labels, z.labels, fields, options.legend, options.margin)
+
+
+def _seed_offset(at: tuple[int, int, int], xy: tuple[Axis, Axis], vary: tuple[bool, bool, bool]) -> int:
+    """A1111's "vary seeds": + ix, + iy x (X's length where X varies too), + iz x (the same for X, Y)."""
+    xdim = len(xy[0].values) if vary[0] else 1
+    ydim = len(xy[1].values) if vary[1] else 1
+    return at[0] * vary[0] + at[1] * xdim * vary[1] + at[2] * xdim * ydim * vary[2]
+
+
+def _fixed_seeds(axis: Axis, keep: bool) -> Axis:
+    """A Seed axis with its -1 values drawn once (A1111's `fix_axis_seeds`), unless kept random."""
+    if axis.type.field != "seed" or keep:
+        return axis
+    values = tuple(secrets.randbelow(RANDOM_SEED_SPACE) if v is None else v for v in axis.values)
+    return Axis(axis.type, values, axis.text)
+
+
+def _check_search(base: GenerationRequest, axis: Axis) -> None:
+    search = axis.values[0]
+    texts = [*base.prompts, base.negative_prompt or ""]
+    if not any(search in text for text in texts):
+        raise ValueError(f"Prompt S/R did not find {search!r} in the prompt or negative prompt")
+
+
+def _cell(request: GenerationRequest, at: tuple[int, int, int], settings: Sequence[tuple[Axis, Any]]) -> Cell:
+    """`request` with each axis's value applied, X first (A1111's order)."""
+    changes: dict[str, Any] = {}
+    model, schedule = None, None
+    for axis, value in settings:
+        kind = axis.type.kind
+        if kind == "nothing":
+            continue
+        if kind == "replace":
+            search = axis.values[0]
+            prompt = changes.get("prompt", request.prompt)
+            negative = changes.get("negative_prompt", request.negative_prompt)
+            changes["prompt"] = prompt.replace(search, value) if isinstance(prompt, str) else [p.replace(search, value) for p in prompt]
+            changes["negative_prompt"] = negative.replace(search, value) if negative else negative
+        elif kind == "size":
+            changes["width"], changes["height"] = value
+        elif kind == "model":
+            model = value
+        elif kind == "schedule":
+            schedule = value
+        elif kind == "sampler":
+            changes["sampler"] = value
+        elif kind == "lora":
+            changes["loras"] = {**changes.get("loras", request.loras), axis.type.lora: value}
+        elif kind == "names":
+            changes[axis.type.field] = (value,)
+        else:
+            changes[axis.type.field] = value
+    if schedule is not None or "sampler" in changes:
+        changes["sampler"] = from_any(changes.get("sampler", request.sampler), schedule).sampler or None
+    return Cell(at, request.replace(**changes), model)
+
+
+# ---------------------------------------------------------------- running
+def run_script(
+    engine: Engine,
+    cells: Sequence[Cell],
+    layout: Layout,
+    caller: Caller | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ScriptResult:
+    """Run every cell through `engine` (as many at once as it runs), then draw the grid.
+
+    Each cell is checked against the model serving it before any runs, so a bad value is refused
+    at once, naming the field. A cell's failure ends the script with that error."""
+    caller = caller or Caller()
+    if any(c.model for c in cells) and not engine.can_switch:
+        raise ValueError(f"a Checkpoint name axis switches models: {engine.switch_off_reason}")
+    model = engine.model_info()
+    for cell in cells:
+        if cell.model is None:
+            model.serving(cell.request).accept(cell.request)
+    run = _Run(engine, caller, len(cells), progress)
+    loaded_before = model.model_name
+    try:
+        for name, group in _by_model(cells):
+            if run.stopped:
+                break
+            if name is not None and name != engine.model_info().model_name:
+                engine.load_model(name)
+                run.models_loaded += 1
+            run.all(group)
+    finally:
+        if run.models_loaded and engine.model_info().model_name != loaded_before:
+            engine.load_model(loaded_before)
+    return _finish(cells, layout, run)
+
+
+def _by_model(cells: Sequence[Cell]) -> list[tuple[str | None, list[Cell]]]:
+    """Cells grouped by the model they need, in the order each model first appears."""
+    groups: dict[str | None, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(cell.model, []).append(cell)
+    return list(groups.items())
+
+
+class _Run:
+    """The cells in flight: at most the engine's concurrency at once; Stop seen between cells too."""
+
+    def __init__(self, engine: Engine, caller: Caller, total: int, progress: Callable[[int, int], None] | None):
+        self.engine, self.caller, self.total, self.progress = engine, caller, total, progress
+        self.results: dict[tuple[int, int, int], GenerationResult] = {}
+        self.models_loaded = 0
+        self.stopped = False
+        self._stops = engine.stops(caller)
+        self._lock = threading.Lock()
+
+    def all(self, cells: Sequence[Cell]) -> None:
+        width = max(1, min(self.engine.backend.concurrency, self.engine.admission.per_caller))
+        with ThreadPoolExecutor(width, thread_name_prefix="plot-cell") as pool:  # each cell in the caller's context
+            for future in [pool.submit(contextvars.copy_context().run, self.one, cell) for cell in cells]:
+                future.result()  # a cell's error ends the script, raised here
+
+    def one(self, cell: Cell) -> None:
+        if self.stopped or self.engine.stops(self.caller) != self._stops:
+            self.stopped = True
+            return
+        try:
+            result = self.engine.submit(cell.request, self.caller).result()
+        except CancelledBeforeStart:
+            self.stopped = True
+            return
+        except BaseException:
+            self.stopped = True  # the cells not started yet are not submitted
+            raise
+        with self._lock:
+            self.results[cell.at] = result
+            self.stopped = self.stopped or result.cancelled
+            done = len(self.results)
+        if self.progress is not None:
+            self.progress(done, self.total)
+
+
+def _finish(cells: Sequence[Cell], layout: Layout, run: _Run) -> ScriptResult:
+    """The grid of what came back (a grey tile for a cell that did not), and the grid's metadata."""
+    firsts = {at: r.images[0] for at, r in run.results.items() if r.images}
+    sub_grids = [
+        draw_grid(
+            [[firsts.get((ix, iy, iz)) for ix in range(len(layout.xs))] for iy in range(len(layout.ys))],
+            layout.xs, layout.ys, legend=layout.legend, margin=layout.margin,
+        )
+        for iz in range(len(layout.zs))
+    ] if firsts else []  # fmt: skip
+    grid = None
+    if sub_grids:
+        grid = sub_grids[0] if len(sub_grids) == 1 else join_grids(sub_grids, layout.zs, legend=layout.legend, margin=layout.margin)
+    first = next((run.results[c.at].metadata[0] for c in cells if c.at in run.results and run.results[c.at].metadata), {})
+    meta = {**first, "script": layout.fields} if first else {}
+    warnings = sorted({w for r in run.results.values() for w in r.warnings})
+    if run.stopped and len(run.results) < len(cells):
+        warnings.append(f"stopped: {len(run.results)} of {len(cells)} cell(s) finished")
+    return ScriptResult(grid, sub_grids, list(cells), run.results, meta, warnings, run.stopped, run.models_loaded)

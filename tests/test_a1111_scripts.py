@@ -1,0 +1,104 @@
+"""A1111's scripts through its API (issue 44): the X/Y/Z plot, prompt matrix and prompts from file, driven
+by the real `webuiapi` client and raw HTTP against the app as `python app.py` builds it."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import httpx
+import pytest
+from PIL import Image
+
+from pipelines.options import DEFAULT_MODEL
+from pipelines.pnginfo import parse_a1111
+from tests.app_server import embedded_model_available, running_app
+
+PROMPT = "a red circle on a blue background"
+SMALL = {"width": 64, "height": 64, "steps": 6, "seed": 21}
+# A1111 1.10's 18 X/Y/Z arguments: X = Sampler (txt2img index 9) from its picker list, Y = CFG Scale (6)
+XYZ_ARGS = [9, "", ["Euler a", "Euler"], 6, "1, 7", None, 0, "", None,
+            True, True, False, False, False, False, False, 0, False]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    if not embedded_model_available():
+        pytest.skip("needs the embedded model (models/tiny-shapes)")
+    with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("outputs"), env={"ALLOW_MODEL_SWITCH": "0"}) as (demo, _):
+        yield demo
+
+
+@pytest.fixture(scope="module")
+def http(app):
+    with httpx.Client(base_url=app.local_url.rstrip("/") + "/sdapi/v1", timeout=300) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def api(app):
+    import webuiapi
+
+    port = int(app.local_url.split(":")[2].split("/")[0])
+    return webuiapi.WebUIApi(host="127.0.0.1", port=port, sampler="Euler a", steps=6)
+
+
+def decoded(b64: str) -> Image.Image:
+    return Image.open(io.BytesIO(base64.b64decode(b64)))
+
+
+def test_webuiapi_xyz_plot_of_sampler_by_cfg_returns_the_grid_then_each_cell(api):
+    plot = api.txt2img(prompt=PROMPT, script_name="x/y/z plot", script_args=XYZ_ARGS, **SMALL)
+    assert len(plot.images) == 1 + 4  # the grid, then the 4 cells ("Include Sub Images")
+    grid = plot.images[0]
+    assert grid.width > 2 * 64 and grid.height > 2 * 64  # two columns, two rows, and the legend
+    extra = parse_a1111(grid.info["parameters"])["extra"]
+    assert (extra["Script"], extra["X Type"], extra["Y Type"], extra["Y Values"]) == ("X/Y/Z plot", "Sampler", "CFG Scale", "1, 7")
+    for k, (sampler, cfg) in enumerate([("Euler a", 1), ("Euler", 1), ("Euler a", 7), ("Euler", 7)]):
+        single = api.txt2img(prompt=PROMPT, sampler_name=sampler, cfg_scale=cfg, **SMALL)
+        assert plot.images[1 + k].tobytes() == single.image.tobytes(), (sampler, cfg)
+
+
+def test_prompt_matrix_returns_the_grid_and_every_combination(http):
+    body = {"prompt": "a red circle | on a blue background", "script_name": "Prompt matrix",
+            "script_args": [False, False, "positive", "comma", 0], **SMALL}  # fmt: skip
+    answer = http.post("/txt2img", json=body)
+    assert answer.status_code == 200, answer.text
+    images = [decoded(b) for b in answer.json()["images"]]
+    assert len(images) == 1 + 2
+    prompts = [parse_a1111(i.info["parameters"])["prompt"] for i in images[1:]]
+    assert prompts == ["a red circle", "a red circle, on a blue background"]
+
+
+def test_prompts_from_textbox_runs_each_line_with_its_options(http):
+    lines = 'a green square on a white background\n--prompt "a red circle on a blue background" --steps 4 --cfg_scale 3'
+    body = {"prompt": "", "script_name": "prompts from file or textbox", "script_args": [False, False, "start", lines], **SMALL}
+    answer = http.post("/txt2img", json=body)
+    assert answer.status_code == 200, answer.text
+    params = [parse_a1111(decoded(b).info["parameters"]) for b in answer.json()["images"]]
+    assert [(p["prompt"], p["steps"]) for p in params] == [
+        ("a green square on a white background", 6), ("a red circle on a blue background", 4)]  # fmt: skip
+    assert params[1]["guidance_scale"] == 3
+
+
+def test_scripts_are_listed_with_a1111s_axis_indices(http):
+    assert "x/y/z plot" in http.get("/scripts").json()["txt2img"]
+    info = {(s["name"], s["is_img2img"]): s for s in http.get("/script-info").json()}
+    choices = info[("x/y/z plot", False)]["args"][0]["choices"]
+    assert choices.index("Sampler") == 9 and choices.index("CFG Scale") == 6 and choices.index("Size") == 41
+    assert info[("x/y/z plot", True)]["args"][0]["choices"].index("Image CFG Scale") == 6
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "loc", "message"),
+    [
+        ("no such script", [], "script_name", "Script 'no such script' not found"),
+        ("x/y/z plot", [5, "10"], "script_args", "X axis: Hires steps cannot vary here"),
+        ("x/y/z plot", [4, "2, 500"], "script_args", "Steps: '500': 500 is out of range 1..150"),
+    ],
+)
+def test_a_wrong_script_is_refused_naming_what(http, name, args, loc, message):
+    answer = http.post("/txt2img", json={"prompt": PROMPT, "script_name": name, "script_args": args, **SMALL})
+    assert answer.status_code == 422, answer.text
+    detail = answer.json()["detail"][0]
+    assert detail["loc"] == ["body", loc] and message in detail["msg"]

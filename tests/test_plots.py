@@ -1,0 +1,225 @@
+"""The X/Y/Z plot (issue 44): axes as A1111 writes them, cells as single requests, the grid, Stop, the pool."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from devices import DeviceManager
+from engine import Caller, Engine
+from engine.axes import axis_types, find_axis, parse_values, split_values
+from engine.plots import Axis, PlotOptions, plot_cells, run_script
+from pipelines import GenerationRequest, ImagePipeline, read_metadata
+from pipelines.metadata import save_png
+from pipelines.pnginfo import parse_a1111, read_png_info
+from pipelines.pool import DevicePool
+from tests.sync import HoldAtStep, in_thread
+
+PROMPT = "a red circle on a blue background"
+TXT = axis_types("txt2img")
+
+
+def axis(name: str, values, mode: str = "txt2img", loras=()) -> Axis:
+    return Axis.of(find_axis(axis_types(mode, loras), name), values)
+
+
+def base(**kwargs) -> GenerationRequest:
+    return GenerationRequest(**{"prompt": PROMPT, "steps": 2, "width": 32, "height": 32, "seed": 7, **kwargs})
+
+
+@pytest.fixture(scope="module")
+def pipe(tiny_model_dir):
+    return ImagePipeline.from_pretrained(tiny_model_dir, DeviceManager("cpu"))
+
+
+# ---------------------------------------------------------------- axes and values
+def test_a1111_clients_name_axes_by_a1111_index():
+    """webuiapi and scripts send the axis as its index in A1111's list for txt2img or img2img."""
+    img = axis_types("img2img")
+    assert [TXT[i].name for i in (0, 1, 4, 6, 7, 9, 11)] == [
+        "Nothing", "Seed", "Steps", "CFG Scale", "Prompt S/R", "Sampler", "Checkpoint name"]  # fmt: skip
+    assert [img[i].name for i in (5, 6, 7, 9, 10)] == ["CFG Scale", "Image CFG Scale", "Prompt S/R", "Sampler", "Checkpoint name"]
+    assert find_axis(TXT, "cfg scale") is TXT[6] and find_axis(TXT, "6") is TXT[6]
+    names = [t.name for t in TXT]
+    assert names.index("Size") < names.index("Guidance end")  # our own axes follow A1111's list
+    assert axis_types("txt2img", ["paint"])[-1].name == "LoRA: paint"
+
+
+def test_our_fields_without_an_a1111_axis_get_one_from_the_schema():
+    names = [t.name for t in axis_types("txt2img")]
+    assert {"Guidance end", "Step cache", "Step cache threshold"} <= set(names)
+    assert "Strength" not in names  # A1111's "Denoising" is that field
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "want"),
+    [
+        ("Steps", "1-5", [1, 2, 3, 4, 5]),
+        ("Steps", "1-5 (+2)", [1, 3, 5]),
+        ("Steps", "10-20 [3]", [10, 15, 20]),
+        ("Steps", "5-1 (-2), 8", [5, 3, 1, 8]),
+        ("CFG Scale", "1.5-3 (+0.5)", [1.5, 2.0, 2.5, 3.0]),
+        ("CFG Scale", "0-1 [3], 7", [0.0, 0.5, 1.0, 7.0]),
+        ("Size", "32x32, 64X32", [(32, 32), (64, 32)]),
+        ("Seed", "-1, 5", [None, 5]),
+        ("Prompt S/R", 'red, "blue, dark"', ["red", "blue, dark"]),
+    ],
+)
+def test_values_are_read_as_a1111_writes_them(name, text, want):
+    assert parse_values(find_axis(TXT, name), text) == want
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("Steps", "0-3", "Steps: '0-3': 0 is out of range 1..150"),
+        ("CFG Scale", "abc", "CFG Scale: 'abc'"),
+        ("Size", "32", "expected WIDTHxHEIGHT"),
+        ("Hires steps", "10", "Hires steps cannot vary here: hires fix is not offered here yet"),
+        ("Steps", "", "Steps: no values"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_axis(name, text, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        parse_values(find_axis(TXT, name), text)
+
+
+def test_csv_quoting_keeps_a_comma_inside_a_value():
+    assert split_values('a, "b, c",d') == ["a", "b, c", "d"]
+
+
+# ---------------------------------------------------------------- cells
+def test_cells_apply_each_axis_and_share_one_seed():
+    cells, layout = plot_cells(base(seed=None), [axis("Steps", "2, 3"), axis("CFG Scale", "1, 4")], PlotOptions())
+    assert [c.at for c in cells] == [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)]  # X fastest
+    assert [(c.request.steps, c.request.guidance_scale) for c in cells] == [(2, 1.0), (3, 1.0), (2, 4.0), (3, 4.0)]
+    assert len({c.request.seed for c in cells}) == 1 and cells[0].request.seed is not None
+    assert layout.xs == ["Steps: 2", "Steps: 3"] and layout.ys == ["CFG Scale: 1", "CFG Scale: 4"]
+    assert layout.fields == [("Script", "X/Y/Z plot"), ("X Type", "Steps"), ("X Values", "2, 3"),
+                             ("Y Type", "CFG Scale"), ("Y Values", "1, 4")]  # fmt: skip
+
+
+def test_seed_options_follow_a1111():
+    two = [axis("Steps", "2, 3"), axis("CFG Scale", "1, 4")]
+    kept, _ = plot_cells(base(seed=None), two, PlotOptions(keep_random_seeds=True))
+    assert {c.request.seed for c in kept} == {None}  # each cell draws its own at submit
+    varied, _ = plot_cells(base(seed=100), two, PlotOptions(vary_seeds=(True, True, False)))
+    assert [c.request.seed for c in varied] == [100, 101, 102, 103]
+    seeds, layout = plot_cells(base(), [axis("Seed", "-1, 5")], PlotOptions())
+    drawn = seeds[0].request.seed
+    assert drawn is not None and seeds[1].request.seed == 5
+    assert ("Fixed X Values", f"{drawn}, 5") in layout.fields  # the plot can be redone with the seeds it drew
+
+
+def test_prompt_sr_replaces_in_prompt_and_negative_and_checks_the_search_term():
+    cells, layout = plot_cells(base(negative_prompt="red blur"), [axis("Prompt S/R", "red, green")], PlotOptions())
+    assert [c.request.prompt for c in cells] == [PROMPT, PROMPT.replace("red", "green")]
+    assert cells[1].request.negative_prompt == "green blur"
+    assert layout.xs == ["red", "green"]
+    with pytest.raises(ValueError, match="did not find 'purple'"):
+        plot_cells(base(), [axis("Prompt S/R", "purple, green")], PlotOptions())
+
+
+def test_sampler_and_schedule_axes_make_our_sampler_name():
+    cells, _ = plot_cells(base(), [axis("Sampler", "DPM++ 2M"), axis("Schedule type", "Karras, Uniform")], PlotOptions())
+    assert [c.request.sampler for c in cells] == ["DPM++ 2M Karras", "DPM++ 2M"]
+
+
+def test_a_lora_axis_sets_that_loras_scale():
+    cells, layout = plot_cells(base(), [axis("LoRA: paint", "0, 0.5 ", loras=["paint"])], PlotOptions())
+    assert [c.request.loras for c in cells] == [{"paint": 0.0}, {"paint": 0.5}]
+    assert layout.xs == ["LoRA: paint: 0", "LoRA: paint: 0.5"]
+
+
+# ---------------------------------------------------------------- running on the engine
+def test_each_cell_is_the_image_of_the_same_single_request(pipe, tmp_path):
+    engine = Engine(pipe)
+    cells, layout = plot_cells(base(), [axis("Steps", "1, 2"), axis("CFG Scale", "1, 5")], PlotOptions())
+    seen: list[tuple[int, int]] = []
+    result = run_script(engine, cells, layout, progress=lambda done, total: seen.append((done, total)))
+    assert not result.cancelled and len(result.results) == 4 and seen[-1] == (4, 4)
+    for cell in cells:
+        single = pipe.generate(cell.request)
+        assert result.results[cell.at].images[0].tobytes() == single.images[0].tobytes(), cell.at
+    grid = result.grid
+    for (ix, iy), box in grid.cell_boxes.items():
+        want = result.results[(ix, iy, 0)].images[0]
+        assert np.array_equal(np.asarray(grid.image.crop(box).convert("RGB")), np.asarray(want.convert("RGB")))
+    x_labels = [lb for lb in grid.labels if lb.axis == "x"]
+    assert [lb.text for lb in x_labels] == ["Steps: 1", "Steps: 2"]
+    for label in x_labels:  # above its own column
+        left, _, right, _ = grid.cell_boxes[(label.index, 0)]
+        assert left <= (label.box[0] + label.box[2]) / 2 <= right
+    path = save_png(grid.image, result.meta, tmp_path / "grid.png")
+    shown = read_png_info(path)  # the PNG info tab's reader
+    extra = parse_a1111(shown["raw"] if shown["source"] == "a1111" else Image.open(path).text["parameters"])["extra"]
+    assert read_metadata(path)["parameters"]["steps"] == 1  # the first cell's own fields
+    assert (extra["Script"], extra["X Type"], extra["X Values"], extra["Y Values"]) == ("X/Y/Z plot", "Steps", "1, 2", "1, 5")
+
+
+def test_a_bad_cell_is_refused_before_any_cell_runs(pipe, monkeypatch):
+    engine = Engine(pipe)
+    calls: list[GenerationRequest] = []
+    monkeypatch.setattr(pipe, "generate", lambda request, *args: calls.append(request))
+    cells, layout = plot_cells(base(), [axis("Sampler", "Euler, Not a sampler")], PlotOptions())
+    with pytest.raises(ValueError, match="sampler"):
+        run_script(engine, cells, layout)
+    assert calls == []
+
+
+def test_stop_returns_the_finished_cells_and_a_partial_grid(pipe, monkeypatch):
+    """The second cell (2 steps) is held at its first step until Stop reaches it; the later cells
+    never start."""
+    engine = Engine(pipe)
+    original = pipe.generate
+    hold = HoldAtStep(original, step=1)
+    calls: list[int] = []
+
+    def generate(request, *args):
+        calls.append(request.steps)
+        return (hold if request.steps == 2 else original)(request, *args)
+
+    monkeypatch.setattr(pipe, "generate", generate)
+    caller = Caller(session="tab-1")
+    cells, layout = plot_cells(base(), [axis("Steps", "1, 2, 3, 4")], PlotOptions())
+    run = in_thread(run_script, engine, cells, layout, caller)
+    assert hold.reached.wait(120)
+    engine.stop("tab-1")
+    result = run.result(timeout=120)
+    assert hold.held_until == "cancel" and result.cancelled
+    assert 3 not in calls and (0, 0, 0) in result.results and (2, 0, 0) not in result.results
+    assert any("stopped: " in w for w in result.warnings)
+    grey = result.grid.image.crop(result.grid.cell_boxes[(3, 0)])
+    assert set(grey.getdata()) == {(128, 128, 128)}
+
+
+@pytest.mark.slow  # two replicas of the tiny model
+def test_a_pool_of_two_runs_two_cells_at_once_with_the_same_images(tiny_model_dir, pipe):
+    pool = DevicePool.from_pretrained(str(tiny_model_dir), devices="cpu,cpu")
+    try:
+        engine = Engine(pool)
+        running, most = set(), [0]
+        lock = threading.Lock()
+        generate = pool.generate
+
+        def counted(request, *args):
+            with lock:
+                running.add(threading.get_ident())
+                most[0] = max(most[0], len(running))
+            try:
+                return generate(request, *args)
+            finally:
+                with lock:
+                    running.discard(threading.get_ident())
+
+        pool.generate = counted
+        cells, layout = plot_cells(base(steps=4), [axis("Seed", "1, 2, 3"), axis("CFG Scale", "1, 5, 9")], PlotOptions())
+        result = run_script(engine, cells, layout)
+        assert most[0] == 2
+        for cell in cells:
+            assert result.results[cell.at].images[0].tobytes() == pipe.generate(cell.request).images[0].tobytes()
+    finally:
+        pool.close()
