@@ -48,7 +48,12 @@ class AxisType:
         """The grid's legend for one value (A1111's `format_value_add_label` / `format_value`)."""
         if self.kind == "nothing":
             return ""
-        text = f"{value[0]}x{value[1]}" if self.kind == "size" else f"{value:g}" if isinstance(value, float) else str(value)
+        if self.kind == "size":
+            text = f"{value[0]}x{value[1]}"
+        elif isinstance(value, float):
+            text = repr(round(value, 8))  # A1111's: "CFG Scale: 7.0"
+        else:
+            text = "-1" if value is None else str(value)  # a seed kept random
         return f"{self.name}: {text}" if self.labelled else text
 
 
@@ -102,7 +107,8 @@ _A1111 = (
     ("FP8 mode", "", _NOT_HERE),
     ("Size", "", "size"),
 )
-_VALUE_ONLY = {"sampler", "replace", "model", "schedule", "styles", "choice"}
+_NO_STRENGTH = "text-to-image has no denoising strength (A1111's is the hires fix's, not offered here yet)"
+_VALUE_ONLY = {"sampler", "replace", "model", "choice"}  # A1111's format_value axes (and our choices)
 # Fields that are not a plot's to vary: what the request is about, or how many images a cell makes.
 _NOT_AXES = {"prompt", "negative_prompt", "num_images", "width", "height", "loras", "init_images", "inpaint", "mask"}
 
@@ -120,7 +126,11 @@ def axis_types(mode: str, loras: Sequence[str] = ()) -> list[AxisType]:
     """Every axis a plot of `mode` ("txt2img" | "img2img") offers, at A1111's index for A1111's axes:
     A1111's of that mode, then our schema's fields A1111 lacks, then one per LoRA in `loras`."""
     letter = mode[0]
-    own = [_a1111_type(label, what) for label, m, what in _A1111 if m in ("", letter)]
+    own = [
+        AxisType(label, "off", why=_NO_STRENGTH) if what == "strength" and mode == "txt2img" else _a1111_type(label, what)
+        for label, m, what in _A1111
+        if m in ("", letter)
+    ]
     taken = {what for _, _, what in _A1111} | _NOT_AXES
     tasks = {"txt2img": {"txt2img"}, "img2img": {"img2img", "inpaint"}}[mode]
     extra = [
@@ -166,20 +176,28 @@ def _num(text: str) -> str:
     return text.replace(" ", "")
 
 
+def _count(n: int | str) -> int:
+    """A range's number of values, refused beyond MAX_VALUES before any is made."""
+    n = int(n)
+    if n > MAX_VALUES:
+        raise ValueError(f"{n} values, more than {MAX_VALUES}")
+    return n
+
+
 def _int_items(item: str) -> list[int]:
     """One item of an integer axis: a number, `a-b`, `a-b (+step)` or `a-b [count]`."""
     count = _INT_COUNT.fullmatch(item)
     if count:
-        start, end, n = int(_num(count[1])), int(_num(count[2])), int(count[3])
-        if n < 1:
-            raise ValueError(f"{item!r}: a count of at least 1")
+        start, end, n = int(_num(count[1])), int(_num(count[2])), _count(count[3])
         return [int(start + (end - start) * i / (n - 1)) if n > 1 else start for i in range(n)]
     span = _INT_RANGE.fullmatch(item)
     if span:
         start, end, step = int(_num(span[1])), int(_num(span[2])), int(span[3] or 1)
         if step == 0:
-            raise ValueError(f"{item!r}: a step of 0")
-        return list(range(start, end + 1, step)) if step > 0 else list(range(start, end - 1, step))
+            raise ValueError("a step of 0")
+        values = range(start, end + 1, step) if step > 0 else range(start, end - 1, step)
+        _count(len(values))  # counted before it is made: `1-1000000000` is refused, not built
+        return list(values)
     return [whole(item)]
 
 
@@ -187,17 +205,15 @@ def _float_items(item: str) -> list[float]:
     """One item of a number axis: a number, `a-b` (step 1), `a-b (+step)` or `a-b [count]`."""
     count = _FLOAT_COUNT.fullmatch(item)
     if count:
-        start, end, n = float(_num(count[1])), float(_num(count[2])), int(count[3])
-        if n < 1:
-            raise ValueError(f"{item!r}: a count of at least 1")
+        start, end, n = float(_num(count[1])), float(_num(count[2])), _count(count[3])
         return [round(start + (end - start) * i / (n - 1), 8) if n > 1 else start for i in range(n)]
     span = _FLOAT_RANGE.fullmatch(item)
     if span:
         start, end, step = float(_num(span[1])), float(_num(span[2])), float(span[3] or 1)
         if step == 0:
-            raise ValueError(f"{item!r}: a step of 0")
-        n = int((end - start) / step + 1e-9) + 1
-        return [round(start + i * step, 8) for i in range(max(0, n))]
+            raise ValueError("a step of 0")
+        n = _count(max(0, int((end - start) / step + 1e-9) + 1))
+        return [round(start + i * step, 8) for i in range(n)]
     return [decimal(item)]
 
 
@@ -214,8 +230,10 @@ def parse_values(axis: AxisType, values: str | Sequence[Any]) -> list[Any]:
     out: list[Any] = []
     for item in items:
         out.extend(_read(axis, item))
-    if len(out) > MAX_VALUES:
-        raise ValueError(f"{axis.name}: {len(out)} values, more than {MAX_VALUES}")
+        if len(out) > MAX_VALUES:
+            raise ValueError(f"{axis.name}: more than {MAX_VALUES} values")
+    if not out:  # `5-1` counts up from 5 to 1: nothing (a step down is written `5-1 (-1)`)
+        raise ValueError(f"{axis.name}: no values in {str(values)[:60]!r} (a range down needs a negative step: 5-1 (-1))")
     return out
 
 

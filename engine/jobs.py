@@ -30,7 +30,7 @@ import queue
 import secrets
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +41,7 @@ from pipelines.errors import PipelineError
 from pipelines.request import GenerationRequest, GenerationResult, pin_seed
 
 log = logging.getLogger(__name__)
+STOPS_KEPT = 10_000  # callers whose latest Stop is remembered before the old ones are dropped
 
 
 class Refused(PipelineError):
@@ -198,7 +199,7 @@ class Engine:
         self._changed = threading.Condition()
         self._waiting: deque[Job] = deque()
         self._running: set[Job] = set()
-        self._stops: Counter[tuple[str | None, str | None] | str] = Counter()  # Stops per (session, user) and caller key
+        self._stopped_at: dict[tuple[str | None, str | None] | str, float] = {}  # latest Stop per (session, user), key
 
     # ---------------------------------------------------------------- the backend, described
     @property
@@ -217,13 +218,17 @@ class Engine:
         return self.backend.count_tokens(prompt)  # type: ignore[attr-defined]
 
     # ---------------------------------------------------------------- jobs
-    def submit(self, request: GenerationRequest, caller: Caller | None = None) -> Job:
+    def submit(self, request: GenerationRequest, caller: Caller | None = None, unless_stopped_since: float | None = None) -> Job:
         """Admit a request (validated against the model serving it, its defaults filled from that
-        model, seed pinned) or raise `Refused` / `RequestError` naming the field."""
+        model, seed pinned) or raise `Refused` / `RequestError` naming the field. `unless_stopped_since`:
+        CancelledBeforeStart if the caller pressed Stop after that time (a script's next job, checked
+        under the same lock as Stop, so none slips in after it)."""
         caller = caller or Caller()
         model = self.backend.model_info().serving(request)
         job = Job(pin_seed(model.accept(request)).with_defaults(model), caller)
         with self._changed:
+            if unless_stopped_since is not None and self._stopped_after(caller, unless_stopped_since):
+                raise CancelledBeforeStart("stopped before it started")
             mine = sum(j.caller.key == caller.key for j in (*self._waiting, *self._running))
             if mine >= self.admission.per_caller:
                 raise TooManyJobs(
@@ -243,7 +248,7 @@ class Engine:
     def stop(self, session: str, user: str | None = None) -> dict[str, int]:
         """Stop the running jobs of (session, user) after their step; drop their queued ones."""
         with self._changed:
-            self._stops[(session, user)] += 1
+            self._note_stop((session, user))
             dropped = [j for j in self._waiting if j.caller.session == session and j.caller.user == user]
             running = [j for j in self._running if j.caller.session == session and j.caller.user == user]
             for job in (*dropped, *running):
@@ -256,18 +261,31 @@ class Engine:
         """Stop every job of one caller (`Caller.key`: a user, an API key or an address): A1111's
         `/interrupt` names no job, and must reach only the caller's own."""
         with self._changed:
-            self._stops[key] += 1
+            self._note_stop(key)
             dropped = [j for j in self._waiting if j.caller.key == key]
             running = [j for j in self._running if j.caller.key == key]
             for job in (*dropped, *running):
                 self._cancel(job)
         return {"running": len(running), "queued": len(dropped)}
 
-    def stops(self, caller: Caller) -> int:
-        """How many Stops have reached `caller` (its session's, or its key's): a script of many jobs
-        (engine.plots) compares the count to see a Stop that came between two of its jobs."""
+    def stopped_since(self, caller: Caller, since: float) -> bool:
+        """Whether a Stop reached `caller` (its session's, or its key's) after `since` (time.monotonic()):
+        a script of many jobs (engine.plots) sees a Stop that came between two of its jobs."""
         with self._changed:
-            return self._stops[(caller.session, caller.user)] + self._stops[caller.key]
+            return self._stopped_after(caller, since)
+
+    def _stopped_after(self, caller: Caller, since: float) -> bool:
+        """(lock held)"""
+        latest = max(self._stopped_at.get((caller.session, caller.user), 0.0), self._stopped_at.get(caller.key, 0.0))
+        return latest > since
+
+    def _note_stop(self, key: tuple[str | None, str | None] | str) -> None:
+        """(lock held) When `key` last pressed Stop; entries older than an hour go once there are many
+        (a script asks only about Stops since it started)."""
+        now = time.monotonic()
+        self._stopped_at[key] = now
+        if len(self._stopped_at) > STOPS_KEPT:
+            self._stopped_at = {k: t for k, t in self._stopped_at.items() if now - t < 3600}
 
     def cancel(self, job: Job) -> None:
         """Stop one job (its caller went away): dropped if it still waits, else stopped after its step."""
@@ -307,6 +325,7 @@ class Engine:
     def _run(self, job: Job) -> None:
         job._deadline = time.monotonic() + self.admission.time_budget
         preview = job._on_preview if self.capabilities.previews else None
+        outcome: Finished | BaseException
         try:
             result = job._context.run(self.backend.generate, job.request, job._on_progress, job.should_stop, preview)
             if job.timed_out:
@@ -314,15 +333,15 @@ class Engine:
                     f"stopped after the time budget of {self.admission.time_budget:g} s (TIME_BUDGET): "
                     f"{len(result.images)} of {job.request.total_images} image(s) finished"
                 )
-            job._put(Finished(result))
+            outcome = Finished(result)
         except BaseException as exc:  # handed to the consumer, which raises it in its own thread
-            job._put(exc)
-        finally:
-            with self._changed:
-                self._running.discard(job)
-                job.state = "done"
-                self._dispatch()
-                self._changed.notify_all()
+            outcome = exc
+        with self._changed:  # out of the running set before its caller hears: its next job is not refused
+            self._running.discard(job)
+            job.state = "done"
+            self._dispatch()
+            self._changed.notify_all()
+        job._put(outcome)
 
     # ---------------------------------------------------------------- models
     def models(self) -> dict[str, Any]:

@@ -18,7 +18,8 @@ import contextvars
 import logging
 import secrets
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,11 +31,12 @@ from pipelines.grid import Grid, draw_grid, join_grids
 from pipelines.request import RANDOM_SEED_SPACE
 from pipelines.samplers import from_any
 
-from .axes import AxisType, parse_values
-from .jobs import Caller, CancelledBeforeStart, Engine
+from .axes import AxisType, axis_types, find_axis, parse_values
+from .jobs import Caller, CancelledBeforeStart, Engine, Job, QueueFull, TooManyJobs
 
 log = logging.getLogger(__name__)
 MAX_CELLS = 1000  # one script's requests: a mistyped range should not queue a day of work
+MAX_GRID_PIXELS = 200 * 10**6  # A1111's default grid limit (img_max_size_mp): the grid is one image in memory
 NOTHING = AxisType("Nothing", "nothing")
 
 
@@ -130,6 +132,56 @@ class PlotOptions:
     include_sub_grids: bool = False
 
 
+PLOT_PARAMETERS = ("x_type", "x_values", "y_type", "y_values", "z_type", "z_values", "legend", "margin",
+                   "keep_random_seeds", "vary_seeds", "include_lone_images", "include_sub_grids")  # fmt: skip
+
+
+def named_plot(
+    base: GenerationRequest, mode: str, loras: Sequence[str], values: Mapping[str, Any]
+) -> tuple[list[Cell], Layout, PlotOptions]:
+    """The plot a front end's named values ask for (`PLOT_PARAMETERS`, the one list every front end
+    takes): `x_type` a label or A1111's index (engine.axes; empty: Nothing), `x_values` A1111's text
+    or a list (a picker's), the same for y and z; PlotOptions' fields by name. ValueError naming the
+    axis or the option."""
+    types = axis_types(mode, loras)
+    axes = []
+    for letter in "xyz":
+        kind, text = values.get(f"{letter}_type"), values.get(f"{letter}_values")
+        try:
+            axis_type = NOTHING if kind in (None, "") else find_axis(types, kind)
+            axes.append(Axis(NOTHING, (None,)) if axis_type.kind == "nothing" else Axis.of(axis_type, text or ""))
+        except ValueError as exc:
+            raise ValueError(f"{letter.upper()} axis: {exc}") from None
+    options = _options(values)
+    cells, layout = plot_cells(base, axes, options)
+    return cells, layout, options
+
+
+def _options(values: Mapping[str, Any]) -> PlotOptions:
+    """PlotOptions from named values: flags as JSON booleans, the margin 0..500 px, vary_seeds three flags."""
+    out: dict[str, Any] = {}
+    for name in ("legend", "keep_random_seeds", "include_lone_images", "include_sub_grids"):
+        if values.get(name) is not None:
+            out[name] = _flag(values[name], name)
+    if values.get("margin") not in (None, ""):
+        margin = values["margin"]
+        if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= 500:
+            raise ValueError(f"margin: {str(margin)[:40]!r} is not a number of pixels 0..500")
+        out["margin"] = int(margin)
+    vary = values.get("vary_seeds")
+    if vary is not None:
+        if not isinstance(vary, list | tuple) or len(vary) != 3:
+            raise ValueError("vary_seeds: three flags, for X, Y and Z")
+        out["vary_seeds"] = tuple(_flag(v, "vary_seeds") for v in vary)
+    return PlotOptions(**out)
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: {str(value)[:40]!r} is not true or false")
+    return value
+
+
 def plot_cells(base: GenerationRequest, axes: Sequence[Axis], options: PlotOptions) -> tuple[list[Cell], Layout]:
     """The cells of an X/Y/Z plot of `base` over `axes` (X, Y, Z; fewer are Nothing), Z outermost.
 
@@ -144,14 +196,18 @@ def plot_cells(base: GenerationRequest, axes: Sequence[Axis], options: PlotOptio
     for axis in (x, y, z):
         if axis.type.kind == "replace":
             _check_search(base, axis)
-    cells = []
+    count = len(x.values) * len(y.values) * len(z.values)
+    if count > MAX_CELLS:
+        raise ValueError(f"{count} cells, more than {MAX_CELLS}: use fewer values")
+    cells, start = [], base.replace(seed=seed)
     for iz, vz in enumerate(z.values):
         for iy, vy in enumerate(y.values):
             for ix, vx in enumerate(x.values):
-                cell_seed = seed if seed is None else seed + _seed_offset((ix, iy, iz), (x, y), options.vary_seeds)
-                cells.append(_cell(base.replace(seed=cell_seed), (ix, iy, iz), ((x, vx), (y, vy), (z, vz))))
-    if len(cells) > MAX_CELLS:
-        raise ValueError(f"{len(cells)} cells, more than {MAX_CELLS}: use fewer values")
+                cell = _cell(start, (ix, iy, iz), ((x, vx), (y, vy), (z, vz)))
+                offset = _seed_offset((ix, iy, iz), (x, y), options.vary_seeds)  # after the axes, as A1111
+                if offset and cell.request.seed is not None:
+                    cell = Cell(cell.at, cell.request.replace(seed=cell.request.seed + offset), cell.model)
+                cells.append(cell)
     used = [(name, a) for name, a in zip("XYZ", (x, y, z), strict=True) if a.type.kind != "nothing"]
     fields = [("Script", "X/Y/Z plot")]
     for name, a in used:
@@ -207,22 +263,66 @@ def _cell(request: GenerationRequest, at: tuple[int, int, int], settings: Sequen
             changes["sampler"] = value
         elif kind == "lora":
             changes["loras"] = {**changes.get("loras", request.loras), axis.type.lora: value}
-        elif kind == "names":
-            changes[axis.type.field] = (value,)
+        elif kind == "names":  # A1111 adds the value's styles to the request's own
+            added = tuple(name.strip() for name in value.split(",") if name.strip())
+            changes[axis.type.field] = (*changes.get(axis.type.field, request.styles), *added)
         else:
             changes[axis.type.field] = value
     if schedule is not None or "sampler" in changes:
-        changes["sampler"] = from_any(changes.get("sampler", request.sampler), schedule).sampler or None
+        changes["sampler"] = _sampler(changes.get("sampler", request.sampler), schedule)
     return Cell(at, request.replace(**changes), model)
 
 
+def _sampler(sampler: str | None, schedule: str | None) -> str | None:
+    """Our sampler for a (sampler, schedule) pair of the axes; a schedule needs a sampler to apply to,
+    and one our sampler cannot run is refused (a plot would otherwise label cells that do not differ)."""
+    if schedule is not None and not sampler:
+        raise ValueError("Schedule type: choose a sampler (in the form or on another axis) for the schedule to apply to")
+    resolved = from_any(sampler, schedule)
+    if resolved.note:
+        raise ValueError(f"Schedule type: {resolved.note}")
+    return resolved.sampler or None
+
+
 # ---------------------------------------------------------------- running
+class ScriptStop:
+    """Stops one script from outside, as a job's cancel does (an HTTP caller that went away): the
+    cells not started are not submitted, the running ones stop after their step."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[Job, Engine] = {}
+        self.stopped = False
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped = True
+            running = list(self._jobs.items())
+        for job, engine in running:
+            engine.cancel(job)
+
+    def submit(self, engine: Engine, cell: Cell, caller: Caller, since: float) -> Job | None:
+        """The cell's job, unless stopped already (then None); CancelledBeforeStart when the caller
+        pressed Stop after `since`."""
+        with self._lock:
+            if self.stopped:
+                return None
+            job = engine.submit(cell.request, caller, unless_stopped_since=since)
+            self._jobs[job] = engine
+            return job
+
+    def done(self, job: Job) -> None:
+        with self._lock:
+            self._jobs.pop(job, None)
+
+
 def run_script(
     engine: Engine,
     cells: Sequence[Cell],
     layout: Layout,
     caller: Caller | None = None,
     progress: Callable[[int, int], None] | None = None,
+    stop: ScriptStop | None = None,
 ) -> ScriptResult:
     """Run every cell through `engine` (as many at once as it runs), then draw the grid.
 
@@ -232,10 +332,16 @@ def run_script(
     if any(c.model for c in cells) and not engine.can_switch:
         raise ValueError(f"a Checkpoint name axis switches models: {engine.switch_off_reason}")
     model = engine.model_info()
+    for name in {c.model for c in cells if c.model}:
+        engine.find_model(name)  # every model can load here: RequestError naming the model and what can
     for cell in cells:
         if cell.model is None:
             model.serving(cell.request).accept(cell.request)
-    run = _Run(engine, caller, len(cells), progress)
+    pixels = sum((c.request.width or model.default_width) * (c.request.height or model.default_height) for c in cells)
+    if pixels > MAX_GRID_PIXELS:
+        raise ValueError(f"the grid would have {pixels / 1e6:.0f} megapixels, more than {MAX_GRID_PIXELS // 10**6}: "
+                         "use fewer values or a smaller size")  # fmt: skip
+    run = _Run(engine, caller, len(cells), progress, stop or ScriptStop())
     loaded_before = model.model_name
     try:
         for name, group in _by_model(cells):
@@ -246,9 +352,22 @@ def run_script(
                 run.models_loaded += 1
             run.all(group)
     finally:
-        if run.models_loaded and engine.model_info().model_name != loaded_before:
-            engine.load_model(loaded_before)
+        _load_back(engine, loaded_before, run)
     return _finish(cells, layout, run)
+
+
+def _load_back(engine: Engine, name: str, run: _Run) -> None:
+    """The model loaded before the plot, loaded again (A1111 restores the checkpoint too); one that is
+    not in the catalog (a MODEL_ID outside MODELS_DIR and the recipes) cannot be named: said, not hidden."""
+    if not run.models_loaded or engine.model_info().model_name == name:
+        return
+    try:
+        engine.find_model(name)
+    except ValueError:
+        run.warnings.append(f"{engine.model_info().model_name} stays loaded: {name}, loaded before the plot, "
+                            "is not one of the models that can be loaded by name")  # fmt: skip
+        return
+    engine.load_model(name)
 
 
 def _by_model(cells: Sequence[Cell]) -> list[tuple[str | None, list[Cell]]]:
@@ -260,40 +379,65 @@ def _by_model(cells: Sequence[Cell]) -> list[tuple[str | None, list[Cell]]]:
 
 
 class _Run:
-    """The cells in flight: at most the engine's concurrency at once; Stop seen between cells too."""
+    """The cells in flight: at most as many as the engine runs at once and the caller may have; Stop
+    seen between cells too (a Stop after the script started ends it; a cell that ran out of its time
+    budget does not)."""
 
-    def __init__(self, engine: Engine, caller: Caller, total: int, progress: Callable[[int, int], None] | None):
-        self.engine, self.caller, self.total, self.progress = engine, caller, total, progress
+    def __init__(self, engine: Engine, caller: Caller, total: int, progress: Callable[[int, int], None] | None,
+                 stop: ScriptStop):  # fmt: skip
+        self.engine, self.caller, self.total, self.progress, self.stop = engine, caller, total, progress, stop
         self.results: dict[tuple[int, int, int], GenerationResult] = {}
         self.models_loaded = 0
+        self.warnings: list[str] = []
         self.stopped = False
-        self._stops = engine.stops(caller)
+        self.since = time.monotonic()
         self._lock = threading.Lock()
 
     def all(self, cells: Sequence[Cell]) -> None:
-        width = max(1, min(self.engine.backend.concurrency, self.engine.admission.per_caller))
+        mine = sum(job.caller.key == self.caller.key for job in self.engine.jobs())
+        room = self.engine.admission.per_caller - mine  # the caller's other jobs keep their places
+        width = max(1, min(self.engine.backend.concurrency, room))
         with ThreadPoolExecutor(width, thread_name_prefix="plot-cell") as pool:  # each cell in the caller's context
             for future in [pool.submit(contextvars.copy_context().run, self.one, cell) for cell in cells]:
                 future.result()  # a cell's error ends the script, raised here
 
     def one(self, cell: Cell) -> None:
-        if self.stopped or self.engine.stops(self.caller) != self._stops:
+        if self.stopped:
+            return
+        try:
+            job = self.stop.submit(self.engine, cell, self.caller, self.since)
+        except CancelledBeforeStart:  # a Stop since the script started
+            self.stopped = True
+            return
+        except (TooManyJobs, QueueFull) as exc:  # the server is busy: keep what finished, say why it ended
+            self._refused(exc)
+            return
+        if job is None:
             self.stopped = True
             return
         try:
-            result = self.engine.submit(cell.request, self.caller).result()
+            result = job.result()
         except CancelledBeforeStart:
             self.stopped = True
             return
         except BaseException:
             self.stopped = True  # the cells not started yet are not submitted
             raise
+        finally:
+            self.stop.done(job)
         with self._lock:
             self.results[cell.at] = result
-            self.stopped = self.stopped or result.cancelled
+            self.stopped = self.stopped or (result.cancelled and not job.timed_out)
             done = len(self.results)
         if self.progress is not None:
             self.progress(done, self.total)
+
+    def _refused(self, exc: Exception) -> None:
+        with self._lock:
+            self.stopped = True
+            if not self.results:
+                raise exc  # nothing made: the refusal is the answer
+            self.warnings.append(f"ended early: {exc}")
 
 
 def _finish(cells: Sequence[Cell], layout: Layout, run: _Run) -> ScriptResult:
@@ -311,7 +455,7 @@ def _finish(cells: Sequence[Cell], layout: Layout, run: _Run) -> ScriptResult:
         grid = sub_grids[0] if len(sub_grids) == 1 else join_grids(sub_grids, layout.zs, legend=layout.legend, margin=layout.margin)
     first = next((run.results[c.at].metadata[0] for c in cells if c.at in run.results and run.results[c.at].metadata), {})
     meta = {**first, "script": layout.fields} if first else {}
-    warnings = sorted({w for r in run.results.values() for w in r.warnings})
+    warnings = sorted({w for r in run.results.values() for w in r.warnings}) + run.warnings
     if run.stopped and len(run.results) < len(cells):
         warnings.append(f"stopped: {len(run.results)} of {len(cells)} cell(s) finished")
     return ScriptResult(grid, sub_grids, list(cells), run.results, meta, warnings, run.stopped, run.models_loaded)

@@ -32,6 +32,7 @@ MAX_MATRIX_PARTS = 8  # 2**8 = 256 images: A1111 has no cap, but more is a misty
 PROMPT_TYPES = ("positive", "negative")
 DELIMITERS = {"comma": ", ", "space": " "}
 POSITIONS = ("start", "end")
+LINES_PROMPT = "(each line's prompt)"  # the request's prompt while its caller gave none beside the lines
 
 
 # ---------------------------------------------------------------- Prompt matrix

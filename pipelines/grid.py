@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from PIL import Image, ImageDraw, ImageFont
 
 Box = tuple[int, int, int, int]
-MIN_FONT_SIZE = 10  # below this the default font stops being legible
+MIN_FONT_SIZE = 14  # below this the default font runs letters together ("Euler a" reads "Eulera" at 10)
 MISSING_CELL = (128, 128, 128)  # a cell a stopped plot never made: flat grey, so the layout stays
 BACKGROUND = (255, 255, 255)
 INK = (0, 0, 0)

@@ -1,10 +1,12 @@
-"""A1111's scripts through its API (issue 44): the X/Y/Z plot, prompt matrix and prompts from file, driven
-by the real `webuiapi` client and raw HTTP against the app as `python app.py` builds it."""
+"""Scripts through the APIs (issue 44): A1111's X/Y/Z plot, prompt matrix and prompts from file, driven by
+the real `webuiapi` client and raw HTTP, and the Gradio `/xyz_plot` endpoint through gradio_client,
+against the app as `python app.py` builds it."""
 
 from __future__ import annotations
 
 import base64
 import io
+import json
 
 import httpx
 import pytest
@@ -68,6 +70,8 @@ def test_prompt_matrix_returns_the_grid_and_every_combination(http):
     assert len(images) == 1 + 2
     prompts = [parse_a1111(i.info["parameters"])["prompt"] for i in images[1:]]
     assert prompts == ["a red circle", "a red circle, on a blue background"]
+    info = json.loads(answer.json()["info"])  # A1111's: the lists describe the images after the grid
+    assert info["index_of_first_image"] == 1 and info["all_prompts"] == prompts and info["all_seeds"] == [21, 21]
 
 
 def test_prompts_from_textbox_runs_each_line_with_its_options(http):
@@ -76,6 +80,8 @@ def test_prompts_from_textbox_runs_each_line_with_its_options(http):
     answer = http.post("/txt2img", json=body)
     assert answer.status_code == 200, answer.text
     params = [parse_a1111(decoded(b).info["parameters"]) for b in answer.json()["images"]]
+    info = json.loads(answer.json()["info"])
+    assert info["prompt"] == "a green square on a white background" and info["index_of_first_image"] == 0
     assert [(p["prompt"], p["steps"]) for p in params] == [
         ("a green square on a white background", 6), ("a red circle on a blue background", 4)]  # fmt: skip
     assert params[1]["guidance_scale"] == 3
@@ -102,3 +108,73 @@ def test_a_wrong_script_is_refused_naming_what(http, name, args, loc, message):
     assert answer.status_code == 422, answer.text
     detail = answer.json()["detail"][0]
     assert detail["loc"] == ["body", loc] and message in detail["msg"]
+
+
+def test_img2img_xyz_plot_varies_the_image_guidance(http):
+    """The img2img tab's own axes: Image CFG Scale is index 6 there (the embedded editor takes it)."""
+    from models.train.world import draw, random_scene
+
+    picture = io.BytesIO()
+    draw(random_scene(__import__("random").Random(3))).save(picture, format="PNG")
+    args = [6, "1.5, 3", None, 0, "", None, 0, "", None, True, True, False, False, False, False, False, 0, False]
+    body = {"init_images": [base64.b64encode(picture.getvalue()).decode()], "prompt": PROMPT,
+            "script_name": "x/y/z plot", "script_args": args, **SMALL}  # fmt: skip
+    answer = http.post("/img2img", json=body)
+    assert answer.status_code == 200, answer.text
+    images = [decoded(b) for b in answer.json()["images"]]
+    assert len(images) == 1 + 2
+    assert [parse_a1111(i.info["parameters"])["image_guidance_scale"] for i in images[1:]] == [1.5, 3.0]
+    assert parse_a1111(images[0].info["parameters"])["extra"]["X Type"] == "Image CFG Scale"
+    assert images[1].tobytes() != images[2].tobytes()
+
+
+def test_gradio_xyz_plot_endpoint_gives_the_grid_and_the_images_of_generate(app):
+    from gradio_client import Client
+
+    client = Client(app.local_url, verbose=False)
+    request = dict(prompt=PROMPT, num_images=1, width=64, height=64, seed=5)
+    grid, cells, info = client.predict(**request, steps=4, x_type="Steps", x_values="2, 4", y_type="CFG Scale",
+                                       y_values="1, 7", api_name="/xyz_plot")  # fmt: skip
+    assert (info["cells"], info["finished"], info["cancelled"], info["seeds"]) == (4, 4, False, [5] * 4)
+    assert "X/Y/Z plot" in Image.open(grid).text["parameters"]
+    for k, (steps, cfg) in enumerate([(2, 1), (4, 1), (2, 7), (4, 7)]):
+        single, _ = client.predict(**request, steps=steps, guidance_scale=cfg, api_name="/generate")
+        assert Image.open(cells[k]["image"]).tobytes() == Image.open(single[0]["image"]).tobytes(), (steps, cfg)
+    with pytest.raises(Exception, match="Steps: '0': 0 is out of range"):
+        client.predict(**request, x_type="Steps", x_values="0, 4", api_name="/xyz_plot")
+
+
+def test_a_client_that_goes_away_stops_its_plot(app, http, monkeypatch):
+    """The first cell is held at its second step until it is cancelled: leaving must stop it there and
+    start no further cell (without the stop the hold runs out, then every cell runs)."""
+    from tests.sync import HoldAtStep, send_and_leave, until
+
+    backend = app.studio.engine.backend
+    hold = HoldAtStep(backend.generate, step=2)
+    started: list[int] = []
+
+    def generate(request, *args):
+        started.append(request.seed)
+        return hold(request, *args)
+
+    monkeypatch.setattr(backend, "generate", generate)
+    args = [1, "1-6", None, *XYZ_ARGS[3:]]
+    args[3:5] = [0, ""]  # X = Seed 1..6 only
+    body = {"prompt": PROMPT, "script_name": "x/y/z plot", "script_args": args, **SMALL, "steps": 10}
+    connection = send_and_leave(str(http.base_url).rstrip("/") + "/txt2img", body)
+    assert hold.reached.wait(120), "the first cell never reached its second step"
+    connection.close()
+    assert hold.finished.wait(120) and hold.stopped_early(), hold
+    assert until(lambda: http.get("/progress").json()["state"]["job_count"] == 0)
+    assert len(started) < 6, started
+
+
+def test_a_z_axis_gives_one_grid_per_value_joined_then_each_sub_grid(http):
+    args = [4, "2, 4", None, 0, "", None, 6, "1, 7", None, True, False, True, False, False, False, False, 0, False]
+    answer = http.post("/txt2img", json={"prompt": PROMPT, "script_name": "x/y/z plot", "script_args": args, **SMALL})
+    assert answer.status_code == 200, answer.text
+    joined, *subs = [decoded(b) for b in answer.json()["images"]]
+    assert len(subs) == 2  # "Include Sub Grids", no cell images
+    assert joined.width >= sum(s.width for s in subs) and joined.height > subs[0].height  # side by side, Z titles above
+    extra = parse_a1111(joined.info["parameters"])["extra"]
+    assert (extra["X Type"], extra["Z Type"], extra["Z Values"]) == ("Steps", "CFG Scale", "1, 7")

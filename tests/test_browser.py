@@ -545,8 +545,8 @@ def test_send_to_generate_restores_the_step_cache_and_reruns_with_it(browser, tm
 
 
 def test_xyz_plot_of_sampler_by_cfg_in_the_browser(browser, served):
-    """The X/Y/Z plot accordion: Sampler x CFG over the form's request gives one labelled grid (its
-    PNG says so) and the four cells in the gallery."""
+    """The Scripts accordion: Sampler x CFG over the form's request gives one labelled grid (its PNG
+    says so) and the four cells in the gallery; then prompts from the textbox, one request a line."""
     from playwright.sync_api import expect
 
     from pipelines.pnginfo import parse_a1111
@@ -559,7 +559,7 @@ def test_xyz_plot_of_sampler_by_cfg_in_the_browser(browser, served):
     number = page.locator("#num-images input[type=number]")
     number.fill("1")
     number.press("Enter")
-    page.get_by_role("button", name="X/Y/Z plot").click()
+    page.get_by_role("button", name="Scripts: X/Y/Z plot, prompt matrix, prompts from file").first.click()
     _choose(page, "xyz-x-type", "Sampler")
     page.locator("#xyz-x-values textarea").fill("Euler a, Euler")  # closes the X list (the Y list has the same labels)
     page.locator("#xyz-y-type input").click()
@@ -577,4 +577,11 @@ def test_xyz_plot_of_sampler_by_cfg_in_the_browser(browser, served):
     assert len(grids) == 1, grids
     extra = parse_a1111(Image.open(grids[0]).text["parameters"])["extra"]
     assert (extra["X Type"], extra["X Values"], extra["Y Type"]) == ("Sampler", "Euler a, Euler", "CFG Scale")
+    # Prompts from file: the form's prompt left empty, each line is a request of its own
+    page.locator("#prompt textarea").fill("")
+    _choose(page, "script", "Prompts from file or textbox")
+    page.locator("#lines-text textarea").fill('a green square on a white background\n--prompt "a yellow triangle" --steps 3')
+    page.get_by_role("button", name="Run prompts").click()
+    expect(page.locator("#xyz-info")).to_contain_text("2 of 2 cell(s)", timeout=240_000)
+    expect(page.locator("#gallery img")).to_have_count(2)
     page.close()

@@ -6,7 +6,6 @@ import threading
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from devices import DeviceManager
 from engine import Caller, Engine
@@ -14,7 +13,7 @@ from engine.axes import axis_types, find_axis, parse_values, split_values
 from engine.plots import Axis, PlotOptions, plot_cells, run_script
 from pipelines import GenerationRequest, ImagePipeline, read_metadata
 from pipelines.metadata import save_png
-from pipelines.pnginfo import parse_a1111, read_png_info
+from pipelines.pnginfo import read_png_info
 from pipelines.pool import DevicePool
 from tests.sync import HoldAtStep, in_thread
 
@@ -80,6 +79,10 @@ def test_values_are_read_as_a1111_writes_them(name, text, want):
         ("Size", "32", "expected WIDTHxHEIGHT"),
         ("Hires steps", "10", "Hires steps cannot vary here: hires fix is not offered here yet"),
         ("Steps", "", "Steps: no values"),
+        ("Steps", "5-1", "Steps: no values in '5-1' (a range down needs a negative step"),
+        ("Seed", "1-1000000000", "Seed: '1-1000000000': 1000000000 values, more than 100"),
+        ("CFG Scale", "1-2 [100000000000]", "100000000000 values, more than 100"),
+        ("Denoising", "0.3", "Denoising cannot vary here: text-to-image has no denoising strength"),
     ],
 )
 def test_bad_values_are_refused_naming_the_axis(name, text, message):
@@ -97,7 +100,7 @@ def test_cells_apply_each_axis_and_share_one_seed():
     assert [c.at for c in cells] == [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)]  # X fastest
     assert [(c.request.steps, c.request.guidance_scale) for c in cells] == [(2, 1.0), (3, 1.0), (2, 4.0), (3, 4.0)]
     assert len({c.request.seed for c in cells}) == 1 and cells[0].request.seed is not None
-    assert layout.xs == ["Steps: 2", "Steps: 3"] and layout.ys == ["CFG Scale: 1", "CFG Scale: 4"]
+    assert layout.xs == ["Steps: 2", "Steps: 3"] and layout.ys == ["CFG Scale: 1.0", "CFG Scale: 4.0"]  # A1111's
     assert layout.fields == [("Script", "X/Y/Z plot"), ("X Type", "Steps"), ("X Values", "2, 3"),
                              ("Y Type", "CFG Scale"), ("Y Values", "1, 4")]  # fmt: skip
 
@@ -126,12 +129,27 @@ def test_prompt_sr_replaces_in_prompt_and_negative_and_checks_the_search_term():
 def test_sampler_and_schedule_axes_make_our_sampler_name():
     cells, _ = plot_cells(base(), [axis("Sampler", "DPM++ 2M"), axis("Schedule type", "Karras, Uniform")], PlotOptions())
     assert [c.request.sampler for c in cells] == ["DPM++ 2M Karras", "DPM++ 2M"]
+    with pytest.raises(ValueError, match="Schedule type: choose a sampler"):  # else every cell is the same image
+        plot_cells(base(), [axis("Schedule type", "Karras, Uniform")], PlotOptions())
+    with pytest.raises(ValueError, match="Schedule type: schedule Exponential"):
+        plot_cells(base(sampler="Euler"), [axis("Schedule type", "Exponential")], PlotOptions())
+
+
+def test_a_seed_axis_with_vary_seeds_adds_the_offset_after_the_axis():
+    cells, _ = plot_cells(base(), [axis("Seed", "10, 20"), axis("Steps", "2, 3")], PlotOptions(vary_seeds=(False, True, False)))
+    assert [c.request.seed for c in cells] == [10, 20, 11, 21]  # A1111's
+
+
+def test_a_styles_axis_adds_to_the_requests_styles():
+    cells, layout = plot_cells(base(styles=("night",)), [axis("Styles", "plain, a, b")], PlotOptions())
+    assert [c.request.styles for c in cells] == [("night", "plain"), ("night", "a"), ("night", "b")]
+    assert layout.xs == ["Styles: plain", "Styles: a", "Styles: b"]
 
 
 def test_a_lora_axis_sets_that_loras_scale():
     cells, layout = plot_cells(base(), [axis("LoRA: paint", "0, 0.5 ", loras=["paint"])], PlotOptions())
     assert [c.request.loras for c in cells] == [{"paint": 0.0}, {"paint": 0.5}]
-    assert layout.xs == ["LoRA: paint: 0", "LoRA: paint: 0.5"]
+    assert layout.xs == ["LoRA: paint: 0.0", "LoRA: paint: 0.5"]
 
 
 # ---------------------------------------------------------------- running on the engine
@@ -154,10 +172,19 @@ def test_each_cell_is_the_image_of_the_same_single_request(pipe, tmp_path):
         left, _, right, _ = grid.cell_boxes[(label.index, 0)]
         assert left <= (label.box[0] + label.box[2]) / 2 <= right
     path = save_png(grid.image, result.meta, tmp_path / "grid.png")
-    shown = read_png_info(path)  # the PNG info tab's reader
-    extra = parse_a1111(shown["raw"] if shown["source"] == "a1111" else Image.open(path).text["parameters"])["extra"]
+    extra = read_png_info(path)["parameters"]["extra"]  # what the PNG info tab reads
     assert read_metadata(path)["parameters"]["steps"] == 1  # the first cell's own fields
     assert (extra["Script"], extra["X Type"], extra["X Values"], extra["Y Values"]) == ("X/Y/Z plot", "Steps", "1, 2", "1, 5")
+
+
+def test_a_plot_runs_all_its_cells_when_the_caller_may_have_one_job(pipe):
+    """QUEUE_PER_USER=1: each next cell is submitted as the last one ends, never refused as a second job."""
+    from engine import Admission
+
+    engine = Engine(pipe, Admission(per_caller=1))
+    cells, layout = plot_cells(base(steps=1), [axis("Seed", "1-40")], PlotOptions())
+    result = run_script(engine, cells, layout, Caller(session="s"))
+    assert len(result.results) == 40 and not result.cancelled and not result.warnings
 
 
 def test_a_bad_cell_is_refused_before_any_cell_runs(pipe, monkeypatch):
@@ -221,5 +248,32 @@ def test_a_pool_of_two_runs_two_cells_at_once_with_the_same_images(tiny_model_di
         assert most[0] == 2
         for cell in cells:
             assert result.results[cell.at].images[0].tobytes() == pipe.generate(cell.request).images[0].tobytes()
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow  # three tiny models
+def test_a_checkpoint_axis_loads_each_model_once_and_the_first_one_back(tmp_path):
+    from engine.jobs import Switching
+    from tests.tiny_model import save_tiny_pipeline
+
+    models = tmp_path / "models"
+    for name in ("tiny-a", "tiny-b", "tiny-c"):
+        save_tiny_pipeline(models / name)
+    pool = DevicePool.from_pretrained(str(models / "tiny-a"), devices="cpu")
+    try:
+        engine = Engine(pool, switching=Switching(allowed=True, models_dir=models))
+        loads: list[str] = []
+        load = pool.load_model
+        pool.load_model = lambda source, progress=None: (loads.append(str(source)), load(source, progress))[1]
+        before = engine.model_info().model_name
+        cells, layout = plot_cells(base(), [axis("Checkpoint name", "tiny-b, tiny-c"), axis("CFG Scale", "1, 7")], PlotOptions())
+        result = run_script(engine, cells, layout)
+        assert [m["model"] for c in cells for m in result.results[c.at].metadata] == ["tiny-b", "tiny-c"] * 2
+        assert len(loads) == 3 and result.models_loaded == 2  # b, c, then the model loaded before
+        assert engine.model_info().model_name == before
+        with pytest.raises(ValueError, match="tiny-x"):
+            run_script(engine, *plot_cells(base(), [axis("Checkpoint name", "tiny-b, tiny-x")], PlotOptions()))
+        assert len(loads) == 3  # refused before any switch
     finally:
         pool.close()

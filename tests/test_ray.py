@@ -284,3 +284,20 @@ def test_a_model_switch_reaches_every_replica_and_a_failed_one_keeps_the_old_mod
     assert ray.get(backend.board.settled.remote(backend.app_args["deploy_id"]))  # a restart now fails, not falls back
     assert backend.load_model(str(tiny_model_dir)).model_name == tiny_model_dir.name
     assert backend.generate(request()).metadata[0]["model"] == tiny_model_dir.name
+
+
+def test_an_xyz_plot_runs_its_cells_on_both_replicas(backend, local):
+    """A plot's cells are requests to the engine: Ray's two replicas take two at once; each cell is the
+    in-process image of the same request."""
+    from engine import Engine
+    from engine.axes import axis_types, find_axis
+    from engine.plots import Axis, PlotOptions, plot_cells, run_script
+
+    types = axis_types("txt2img")
+    axes = [Axis.of(find_axis(types, "Seed"), "1-2"), Axis.of(find_axis(types, "CFG Scale"), "1, 7")]
+    cells, layout = plot_cells(request(num_images=1), axes, PlotOptions())
+    result = run_script(Engine(backend), cells, layout)
+    assert len(result.results) == 4 and result.grid is not None
+    assert len({result.results[c.at].metadata[0]["replica"] for c in cells}) == 2
+    for cell in cells:
+        assert_same(result.results[cell.at], local.generate(cell.request))

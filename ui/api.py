@@ -1,5 +1,5 @@
-"""The public API: /generate (keyword parameters as raw JSON), /stop (per caller or job id), /status,
-/models and /load_model (switching, where allowed).
+"""The public API: /generate (keyword parameters as raw JSON), /xyz_plot (the same, plus the plot's axes
+and options), /stop (per caller or job id), /status, /models and /load_model (switching, where allowed).
 
 `/generate`'s parameters are the request schema's fields of the Generate tab (`ui.fields.parameters`),
 each a hidden input named by Gradio's own `inputs_kwargs`; their values arrive raw (checked by the
@@ -8,12 +8,16 @@ schema, `engine.inputs.read`, not by UI sliders).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import gradio as gr
 
+from engine.plots import PLOT_PARAMETERS, PlotOptions, named_plot
+from pipelines import GenerationRequest
 from pipelines.request import spec
+from ui import plot_panel
 from ui.fields import FORM_ONLY, api_name, parameters
 from ui.form import FIRST_VALUES
 from ui.status import status_json
@@ -71,6 +75,52 @@ def generate_endpoint(studio: Studio):
     return api_generate
 
 
+def plot_inputs() -> dict[str, Any]:
+    """`/xyz_plot`'s own parameters (engine.plots.PLOT_PARAMETERS) as hidden inputs: axes as text,
+    options as JSON (their defaults: PlotOptions')."""
+    defaults = dataclasses.asdict(PlotOptions())
+    out: dict[str, Any] = {}
+    for name in PLOT_PARAMETERS:
+        if name.endswith(("_type", "_values")):
+            what = "an axis label (GET /sdapi/v1/script-info lists them) or A1111's index" if name.endswith("_type") else (
+                "A1111's values: 1, 4, 7 | 1-5 | 1-9 (+2) | 10-20 [3] | Euler a, DPM++ 2M | 512x768")  # fmt: skip
+            out[name] = gr.Textbox(value="Nothing" if name.endswith("_type") else "", label=f"{name}: {what}", visible=False)
+        else:
+            value = list(defaults[name]) if name == "vary_seeds" else defaults[name]
+            out[name] = gr.JSON(value=json.dumps(value), label=name, visible=False)
+    return out
+
+
+def plot_endpoint(studio: Studio):
+    """`/xyz_plot`'s function: `/generate`'s parameters, then the plot's."""
+
+    def api_xyz_plot(request: gr.Request, progress=gr.Progress(), **values: Any):
+        """An X/Y/Z plot of /generate's request: up to three axes (x_type + x_values, y_..., z_...), every
+        combination one request; returns the labelled grid, each cell's images and a summary (seeds,
+        cells finished, warnings). Stop (/stop) ends it with the finished cells."""
+        named = {name: values[name] if name.endswith(("_type", "_values")) else _json(values[name]) for name in PLOT_PARAMETERS}
+        flat = {field: values[field] for field in parameters("generate")}
+
+        def make(base: GenerationRequest):
+            return named_plot(base, "txt2img", studio.info.loras, named)[:2]
+
+        base = lambda _v: studio.request(flat, studio.limits)  # noqa: E731
+        out = plot_panel.run_cells(studio, plot_panel.cells_of(base, {}, make), request, progress)
+        return out["grid"], out["cells"], out["info"]
+
+    return api_xyz_plot
+
+
+def _json(value: Any) -> Any:
+    """A hidden JSON input's value: Gradio hands over the JSON text as sent, or the parsed value."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
 def edit_endpoint(studio: Studio):
     """`/edit`'s function: the files, then the Edit tab's fields by their published names."""
 
@@ -103,6 +153,12 @@ def wire(studio: Studio) -> None:
     gr.Button(visible=False).click(
         edit_endpoint(studio), inputs=[files], inputs_kwargs=hidden_inputs("edit", parameters("edit")),
         outputs=edited, api_name="edit", **queue,
+    )  # fmt: skip
+    plotted = [gr.Image(visible=False, type="filepath", format="png"), gr.Gallery(visible=False, format="png"),
+               gr.JSON(visible=False)]  # fmt: skip
+    gr.Button(visible=False).click(
+        plot_endpoint(studio), inputs=[], inputs_kwargs={**hidden_inputs("generate", parameters("generate")), **plot_inputs()},
+        outputs=plotted, api_name="xyz_plot", **queue,
     )  # fmt: skip
     _wire_control(studio)
 

@@ -7,6 +7,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
+from ui import plot_panel
 from ui.form import Form, wire_step_cache
 from ui.studio import Studio
 from ui.text import info_line, vocabulary_markdown
@@ -70,6 +71,7 @@ def build(studio: Studio) -> dict[str, Any]:
                     "Edit", variant="primary", elem_id="edit-btn", interactive=info.edit or info.image_to_image
                 )
                 c["stop"] = gr.Button("Stop", variant="stop")
+            plot_panel.build(studio, c, "edit")
         with gr.Column(scale=3, min_width=360):
             c["gallery"] = gr.Gallery(
                 label="Inputs and results", elem_id="edit-gallery", columns=4, height=430, format="png",
@@ -89,6 +91,7 @@ def wire(studio: Studio, e: dict[str, Any]) -> None:
         yield from answers(studio.edit(form.read(v), v[e["files"]], request, progress))
 
     wire_step_cache(e)
+    plot_panel.wire(studio, e, "edit")
     e["run"].click(
         ui_edit,
         {e["files"], *form.inputs},

@@ -63,7 +63,7 @@ def build(studio: Studio) -> dict[str, Any]:
                 form.add("step_cache")
                 form.add("step_cache_threshold", info="higher skips more steps (faster, further from the uncached image)")
                 form.add_rest()  # the LoRAs, and any field new to the schema
-            plot_panel.build(studio, c)
+            plot_panel.build(studio, c, "generate")
         with gr.Column(scale=3, min_width=360):
             c["gallery"] = gr.Gallery(
                 label="Images", elem_id="gallery", columns=4, height=430, format="png",
@@ -90,7 +90,7 @@ def wire(studio: Studio, g: dict[str, Any]) -> None:
                 yield gallery, info_line(result), paths, result.info()
 
     wire_step_cache(g)
-    plot_panel.wire(studio, g)
+    plot_panel.wire(studio, g, "generate")
     if studio.counts_tokens:
         g["prompt"].change(studio.token_count, g["prompt"], g["tokens"], api_visibility="private", queue=False)
     g["run"].click(

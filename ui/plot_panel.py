@@ -1,21 +1,24 @@
-"""The X/Y/Z plot on the Generate tab: up to three axes over the form's request, one labelled grid.
+"""The Scripts accordion of the Generate and Edit tabs: X/Y/Z plot, prompt matrix, prompts from a file.
 
-The form's values are the plot's base request; each axis names a parameter (engine.axes: A1111's
-labels, then our own fields and each LoRA) and its values as A1111 writes them (`1-5 (+2)`, `Euler a,
-DPM++ 2M`, `512x512`). The cells run through the engine like any request, side by side on a pool;
-Stop ends the plot with the finished cells; the grid and every cell image are saved with their
-metadata (so they are in History and can be sent back to the form).
+The tab's form (and, on Edit, its input images) is the request each script varies (engine.plots,
+engine.prompt_scripts: A1111's semantics). The cells run through the engine like any request,
+side by side on a pool; Stop ends the script with the finished cells; the grid and every cell
+image are saved with their metadata (so they are in History and can be sent back to a form).
+On Edit the plot offers A1111's img2img axes (Denoising, Image CFG Scale, ...).
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from engine.axes import axis_types, find_axis
-from engine.plots import Axis, PlotOptions, plot_cells, run_script
+from engine.axes import axis_types
+from engine.plots import Cell, Layout, named_plot, run_script
+from engine.prompt_scripts import LINES_PROMPT, POSITIONS, prompt_matrix_cells, prompts_from_text_cells
+from pipelines import GenerationRequest
 from pipelines.fields import RequestError
 from ui.callers import caller_of
 from ui.form import Form
@@ -23,62 +26,120 @@ from ui.studio import Studio
 from ui.text import refuse
 
 log = logging.getLogger(__name__)
+MODES = {"generate": "txt2img", "edit": "img2img"}
 PLACEHOLDERS = {"x": "e.g. 10-30 (+10)  ·  Euler a, DPM++ 2M  ·  512x512, 768x512", "y": "e.g. 1, 4, 7", "z": ""}
+MAX_TEXT_FILE = 1 << 20  # a prompts file: text, one prompt per line
+SCRIPTS = ("X/Y/Z plot", "Prompt matrix", "Prompts from file or textbox")  # A1111's Script picker, its names
+GROUPS = ("group_xyz", "group_matrix", "group_lines")
 
 
-def build(studio: Studio, c: dict[str, Any]) -> None:
-    """The accordion (inside the Generate tab's settings column)."""
-    names = [t.name for t in axis_types("txt2img", studio.info.loras) if t.kind != "off"]
-    with gr.Accordion("X/Y/Z plot", open=False, elem_id="xyz-plot"):
-        for axis in "xyz":
+def _id(tab: str, name: str) -> str:
+    return name if tab == "generate" else f"{tab}-{name}"
+
+
+def build(studio: Studio, c: dict[str, Any], tab: str) -> None:
+    """The accordion, in the tab's settings column; its components go into `c` under "xyz_*" names."""
+    info = studio.info if tab == "generate" else studio.info.for_edits  # the model serving the tab's requests
+    names = [t.name for t in axis_types(MODES[tab], info.loras) if t.kind != "off"]
+    with gr.Accordion("Scripts: X/Y/Z plot, prompt matrix, prompts from file", open=False, elem_id=_id(tab, "scripts")):
+        c["script"] = gr.Dropdown(list(SCRIPTS), value=SCRIPTS[0], label="Script", elem_id=_id(tab, "script"))
+        with gr.Group(visible=True) as c["group_xyz"]:
+            for axis in "xyz":
+                with gr.Row():
+                    c[f"xyz_{axis}_type"] = gr.Dropdown(
+                        names, value="Seed" if axis == "x" else "Nothing", label=f"{axis.upper()} type",
+                        elem_id=_id(tab, f"xyz-{axis}-type"), scale=1,
+                    )  # fmt: skip
+                    c[f"xyz_{axis}_values"] = gr.Textbox(
+                        label=f"{axis.upper()} values", placeholder=PLACEHOLDERS[axis],
+                        elem_id=_id(tab, f"xyz-{axis}-values"), scale=2,
+                    )  # fmt: skip
             with gr.Row():
-                c[f"xyz_{axis}_type"] = gr.Dropdown(
-                    names, value="Seed" if axis == "x" else "Nothing", label=f"{axis.upper()} type",
-                    elem_id=f"xyz-{axis}-type", scale=1,
-                )  # fmt: skip
-                c[f"xyz_{axis}_values"] = gr.Textbox(
-                    label=f"{axis.upper()} values", placeholder=PLACEHOLDERS[axis], elem_id=f"xyz-{axis}-values", scale=2
-                )
-        with gr.Row():
-            c["xyz_legend"] = gr.Checkbox(True, label="Draw legend", elem_id="xyz-legend")
-            c["xyz_keep_seeds"] = gr.Checkbox(False, label="Keep -1 for seeds", elem_id="xyz-keep-seeds")
-            c["xyz_margin"] = gr.Slider(0, 100, 0, step=2, label="Grid margins (px)", elem_id="xyz-margin")
-        c["xyz_run"] = gr.Button("Run X/Y/Z plot", elem_id="xyz-run")
-        c["xyz_grid"] = gr.Image(label="Grid", type="filepath", format="png", elem_id="xyz-grid", interactive=False)
-        c["xyz_info"] = gr.Markdown(elem_id="xyz-info")
+                c["xyz_legend"] = gr.Checkbox(True, label="Draw legend")
+                c["xyz_keep_seeds"] = gr.Checkbox(False, label="Keep -1 for seeds")
+                c["xyz_margin"] = gr.Slider(0, 100, 0, step=2, label="Grid margins (px)")
+            c["xyz_run"] = gr.Button("Run X/Y/Z plot", elem_id=_id(tab, "xyz-run"))
+        with gr.Group(visible=False) as c["group_matrix"]:
+            gr.Markdown("Write `a red circle | on a blue background | large`: each part after the first is in or out.")
+            with gr.Row():
+                c["matrix_at_start"] = gr.Checkbox(False, label="Put variable parts at start of prompt")
+                c["matrix_seeds"] = gr.Checkbox(False, label="Use different seed for each picture")
+            with gr.Row():
+                c["matrix_prompt"] = gr.Radio(["positive", "negative"], value="positive", label="Select prompt")
+                c["matrix_join"] = gr.Radio(["comma", "space"], value="comma", label="Select joining char")
+            c["matrix_run"] = gr.Button("Run prompt matrix", elem_id=_id(tab, "matrix-run"))
+        with gr.Group(visible=False) as c["group_lines"]:
+            c["lines_file"] = gr.File(label="A .txt file (or write below)", file_types=[".txt"], type="filepath", height=80)
+            c["lines_text"] = gr.Textbox(label="List of prompt inputs", lines=4, elem_id=_id(tab, "lines-text"),
+                                         placeholder='one per line; --prompt "a cat" --steps 20 --cfg_scale 7 sets a line\'s own')  # fmt: skip
+            with gr.Row():
+                c["lines_iterate"] = gr.Checkbox(False, label="Iterate seed every line")
+                c["lines_same"] = gr.Checkbox(False, label="Use same random seed for all lines")
+                c["lines_position"] = gr.Radio(list(POSITIONS), value="start", label="Insert prompts at the")
+            c["lines_run"] = gr.Button("Run prompts", elem_id=_id(tab, "lines-run"))
+        c["xyz_grid"] = gr.Image(label="Grid", type="filepath", format="png", elem_id=_id(tab, "xyz-grid"), interactive=False)
+        c["xyz_info"] = gr.Markdown(elem_id=_id(tab, "xyz-info"))
 
 
-def wire(studio: Studio, c: dict[str, Any]) -> None:
+def wire(studio: Studio, c: dict[str, Any], tab: str) -> None:
     form: Form = c["form"]
-    own = [c[f"xyz_{a}_{part}"] for a in "xyz" for part in ("type", "values")]
-    options = [c["xyz_legend"], c["xyz_keep_seeds"], c["xyz_margin"]]
+    files = [c["files"]] if tab == "edit" else []
+    outputs = [c["xyz_grid"], c["gallery"], c["xyz_info"]]
+    event = dict(show_progress_on=[c["xyz_info"]], api_visibility="private", concurrency_id="generate",
+                 concurrency_limit=None)  # fmt: skip  # the engine admits and queues each cell
+
+    def base(v: dict, lines: bool = False) -> GenerationRequest:
+        raw = form.read(v)
+        if lines and not str(raw.get("prompt") or "").strip():  # the lines carry the prompts
+            raw["prompt"] = LINES_PROMPT
+        return studio.request(raw, studio.limits) if tab == "generate" else studio.edit_request(raw, v[c["files"]])
+
+    def loras() -> tuple[str, ...]:
+        return (studio.info if tab == "generate" else studio.info.for_edits).loras
 
     def ui_plot(v: dict, request: gr.Request, progress=gr.Progress()):
-        axes = [(v[c[f"xyz_{a}_type"]], v[c[f"xyz_{a}_values"]]) for a in "xyz"]
-        chosen = PlotOptions(legend=bool(v[c["xyz_legend"]]), margin=int(v[c["xyz_margin"]] or 0),
-                             keep_random_seeds=bool(v[c["xyz_keep_seeds"]]))  # fmt: skip
-        return plot(studio, form.read(v), axes, chosen, request, progress)
+        named = {f"{a}_{part}": v[c[f"xyz_{a}_{part}"]] for a in "xyz" for part in ("type", "values")}
+        named.update(legend=v[c["xyz_legend"]], keep_random_seeds=v[c["xyz_keep_seeds"]], margin=v[c["xyz_margin"]])
+        make = lambda b: named_plot(b, MODES[tab], loras(), named)[:2]  # noqa: E731
+        return answer(run_cells(studio, cells_of(base, v, make), request, progress))
 
-    c["xyz_run"].click(
-        ui_plot,
-        {*form.inputs, *own, *options},
-        [c["xyz_grid"], c["gallery"], c["xyz_info"]],
-        show_progress_on=[c["xyz_info"]],
-        api_visibility="private",
-        concurrency_id="generate",
-        concurrency_limit=None,  # the engine admits and queues each cell
-    )
+    def ui_matrix(v: dict, request: gr.Request, progress=gr.Progress()):
+        flags = [v[c[k]] for k in ("matrix_at_start", "matrix_seeds", "matrix_prompt", "matrix_join")]
+        make = lambda b: prompt_matrix_cells(b, *flags, margin=int(v[c["xyz_margin"]] or 0))  # noqa: E731
+        return answer(run_cells(studio, cells_of(base, v, make), request, progress))
+
+    def ui_lines(v: dict, request: gr.Request, progress=gr.Progress()):
+        text = _file_text(v[c["lines_file"]]) + (v[c["lines_text"]] or "")
+        flags = [v[c[k]] for k in ("lines_iterate", "lines_same", "lines_position")]
+        own = "" if not str(form.read(v).get("prompt") or "").strip() else None  # none: each line's alone
+
+        def make(b: GenerationRequest):
+            return prompts_from_text_cells(b, text, *flags, base_prompt=own)
+
+        return answer(run_cells(studio, cells_of(lambda vv: base(vv, lines=True), v, make), request, progress, grid=False))
+
+    own = (c[k] for k in c if k.startswith(("xyz_", "matrix_", "lines_")) and not k.endswith("_run"))
+    inputs = {*form.inputs, *files, *own} - set(outputs)
+    groups = [c[g] for g in GROUPS]
+    c["script"].change(lambda name: [gr.update(visible=name == s) for s in SCRIPTS], c["script"], groups,
+                       api_visibility="private", queue=False)  # fmt: skip
+    c["xyz_run"].click(ui_plot, inputs, outputs, **event)
+    c["matrix_run"].click(ui_matrix, inputs, outputs, **event)
+    c["lines_run"].click(ui_lines, inputs, outputs, **event)
 
 
-def plot(studio: Studio, raw: dict[str, Any], axes: list[tuple[str, str]], options: PlotOptions, request, progress):
-    """Run the plot of the form's request; (grid path, gallery of the cells, a summary line)."""
+def cells_of(base: Any, v: dict, make: Any) -> tuple[list[Cell], Layout]:
+    """A script's cells from the tab's request; a refused value as the tab's error message."""
     try:
-        base = studio.request(raw, studio.limits)
-        types = axis_types("txt2img", studio.info.loras)
-        chosen = [Axis.of(find_axis(types, name), text) for name, text in axes if name and name != "Nothing"]
-        cells, layout = plot_cells(base, chosen, options)
+        return make(base(v))
     except (ValueError, RequestError) as exc:
         raise refuse(str(exc)) from exc
+
+
+def run_cells(studio: Studio, made: tuple[list[Cell], Layout], request: Any, progress: Any, grid: bool = True) -> dict:
+    """Run a script's cells (progress counts cells) and save what came back: the grid first, then
+    each cell's images. {"grid": path | None, "cells": [(path, caption)], "info": {...}}."""
+    cells, layout = made
 
     def step(done: int, total: int) -> None:
         progress(done / total, desc=f"cell {done}/{total}")
@@ -88,12 +149,33 @@ def plot(studio: Studio, raw: dict[str, Any], axes: list[tuple[str, str]], optio
         done = run_script(studio.engine, cells, layout, caller_of(request), step)
     except (ValueError, RequestError) as exc:
         raise refuse(str(exc)) from exc
-    result = done.as_result(grid=True, lone_images=True)
+    result = done.as_result(grid=grid, lone_images=True)
     if not result.images:
-        raise refuse("the plot was stopped before any cell finished")
+        raise refuse("stopped before any cell finished")
     paths = studio.save(result, request)
-    cells_shown = [(p, f"seed {s}") for p, s in zip(paths[1:], result.seeds[1:], strict=True)]
-    summary = f"{len(done.results)} of {len(cells)} cell(s)" + (" · stopped" if done.cancelled else "")
-    if done.warnings:
-        summary += " · " + "; ".join(done.warnings[:3])
-    return paths[0], cells_shown, summary
+    first = 1 if grid and done.grid is not None else 0
+    info = {"cells": len(cells), "finished": len(done.results), "cancelled": done.cancelled,
+            "models_loaded": done.models_loaded, "warnings": done.warnings, "seeds": result.seeds[first:]}  # fmt: skip
+    captions = [(p, f"seed {s}") for p, s in zip(paths[first:], result.seeds[first:], strict=True)]
+    return {"grid": paths[0] if first else None, "cells": captions, "info": info}
+
+
+def answer(out: dict) -> tuple[Any, Any, str]:
+    """The accordion's outputs: the grid, the cells in the tab's gallery, a summary line."""
+    info = out["info"]
+    summary = f"{info['finished']} of {info['cells']} cell(s)" + (" · stopped" if info["cancelled"] else "")
+    if info["warnings"]:
+        summary += " · " + "; ".join(info["warnings"][:3])
+    return out["grid"], out["cells"], summary
+
+
+def _file_text(path: str | None) -> str:
+    """An uploaded prompts file's text (UTF-8), ending in a newline so the textbox's lines follow it."""
+    if not path:
+        return ""
+    data = Path(path).read_bytes()[:MAX_TEXT_FILE]
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise refuse("the prompts file is not UTF-8 text") from None
+    return text if text.endswith("\n") else text + "\n"

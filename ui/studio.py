@@ -48,6 +48,11 @@ class Studio:
         """The request of a tab's or an endpoint's flat values; the forms take one prompt per line."""
         return read({**flat, "prompt": one_prompt_per_line(flat.get("prompt"))}, limits)
 
+    def edit_request(self, raw: dict[str, Any], files: Any) -> GenerationRequest:
+        """The Edit tab's request: its fields, and the uploaded images checked from their headers."""
+        images = uploads.open_images(uploads.upload_paths(files, self.edit_limits), self.edit_limits)
+        return self.request({**raw, "init_images": images}, self.edit_limits)
+
     # ---------------------------------------------------------------- models
     def models(self) -> dict[str, Any]:
         """`/models`: what can be loaded (recipes, MODELS_DIR folders) and what is loaded now."""
@@ -156,8 +161,7 @@ class Studio:
 
     def edit(self, raw: dict[str, Any], files: Any, request: gr.Request | None, progress: gr.Progress | None):
         try:
-            images = uploads.open_images(uploads.upload_paths(files, self.edit_limits), self.edit_limits)
-            req = self.request({**raw, "init_images": images}, self.edit_limits)
+            req = self.edit_request(raw, files)
         except ValueError as exc:
             raise refuse(str(exc)) from exc
         result = yield from _previews(self.run(req, request, progress))

@@ -16,6 +16,7 @@ Documented for users in docs/a1111-api.md.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -27,7 +28,7 @@ from fastapi.responses import JSONResponse, Response
 from engine import AppSettings, Caller, Engine
 from engine.inputs import Limits
 from engine.jobs import CancelledBeforeStart, QueueFull, Refused, SwitchRefused, TooManyJobs
-from engine.plots import run_script
+from engine.plots import ScriptStop, run_script
 from pipelines import GenerationResult
 from pipelines.errors import PipelineError
 from pipelines.fields import RequestError
@@ -145,7 +146,7 @@ class A1111:
         parsed = parse.txt2img({**payload, "prompt": scripts.PLACEHOLDER} if no_prompt else payload, self.limits())
         parsed.warnings[:0] = switched
         if payload.get("script_name"):
-            return await self.script(parsed, payload, caller, "txt2img", no_prompt)
+            return await self.script(parsed, payload, caller, request, "txt2img")
         return await self.generate(parsed, payload, caller, request)
 
     async def img2img(self, request: Request, caller: Caller) -> dict[str, Any]:
@@ -156,7 +157,7 @@ class A1111:
         parsed = await asyncio.to_thread(parse.img2img, body, self.limits(), self.max_bytes)
         parsed.warnings[:0] = switched
         if payload.get("script_name"):
-            return await self.script(parsed, payload, caller, "img2img", no_prompt)
+            return await self.script(parsed, payload, caller, request, "img2img")
         return await self.generate(parsed, payload, caller, request)
 
     async def checkpoint(self, payload: dict[str, Any]) -> list[str]:
@@ -184,22 +185,28 @@ class A1111:
             log.info("A1111 request warnings: %s", "; ".join([*parsed.warnings, *result.warnings]))
         return await asyncio.to_thread(self.response, parsed, payload, result)
 
-    async def script(self, parsed: parse.Parsed, payload: dict[str, Any], caller: Caller, mode: str, no_prompt: bool) -> dict[str, Any]:
+    async def script(self, parsed: parse.Parsed, payload: dict[str, Any], caller: Caller, http: Request, mode: str):
         """`script_name`: the script's cells through the engine (a pool runs them side by side), the
         answer in A1111's order (grid, sub-grids, cell images)."""
+        no_prompt = scripts.needs_no_prompt(payload)
         name = scripts.find(str(payload["script_name"]))
-        args = payload.get("script_args", [])
-        script = scripts.build(name, args, parsed.request, mode, self.engine.model_info(), no_prompt)
-        done = await asyncio.to_thread(run_script, self.engine, script.cells, script.layout, caller)
+        args, model = payload.get("script_args", []), self.engine.model_info()
+        script = await asyncio.to_thread(scripts.build, name, args, parsed.request, mode, model, no_prompt)
+        stop = ScriptStop()
+        work = functools.partial(run_script, self.engine, script.cells, script.layout, caller, stop=stop)
+        done = await running.until_gone(work, http, stop.stop, f"script {name}")
         result = done.as_result(script.grid, script.sub_grids, script.lone_images)
         if parsed.warnings or result.warnings:
             log.info("A1111 script warnings: %s", "; ".join([*parsed.warnings, *result.warnings]))
-        return await asyncio.to_thread(self.response, parsed, payload, result)
+        grids = (1 + (len(done.sub_grids) if script.sub_grids else 0)) if script.grid and done.grid else 0
+        return await asyncio.to_thread(self.response, parsed, payload, result, grids)
 
-    def response(self, parsed: parse.Parsed, payload: dict[str, Any], result: GenerationResult) -> dict[str, Any]:
+    def response(
+        self, parsed: parse.Parsed, payload: dict[str, Any], result: GenerationResult, grids: int | None = None
+    ) -> dict[str, Any]:
         """A1111's answer. `parameters` echoes the request as A1111's request model holds it: its own
         fields only (a client's `auth`, `url` or any unknown key is not sent back), images only when
-        `include_init_images` asks."""
+        `include_init_images` asks. `grids`: a script's answer, whose first images are its grids."""
         own = parse.A1111_FIELDS["img2img" if "init_images" in payload else "txt2img"]
         echo = {k: v for k, v in payload.items() if k in own}
         if not payload.get("include_init_images"):
@@ -208,8 +215,12 @@ class A1111:
         return {
             "images": answers.images_b64(result) if send else [],
             "parameters": echo,
-            "info": answers.dumps(answers.info(parsed, result, self.model_hash())),
+            "info": answers.dumps(self.info(parsed, result, grids)),
         }
+
+    def info(self, parsed: parse.Parsed, result: GenerationResult, grids: int | None) -> dict[str, Any]:
+        info = answers.info(parsed, result, self.model_hash())
+        return info if grids is None else scripts.script_info_fields(info, result, grids)
 
     async def switch(self, name: str, loc: tuple[str, ...], warnings: list[str]) -> None:
         """Load the checkpoint `name` unless it is the loaded one; refused where switching is off (403),

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.axes import AxisType, axis_types, find_axis
-from engine.plots import Axis, Cell, Layout, PlotOptions, plot_cells
-from engine.prompt_scripts import prompt_matrix_cells, prompts_from_text_cells
-from pipelines import GenerationRequest
+from engine.plots import Cell, Layout, named_plot
+from engine.prompt_scripts import LINES_PROMPT, prompt_matrix_cells, prompts_from_text_cells
+from pipelines import GenerationRequest, GenerationResult
 from pipelines.backend import ModelInfo
 
 from .errors import WireError
@@ -55,7 +55,7 @@ def find(name: str) -> str:
     return wanted
 
 
-PLACEHOLDER = "(each line's prompt)"  # the request's prompt while A1111's client sent none beside the lines
+PLACEHOLDER = LINES_PROMPT  # the request's prompt while A1111's client sent none beside the lines
 
 
 def needs_no_prompt(payload: dict[str, Any]) -> bool:
@@ -104,27 +104,40 @@ def _xyz(args: list[Any], request: GenerationRequest, mode: str, model: ModelInf
         args = [*args[:13], False, False, False, *args[13:]]
     a = _padded(args, 18, [1, "", None, 0, "", None, 0, "", None, True, False, False, False, False, False, False, 0, False])
     types = axis_types(mode, model.loras)
-    axes = [_axis(types, a[3 * i], a[3 * i + 1], a[3 * i + 2], bool(a[17]), "XYZ"[i]) for i in range(3)]
-    options = PlotOptions(
-        legend=bool(a[9]), margin=_int(a[16]), keep_random_seeds=bool(a[12]),
-        vary_seeds=(bool(a[13]), bool(a[14]), bool(a[15])), include_lone_images=bool(a[10]), include_sub_grids=bool(a[11]),
-    )  # fmt: skip
-    cells, layout = plot_cells(request, axes, options)
+    named: dict[str, Any] = {}
+    for i, letter in enumerate("xyz"):
+        kind, text, dropdown = a[3 * i : 3 * i + 3]
+        named[f"{letter}_type"] = 0 if kind is None else kind
+        named[f"{letter}_values"] = _values(types, kind, text, dropdown, bool(a[17]))
+    named.update(legend=bool(a[9]), include_lone_images=bool(a[10]), include_sub_grids=bool(a[11]),
+                 keep_random_seeds=bool(a[12]), vary_seeds=[bool(v) for v in a[13:16]], margin=_int(a[16]))  # fmt: skip
+    cells, layout, options = named_plot(request, mode, model.loras, named)
     return Script(XYZ, cells, layout, sub_grids=options.include_sub_grids, lone_images=options.include_lone_images)
 
 
-def _axis(types: Sequence[AxisType], kind: Any, text: Any, dropdown: Any, csv_mode: bool, name: str) -> Axis:
-    """One axis: A1111 reads a dropdown axis's values from its picker list unless `csv_mode`; a client
-    that sends the text only is read from the text (A1111 would fail on the missing list)."""
+def _values(types: Sequence[AxisType], kind: Any, text: Any, dropdown: Any, csv_mode: bool) -> Any:
+    """An axis's values: A1111 reads a picker axis's from its list unless `csv_mode`; a client that
+    sends the text only is read from the text (A1111 would fail on the missing list)."""
     try:
         axis_type = find_axis(types, 0 if kind is None else kind)
-        if axis_type.kind == "nothing":
-            return Axis(axis_type, (None,))
-        if axis_type.kind in _CHOICE_KINDS and not csv_mode and isinstance(dropdown, list) and dropdown:
-            return Axis.of(axis_type, [str(v) for v in dropdown])
-        return Axis.of(axis_type, str(text or ""))
-    except ValueError as exc:
-        raise ValueError(f"{name} axis: {exc}") from None
+    except ValueError:
+        return text  # named_plot refuses the axis, naming it
+    if axis_type.kind in _CHOICE_KINDS and not csv_mode and isinstance(dropdown, list) and dropdown:
+        return [str(v) for v in dropdown]
+    return str(text or "")
+
+
+def script_info_fields(info: dict[str, Any], result: GenerationResult, grids: int) -> dict[str, Any]:
+    """A1111's `info` for a script's answer: the images after the grids are the ones its lists describe
+    (A1111 lists no prompt or seed for a grid, and `index_of_first_image` is 1 after one), each with
+    the prompt it was made with (a prompt matrix or a file's lines differ from the request's)."""
+    metas, seeds = result.metadata[grids:], result.seeds[grids:]
+    out = {**info, "index_of_first_image": 1 if grids else 0, "all_seeds": seeds, "all_subseeds": seeds,
+           "all_prompts": [m.get("prompt", "") for m in metas],
+           "all_negative_prompts": [m.get("negative_prompt") or "" for m in metas]}  # fmt: skip
+    if info.get("prompt") == PLACEHOLDER:
+        out["prompt"] = metas[0].get("prompt", "") if metas else ""
+    return out
 
 
 # ---------------------------------------------------------------- listings

@@ -14,6 +14,7 @@ import base64
 import io
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from PIL import Image
@@ -42,26 +43,32 @@ async def run_job(
 
 
 async def wait(engine: Engine, job: Job, http_request: Any = None) -> GenerationResult:
-    result = _result_future(job)
+    return await until_gone(job.result, http_request, lambda: engine.cancel(job), f"job {job.id}")
+
+
+async def until_gone(work: Callable[[], Any], http_request: Any, on_gone: Callable[[], None], what: str) -> Any:
+    """`work()`'s value, run on a thread of its own, or ClientGone after calling `on_gone` when the
+    client disconnects first (a job: cancelled; a script: its cells stopped)."""
+    result = _on_thread(work, what)
     watchers = {result}
     if http_request is not None:
         watchers.add(asyncio.ensure_future(_disconnected(http_request)))
     try:
         done, _ = await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
         if result not in done:
-            engine.cancel(job)
-            log.info("client went away: job %s cancelled", job.id)
+            on_gone()
+            log.info("client went away: %s cancelled", what)
             raise ClientGone("the client disconnected")
         return result.result()
     finally:
         for watcher in watchers - {result}:
             watcher.cancel()
-        if not result.done():  # the job ends after its current step; nobody reads its result
+        if not result.done():  # the work ends after its current step; nobody reads its result
             result.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
-def _result_future(job: Job) -> asyncio.Future:
-    """The job's result as a future, waited for on a thread of its own: not one of the event loop's
+def _on_thread(work: Callable[[], Any], what: str) -> asyncio.Future:
+    """`work()` as a future, waited for on a thread of its own: not one of the event loop's
     default executor threads (a few on a small machine), which QUEUE_SIZE waiting calls would all
     hold, starving every other `to_thread` (image decoding and encoding) behind them."""
     loop = asyncio.get_running_loop()
@@ -73,13 +80,13 @@ def _result_future(job: Job) -> asyncio.Future:
 
     def follow() -> None:
         try:
-            outcome, failed = job.result(), False
+            outcome, failed = work(), False
         except BaseException as exc:  # handed to the awaiting coroutine, which raises it
             outcome, failed = exc, True
         if not loop.is_closed():  # a closed loop has no caller left to tell
             loop.call_soon_threadsafe(settle, outcome, failed)
 
-    threading.Thread(target=follow, name=f"wait-{job.id}", daemon=True).start()
+    threading.Thread(target=follow, name=f"wait-{what}", daemon=True).start()
     return future
 
 
