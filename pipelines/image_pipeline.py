@@ -120,6 +120,7 @@ class ImagePipeline:
 
     def __init__(self, pipe: Any, device_manager: DeviceManager, options: PipelineOptions, source: str):
         self.pipe = pipe
+        self._own_scheduler: Any = None  # the model's own while a request runs with another swapped in
         self.dm = device_manager
         self.options = options
         self.source = source
@@ -240,9 +241,16 @@ class ImagePipeline:
         return model_setup.describe(self)
 
     @property
+    def own_scheduler(self) -> Any:
+        """The model's own scheduler, also while a request runs with another sampler swapped in: what
+        the model offers and defaults to must not follow another caller's request (a request naming
+        the running one's sampler would read as "the model's own" and lose it)."""
+        return self._own_scheduler if self._own_scheduler is not None else self.pipe.scheduler
+
+    @property
     def scheduler_name(self) -> str:
         """The model's own sampler, by its A1111 name where one exists (else the scheduler class)."""
-        return samplers.current(self.pipe.scheduler).name
+        return samplers.current(self.own_scheduler).name
 
     # ------------------------------------------------------------------ as a GenerationBackend
     capabilities = Capabilities(previews=True, switch_models=False, count_tokens=True)
@@ -402,7 +410,7 @@ class ImagePipeline:
         samplers.check_steps(
             request.sampler or self.scheduler_name,
             request.steps or self.default_steps,
-            samplers.minima(self.pipe.scheduler),
+            samplers.minima(self.own_scheduler),
         )
         self.check_task(request)
         request = self._styled(pin_seed(request).with_defaults(self))
@@ -410,7 +418,7 @@ class ImagePipeline:
             inpaint.binary_mask(request.inpaint.mask, request.inpaint.invert_mask)
         ):
             return self._unchanged(request, item_range)
-        scheduler = samplers.build(self.pipe.scheduler, request.sampler) if request.sampler else None
+        scheduler = samplers.build(self.own_scheduler, request.sampler) if request.sampler else None
         count_now = count if count is not None else request.total_images
 
         def report(step: int, total: int, image: int) -> None:
@@ -422,11 +430,13 @@ class ImagePipeline:
             self.activity = f"{count_now} image(s), starting"
             own = self.pipe.scheduler
             if scheduler is not None:
+                self._own_scheduler = own  # first: a reader never sees the swapped one as the model's
                 self._use_scheduler(scheduler)
             try:
                 return self._generate(request, report, should_cancel, item_range, preview)
             finally:
                 self._use_scheduler(own)
+                self._own_scheduler = None
                 self.activity = "idle"
 
     def _unchanged(self, request: GenerationRequest, item_range: tuple[int, int] | None) -> GenerationResult:

@@ -23,6 +23,11 @@ XYZ_ARGS = [9, "", ["Euler a", "Euler"], 6, "1, 7", None, 0, "", None,
             True, True, False, False, False, False, False, 0, False]  # fmt: skip
 
 
+def seed_axis(values: str) -> list:
+    """A1111's 18 X/Y/Z arguments for X = Seed (index 1) only, with the cell images after the grid."""
+    return [1, values, None, 0, "", None, 0, "", None, True, True, False, False, False, False, False, 0, False]
+
+
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
     if not embedded_model_available():
@@ -61,16 +66,13 @@ def test_webuiapi_xyz_plot_of_sampler_by_cfg_returns_the_grid_then_each_cell(api
         assert plot.images[1 + k].tobytes() == single.image.tobytes(), (sampler, cfg)
 
 
-def test_prompt_matrix_returns_the_grid_and_every_combination(http):
-    body = {"prompt": "a red circle | on a blue background", "script_name": "Prompt matrix",
-            "script_args": [False, False, "positive", "comma", 0], **SMALL}  # fmt: skip
-    answer = http.post("/txt2img", json=body)
-    assert answer.status_code == 200, answer.text
-    images = [decoded(b) for b in answer.json()["images"]]
-    assert len(images) == 1 + 2
-    prompts = [parse_a1111(i.info["parameters"])["prompt"] for i in images[1:]]
+def test_webuiapi_prompt_matrix_returns_the_grid_and_every_combination(api):
+    matrix = api.txt2img(prompt="a red circle | on a blue background", script_name="Prompt matrix",
+                         script_args=[False, False, "positive", "comma", 0], **SMALL)  # fmt: skip
+    assert len(matrix.images) == 1 + 2
+    prompts = [parse_a1111(i.info["parameters"])["prompt"] for i in matrix.images[1:]]
     assert prompts == ["a red circle", "a red circle, on a blue background"]
-    info = json.loads(answer.json()["info"])  # A1111's: the lists describe the images after the grid
+    info = matrix.info  # A1111's: the lists describe the images after the grid
     assert info["index_of_first_image"] == 1 and info["all_prompts"] == prompts and info["all_seeds"] == [21, 21]
 
 
@@ -158,9 +160,7 @@ def test_a_client_that_goes_away_stops_its_plot(app, http, monkeypatch):
         return hold(request, *args)
 
     monkeypatch.setattr(backend, "generate", generate)
-    args = [1, "1-6", None, *XYZ_ARGS[3:]]
-    args[3:5] = [0, ""]  # X = Seed 1..6 only
-    body = {"prompt": PROMPT, "script_name": "x/y/z plot", "script_args": args, **SMALL, "steps": 10}
+    body = {"prompt": PROMPT, "script_name": "x/y/z plot", "script_args": seed_axis("1-6"), **SMALL, "steps": 10}
     connection = send_and_leave(str(http.base_url).rstrip("/") + "/txt2img", body)
     assert hold.reached.wait(120), "the first cell never reached its second step"
     connection.close()
@@ -178,3 +178,37 @@ def test_a_z_axis_gives_one_grid_per_value_joined_then_each_sub_grid(http):
     assert joined.width >= sum(s.width for s in subs) and joined.height > subs[0].height  # side by side, Z titles above
     extra = parse_a1111(joined.info["parameters"])["extra"]
     assert (extra["X Type"], extra["Z Type"], extra["Z Values"]) == ("Steps", "CFG Scale", "1, 7")
+
+
+@pytest.mark.slow  # a second app, with two replicas
+def test_a_plot_on_a_pool_of_two_replicas_runs_two_cells_at_once_with_the_single_request_images(tmp_path):
+    """PREFERRED_DEVICE=cpu CPU_REPLICAS=2, as a user starts it: the cells run side by side."""
+    import threading
+
+    import webuiapi
+
+    env = {"PREFERRED_DEVICE": "cpu", "CPU_REPLICAS": "2", "ALLOW_MODEL_SWITCH": "0"}
+    with running_app(DEFAULT_MODEL, tmp_path, env=env) as (demo, backend):
+        pool = backend.main
+        assert len(pool.replicas) == 2
+        running, most, lock = set(), [0], threading.Lock()
+        generate = pool.generate
+
+        def counted(request, *args):
+            with lock:
+                running.add(threading.get_ident())
+                most[0] = max(most[0], len(running))
+            try:
+                return generate(request, *args)
+            finally:
+                with lock:
+                    running.discard(threading.get_ident())
+
+        pool.generate = counted
+        api = webuiapi.WebUIApi(host="127.0.0.1", port=int(demo.local_url.split(":")[2].strip("/")), sampler="Euler a", steps=6)
+        plot = api.txt2img(prompt=PROMPT, script_name="x/y/z plot", script_args=seed_axis("1-4"), **{**SMALL, "steps": 10})
+        assert most[0] == 2 and len(plot.images) == 1 + 4
+        for k, seed in enumerate(range(1, 5)):  # each cell kept its sampler while the other replica ran
+            single = api.txt2img(prompt=PROMPT, **{**SMALL, "steps": 10, "seed": seed})
+            assert parse_a1111(plot.images[1 + k].info["parameters"])["sampler"] == "Euler a"
+            assert plot.images[1 + k].tobytes() == single.image.tobytes(), seed

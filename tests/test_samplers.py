@@ -157,3 +157,34 @@ def test_each_minimum_in_the_table_runs_and_one_step_fewer_fails(config):
         if need > 1:
             with pytest.raises(ValueError, match="could not be broadcast"):
                 samplers._sample_gaussian(prediction, alphas, samplers.build(own, sampler.name), need - 1)
+
+
+def test_a_running_requests_sampler_is_not_taken_for_the_models_own(text_to_image):
+    """While a request runs with another sampler swapped in, the model still reports its own, and a
+    second request naming the running one's sampler keeps it. Before, `model_info()` read the swapped
+    scheduler, so `accept` took "Euler a" for the model's own, dropped it, and that request (a plot's
+    next cell, another user's) ran with DPM++ 2M, labelled as such."""
+    import threading
+
+    from tests.sync import in_thread
+
+    own = text_to_image.model_info().scheduler
+    other = "Euler a" if own != "Euler a" else "Euler"
+    reached, release = threading.Event(), threading.Event()
+
+    def hold(step: int, _total: int, _image: int) -> None:
+        if step == 1:
+            reached.set()
+            release.wait(60)
+
+    request = GenerationRequest(prompt="a red circle on a blue background", steps=3, seed=1, sampler=other)
+    running = in_thread(text_to_image.generate, request, hold)
+    try:
+        assert reached.wait(120), "the request never reached its first step"
+        info = text_to_image.model_info()
+        assert info.scheduler == own and other in info.samplers
+        assert info.accept(request).sampler == other
+    finally:
+        release.set()
+    assert running.result(timeout=120).metadata[0]["sampler"] == other
+    assert text_to_image.model_info().scheduler == own
