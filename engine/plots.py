@@ -24,8 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from PIL import Image
-
 from pipelines import GenerationRequest, GenerationResult
 from pipelines.grid import Grid, draw_grid, join_grids
 from pipelines.request import RANDOM_SEED_SPACE
@@ -91,11 +89,6 @@ class ScriptResult:
     warnings: list[str] = field(default_factory=list)
     cancelled: bool = False
     models_loaded: int = 0
-
-    @property
-    def images(self) -> list[Image.Image]:
-        """Every cell's images, in cell order (A1111's "include lone images")."""
-        return [image for cell in self.cells for image in self.results.get(cell.at, _EMPTY).images]
 
     def as_result(self, grid: bool = True, sub_grids: bool = False, lone_images: bool = True) -> GenerationResult:
         """The script's images as one result, in A1111's order: the grid, the sub-grids (one per Z
