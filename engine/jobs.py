@@ -268,14 +268,10 @@ class Engine:
                 self._cancel(job)
         return {"running": len(running), "queued": len(dropped)}
 
-    def stopped_since(self, caller: Caller, since: float) -> bool:
-        """Whether a Stop reached `caller` (its session's, or its key's) after `since` (time.monotonic()):
-        a script of many jobs (engine.plots) sees a Stop that came between two of its jobs."""
-        with self._changed:
-            return self._stopped_after(caller, since)
-
     def _stopped_after(self, caller: Caller, since: float) -> bool:
-        """(lock held)"""
+        """(lock held) Whether a Stop reached `caller` (its session's, or its key's) after `since`
+        (time.monotonic()): `submit(unless_stopped_since=)` lets a script of many jobs see a Stop that
+        came between two of its jobs."""
         latest = max(self._stopped_at.get((caller.session, caller.user), 0.0), self._stopped_at.get(caller.key, 0.0))
         return latest > since
 

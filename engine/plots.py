@@ -34,6 +34,7 @@ from .jobs import Caller, CancelledBeforeStart, Engine, Job, QueueFull, TooManyJ
 
 log = logging.getLogger(__name__)
 MAX_CELLS = 1000  # one script's requests: a mistyped range should not queue a day of work
+MAX_MARGIN = 500  # px between a grid's tiles (A1111's slider)
 MAX_GRID_PIXELS = 200 * 10**6  # A1111's default grid limit (img_max_size_mp): the grid is one image in memory
 NOTHING = AxisType("Nothing", "nothing")
 
@@ -151,15 +152,15 @@ def named_plot(
 
 
 def _options(values: Mapping[str, Any]) -> PlotOptions:
-    """PlotOptions from named values: flags as JSON booleans, the margin 0..500 px, vary_seeds three flags."""
+    """PlotOptions from named values: flags as JSON booleans, the margin 0..MAX_MARGIN px, vary_seeds three flags."""
     out: dict[str, Any] = {}
     for name in ("legend", "keep_random_seeds", "include_lone_images", "include_sub_grids"):
         if values.get(name) is not None:
             out[name] = _flag(values[name], name)
     if values.get("margin") not in (None, ""):
         margin = values["margin"]
-        if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= 500:
-            raise ValueError(f"margin: {str(margin)[:40]!r} is not a number of pixels 0..500")
+        if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= MAX_MARGIN:
+            raise ValueError(f"margin: {str(margin)[:40]!r} is not a number of pixels 0..{MAX_MARGIN}")
         out["margin"] = int(margin)
     vary = values.get("vary_seeds")
     if vary is not None:

@@ -10,6 +10,8 @@
   fast machine as on a slow one: a long job and a sleep only make that likely.
 - `until(condition)` polls a condition with a bound: for state that settles a moment after the
   event the test waited for (a job leaves the engine's running set just after its answer is sent).
+- `AtOnce` wraps a backend's `generate` and records the most calls that ran at the same time (cells
+  of a plot on a pool of replicas).
 - `send_and_leave` sends an HTTP request and returns the open connection, for the test to close
   (the client going away) when it chooses.
 """
@@ -25,6 +27,26 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 from urllib.parse import urlsplit
+
+
+class AtOnce:
+    """A backend's `generate` that counts how many of its calls run at the same time (`most`)."""
+
+    def __init__(self, generate: Callable[..., Any]):
+        self._generate = generate
+        self._lock = threading.Lock()
+        self._running: set[int] = set()
+        self.most = 0
+
+    def __call__(self, request, *args, **kwargs):
+        with self._lock:
+            self._running.add(threading.get_ident())
+            self.most = max(self.most, len(self._running))
+        try:
+            return self._generate(request, *args, **kwargs)
+        finally:
+            with self._lock:
+                self._running.discard(threading.get_ident())
 
 
 def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:

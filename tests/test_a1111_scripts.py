@@ -183,31 +183,18 @@ def test_a_z_axis_gives_one_grid_per_value_joined_then_each_sub_grid(http):
 @pytest.mark.slow  # a second app, with two replicas
 def test_a_plot_on_a_pool_of_two_replicas_runs_two_cells_at_once_with_the_single_request_images(tmp_path):
     """PREFERRED_DEVICE=cpu CPU_REPLICAS=2, as a user starts it: the cells run side by side."""
-    import threading
-
     import webuiapi
+
+    from tests.sync import AtOnce
 
     env = {"PREFERRED_DEVICE": "cpu", "CPU_REPLICAS": "2", "ALLOW_MODEL_SWITCH": "0"}
     with running_app(DEFAULT_MODEL, tmp_path, env=env) as (demo, backend):
         pool = backend.main
         assert len(pool.replicas) == 2
-        running, most, lock = set(), [0], threading.Lock()
-        generate = pool.generate
-
-        def counted(request, *args):
-            with lock:
-                running.add(threading.get_ident())
-                most[0] = max(most[0], len(running))
-            try:
-                return generate(request, *args)
-            finally:
-                with lock:
-                    running.discard(threading.get_ident())
-
-        pool.generate = counted
+        pool.generate = counted = AtOnce(pool.generate)
         api = webuiapi.WebUIApi(host="127.0.0.1", port=int(demo.local_url.split(":")[2].strip("/")), sampler="Euler a", steps=6)
         plot = api.txt2img(prompt=PROMPT, script_name="x/y/z plot", script_args=seed_axis("1-4"), **{**SMALL, "steps": 10})
-        assert most[0] == 2 and len(plot.images) == 1 + 4
+        assert counted.most == 2 and len(plot.images) == 1 + 4
         for k, seed in enumerate(range(1, 5)):  # each cell kept its sampler while the other replica ran
             single = api.txt2img(prompt=PROMPT, **{**SMALL, "steps": 10, "seed": seed})
             assert parse_a1111(plot.images[1 + k].info["parameters"])["sampler"] == "Euler a"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -15,7 +13,7 @@ from pipelines import GenerationRequest, ImagePipeline, read_metadata
 from pipelines.metadata import save_png
 from pipelines.pnginfo import read_png_info
 from pipelines.pool import DevicePool
-from tests.sync import HoldAtStep, in_thread
+from tests.sync import AtOnce, HoldAtStep, in_thread
 
 PROMPT = "a red circle on a blue background"
 TXT = axis_types("txt2img")
@@ -228,24 +226,10 @@ def test_a_pool_of_two_runs_two_cells_at_once_with_the_same_images(tiny_model_di
     pool = DevicePool.from_pretrained(str(tiny_model_dir), devices="cpu,cpu")
     try:
         engine = Engine(pool)
-        running, most = set(), [0]
-        lock = threading.Lock()
-        generate = pool.generate
-
-        def counted(request, *args):
-            with lock:
-                running.add(threading.get_ident())
-                most[0] = max(most[0], len(running))
-            try:
-                return generate(request, *args)
-            finally:
-                with lock:
-                    running.discard(threading.get_ident())
-
-        pool.generate = counted
+        pool.generate = counted = AtOnce(pool.generate)
         cells, layout = plot_cells(base(steps=4), [axis("Seed", "1, 2, 3"), axis("CFG Scale", "1, 5, 9")], PlotOptions())
         result = run_script(engine, cells, layout)
-        assert most[0] == 2
+        assert counted.most == 2
         for cell in cells:
             assert result.results[cell.at].images[0].tobytes() == pipe.generate(cell.request).images[0].tobytes()
     finally:

@@ -104,8 +104,8 @@ def plot_endpoint(studio: Studio):
         def make(base: GenerationRequest):
             return named_plot(base, "txt2img", studio.info.loras, named)[:2]
 
-        base = lambda _v: studio.request(flat, studio.limits)  # noqa: E731
-        out = plot_panel.run_cells(studio, plot_panel.cells_of(base, {}, make), request, progress)
+        made = plot_panel.cells_of(lambda: studio.request(flat, studio.limits), make)
+        out = plot_panel.run_cells(studio, made, request, progress)
         return out["grid"], out["cells"], out["info"]
 
     return api_xyz_plot

@@ -10,6 +10,7 @@ On Edit the plot offers A1111's img2img axes (Denoising, Image CFG Scale, ...).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +102,12 @@ def wire(studio: Studio, c: dict[str, Any], tab: str) -> None:
         named = {f"{a}_{part}": v[c[f"xyz_{a}_{part}"]] for a in "xyz" for part in ("type", "values")}
         named.update(legend=v[c["xyz_legend"]], keep_random_seeds=v[c["xyz_keep_seeds"]], margin=v[c["xyz_margin"]])
         make = lambda b: named_plot(b, MODES[tab], loras(), named)[:2]  # noqa: E731
-        return answer(run_cells(studio, cells_of(base, v, make), request, progress))
+        return answer(run_cells(studio, cells_of(lambda: base(v), make), request, progress))
 
     def ui_matrix(v: dict, request: gr.Request, progress=gr.Progress()):
         flags = [v[c[k]] for k in ("matrix_at_start", "matrix_seeds", "matrix_prompt", "matrix_join")]
         make = lambda b: prompt_matrix_cells(b, *flags, margin=int(v[c["xyz_margin"]] or 0))  # noqa: E731
-        return answer(run_cells(studio, cells_of(base, v, make), request, progress))
+        return answer(run_cells(studio, cells_of(lambda: base(v), make), request, progress))
 
     def ui_lines(v: dict, request: gr.Request, progress=gr.Progress()):
         text = _file_text(v[c["lines_file"]]) + (v[c["lines_text"]] or "")
@@ -116,7 +117,7 @@ def wire(studio: Studio, c: dict[str, Any], tab: str) -> None:
         def make(b: GenerationRequest):
             return prompts_from_text_cells(b, text, *flags, base_prompt=own)
 
-        return answer(run_cells(studio, cells_of(lambda vv: base(vv, lines=True), v, make), request, progress, grid=False))
+        return answer(run_cells(studio, cells_of(lambda: base(v, lines=True), make), request, progress, grid=False))
 
     own = (c[k] for k in c if k.startswith(("xyz_", "matrix_", "lines_")) and not k.endswith("_run"))
     inputs = {*form.inputs, *files, *own} - set(outputs)
@@ -128,10 +129,10 @@ def wire(studio: Studio, c: dict[str, Any], tab: str) -> None:
     c["lines_run"].click(ui_lines, inputs, outputs, **event)
 
 
-def cells_of(base: Any, v: dict, make: Any) -> tuple[list[Cell], Layout]:
-    """A script's cells from the tab's request; a refused value as the tab's error message."""
+def cells_of(base: Callable[[], GenerationRequest], make: Any) -> tuple[list[Cell], Layout]:
+    """A script's cells (`make`) from the request `base()` reads; a refused value as the tab's error message."""
     try:
-        return make(base(v))
+        return make(base())
     except (ValueError, RequestError) as exc:
         raise refuse(str(exc)) from exc
 

@@ -142,8 +142,7 @@ class A1111:
     async def txt2img(self, request: Request, caller: Caller) -> dict[str, Any]:
         payload = await read_body(request, self.fields_cap)
         switched = await self.checkpoint(payload)  # first: the request is read against the model that runs it
-        no_prompt = scripts.needs_no_prompt(payload)
-        parsed = parse.txt2img({**payload, "prompt": scripts.PLACEHOLDER} if no_prompt else payload, self.limits())
+        parsed = parse.txt2img(scripts.readable(payload), self.limits())
         parsed.warnings[:0] = switched
         if payload.get("script_name"):
             return await self.script(parsed, payload, caller, request, "txt2img")
@@ -152,9 +151,7 @@ class A1111:
     async def img2img(self, request: Request, caller: Caller) -> dict[str, Any]:
         payload = await read_body(request, self.body_cap)
         switched = await self.checkpoint(payload)
-        no_prompt = scripts.needs_no_prompt(payload)
-        body = {**payload, "prompt": scripts.PLACEHOLDER} if no_prompt else payload
-        parsed = await asyncio.to_thread(parse.img2img, body, self.limits(), self.max_bytes)
+        parsed = await asyncio.to_thread(parse.img2img, scripts.readable(payload), self.limits(), self.max_bytes)
         parsed.warnings[:0] = switched
         if payload.get("script_name"):
             return await self.script(parsed, payload, caller, request, "img2img")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.axes import AxisType, axis_types, find_axis
-from engine.plots import Cell, Layout, named_plot
+from engine.plots import MAX_MARGIN, Cell, Layout, named_plot
 from engine.prompt_scripts import LINES_PROMPT, prompt_matrix_cells, prompts_from_text_cells
 from pipelines import GenerationRequest, GenerationResult
 from pipelines.backend import ModelInfo
@@ -64,6 +64,11 @@ def needs_no_prompt(payload: dict[str, Any]) -> bool:
     return name == FROM_TEXT and not str(payload.get("prompt") or "").strip()
 
 
+def readable(payload: dict[str, Any]) -> dict[str, Any]:
+    """The body the request is read from: with PLACEHOLDER as its prompt where `needs_no_prompt`."""
+    return {**payload, "prompt": PLACEHOLDER} if needs_no_prompt(payload) else payload
+
+
 def build(name: str, args: Any, request: GenerationRequest, mode: str, model: ModelInfo, no_prompt: bool = False) -> Script:
     """The script `name` run on `request` with A1111's `script_args`; 422 naming the argument if wrong.
     `no_prompt`: the caller sent none (`needs_no_prompt`), `request` holds PLACEHOLDER."""
@@ -94,7 +99,7 @@ def _padded(args: list[Any], count: int, defaults: list[Any]) -> list[Any]:
 
 def _int(value: Any) -> int:
     try:
-        return max(0, min(500, int(value or 0)))
+        return max(0, min(MAX_MARGIN, int(value or 0)))
     except (TypeError, ValueError):
         raise ValueError(f"margin_size: {str(value)[:40]!r} is not a number of pixels") from None
 
@@ -162,11 +167,11 @@ def script_info(model: ModelInfo) -> list[dict[str, Any]]:
                           _arg(f"{name} values", None)]  # fmt: skip
         flags = ["Draw legend", "Include Sub Images", "Include Sub Grids", "Keep -1 for seeds", "Vary seeds for X",
                  "Vary seeds for Y", "Vary seeds for Z"]  # fmt: skip
-        xyz = [*axis_args, *(_arg(f, f == "Draw legend") for f in flags), _arg("Grid margins (px)", 0, None, 0, 500, 2),
+        xyz = [*axis_args, *(_arg(f, f == "Draw legend") for f in flags), _arg("Grid margins (px)", 0, None, 0, MAX_MARGIN, 2),
                _arg("Use text inputs instead of dropdowns", False)]  # fmt: skip
         matrix = [_arg("Put variable parts at start of prompt", False), _arg("Use different seed for each picture", False),
                   _arg("Select prompt", "positive", ["positive", "negative"]),
-                  _arg("Select joining char", "comma", ["comma", "space"]), _arg("Grid margins (px)", 0, None, 0, 500, 2)]  # fmt: skip
+                  _arg("Select joining char", "comma", ["comma", "space"]), _arg("Grid margins (px)", 0, None, 0, MAX_MARGIN, 2)]  # fmt: skip
         from_text = [_arg("Iterate seed every line", False), _arg("Use same random seed for all lines", False),
                      _arg("Insert prompts at the", "start", ["start", "end"]), _arg("List of prompt inputs", "")]  # fmt: skip
         for name, args in ((MATRIX, matrix), (FROM_TEXT, from_text), (XYZ, xyz)):
