@@ -19,7 +19,7 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 with contextlib.suppress(ImportError):  # ZeroGPU Spaces: `spaces` must be imported before anything touches CUDA
     import spaces  # noqa: F401
@@ -31,15 +31,20 @@ def check_settings(argv: list[str] | None = None) -> tuple[Any, argparse.Namespa
     """Read and validate every setting before anything heavy happens; exit 2 with the message otherwise.
     Gradio is imported only after this: it reads GRADIO_SERVER_PORT when imported and would stop a bad
     value with a traceback of its own."""
+    from config import layered
     from devices.pool import devices_for
     from engine import AppSettings, SettingsError
 
     try:
-        settings = AppSettings.from_env(os.environ)  # the one read of the environment (docs/settings.md)
+        env = layered(os.environ)  # the environment over the settings file (docs/settings.md: precedence)
+    except SettingsError as exc:  # the file is not JSON of VARIABLE: value
+        _usage_error(str(exc))
+    try:
+        settings = AppSettings.from_env(env.values)  # the one read of the settings
         devices_for(settings.devices.preferred, settings.devices.cpu_replicas)  # a list's devices must be usable
     except (SettingsError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)  # a usage error, as argparse and the other entry points exit
+        _usage_error(f"{exc}{_from_file(exc, env)}")
+    log.info("settings: %s", "; ".join(env.origins(AppSettings)) or "all defaults")
     parser = argparse.ArgumentParser(description="Diffusion Anywhere web app")
     parser.add_argument("--model", default=settings.pipeline.model_id, help="diffusers folder, Hub id or .safetensors")
     parser.add_argument("--device", default=None, help="auto|cpu|cuda[:N]|npu[:N]|all|cuda:0,cuda:1")
@@ -47,6 +52,17 @@ def check_settings(argv: list[str] | None = None) -> tuple[Any, argparse.Namespa
     parser.add_argument("--host", default=settings.server_name)
     args = parser.parse_args(argv)
     return settings.replace(server_port=args.port, server_name=args.host), args
+
+
+def _usage_error(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)  # a usage error, as argparse and the other entry points exit
+
+
+def _from_file(exc: Exception, env: Any) -> str:
+    """" (from settings file X)" when the refused variable came from the settings file, not the environment."""
+    name = str(exc).split("=", 1)[0]
+    return f" (from {env.sources[name]})" if name in env.sources else ""
 
 
 def serve(engine: Any, settings: Any, **launch_options: Any) -> Any:

@@ -227,9 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         from .options import select
 
         select(args.options)  # unknown names fail before any model loads
+    from config import environment
     from devices.options import DeviceSettings  # the candidate's defaults: PREFERRED_DEVICE, TORCH_DTYPE, ...
 
-    devices = DeviceSettings.from_env(os.environ)
+    devices = DeviceSettings.from_env(environment(os.environ))
     candidate_dm = DeviceManager(options=devices.options_for(args.device, args.dtype, args.attention))
     reference = ImagePipeline.from_pretrained(args.model, DeviceManager("cpu", "float32", "sdpa"))
     candidate = ImagePipeline.from_pretrained(args.model, candidate_dm)

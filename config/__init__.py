@@ -23,24 +23,30 @@ from .sections import (
     value_type,
     variables,
 )
+from .settings_file import Layered, SettingsFileError, environment, layered, settings_path
 
 __all__ = [
     "Accepts",
     "AutoFlag",
     "Flag",
+    "Layered",
     "Lower",
     "Refused",
     "Section",
     "SettingsError",
+    "SettingsFileError",
     "Variable",
     "accepted",
     "bounds",
     "declared_accepts",
     "docs_table",
+    "environment",
+    "layered",
     "lowercase",
     "read_section",
     "sections",
     "setting",
+    "settings_path",
     "value_type",
     "variables",
 ]

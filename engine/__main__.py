@@ -24,6 +24,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from config import environment
 from pipelines import PipelineError, save_images
 from pipelines.backend import ModelInfo
 from pipelines.cli import add_request_arguments, flag_message, request_values
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        settings = AppSettings.from_env(os.environ)
+        settings = AppSettings.from_env(environment(os.environ))
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

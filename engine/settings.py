@@ -157,6 +157,12 @@ class AppSettings(Section, title="App"):
     ray_cpus_per_replica: float = setting(
         "RAY_CPUS_PER_REPLICA", 1.0, "CPUs reserved per Ray replica (and its torch threads on CPU)", ge=0.1, le=256.0
     )
+    settings_file: str | None = setting(
+        "SETTINGS_FILE", None,
+        "the settings file every entry point reads under the environment (`python -m devices optimize --apply` "
+        "and `set` write it; empty: none; docs/settings.md#the-settings-file)",
+        shown="`~/.config/diffusion-anywhere/settings.json`",
+    )  # fmt: skip  (config.settings_file reads it; declared here for the table and the check)
     status_interval: float = 2.0  # seconds between status panel refreshes (not a variable)
     history_seconds: int = 300  # the status panel's memory chart (not a variable)
     on_spaces: OnSpaces = setting(

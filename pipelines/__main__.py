@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from config import environment
 from devices import DeviceManager
 from devices.memory import human_bytes
 from devices.options import DeviceSettings
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_load_progress_bars()
     try:
         flat = request_values(args, added)  # images read and checked before the model loads
-        devices, options = DeviceSettings.from_env(os.environ), PipelineOptions.from_env(os.environ)  # read once
+        devices, options = DeviceSettings.from_env(env := environment(os.environ)), PipelineOptions.from_env(env)  # read once
         dm = DeviceManager(options=devices.options_for(args.device, args.dtype))
         pipeline = ImagePipeline.from_pretrained(args.model, dm, options)  # MODEL_ID, MAX_BATCH...
         flat["loras"] = load_loras(pipeline, flat.get("loras", {}))

@@ -46,6 +46,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from config import environment
 from devices import DeviceManager
 from devices.options import DeviceSettings
 
@@ -179,8 +180,9 @@ def load(args: argparse.Namespace, added: list[Spec], device: str) -> tuple[Imag
     flat = request_values(args, added)  # checked by the schema before the model loads
     GenerationRequest.parse(nest({**flat, "prompt": prompts, "seed": args.seed}))
     options = {"micro_batch": args.micro_batch} if args.micro_batch else {}
-    dm = DeviceManager(options=DeviceSettings.from_env(os.environ).options_for(device))  # the settings, read once
-    pipeline = ImagePipeline.from_pretrained(args.model, dm, PipelineOptions.from_env(os.environ), **options)
+    env = environment(os.environ)  # the environment over the settings file, read once
+    dm = DeviceManager(options=DeviceSettings.from_env(env).options_for(device))  # the settings, read once
+    pipeline = ImagePipeline.from_pretrained(args.model, dm, PipelineOptions.from_env(env), **options)
     flat["loras"] = load_loras(pipeline, flat.get("loras", {}))
     request = GenerationRequest.parse(nest({**flat, "prompt": prompts, "seed": args.seed}))
     return pipeline, request.with_defaults(pipeline)

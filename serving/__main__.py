@@ -17,7 +17,7 @@ import os
 import signal
 import threading
 
-from config import SettingsError
+from config import SettingsError, environment
 from devices.options import DeviceSettings
 from pipelines.options import PipelineOptions
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:  # the replicas get the pipeline settings (MODEL_ID, STEP_CACHE, COMPILE...) and TORCH_DTYPE / attention
-        options, devices = PipelineOptions.from_env(os.environ), DeviceSettings.from_env(os.environ)
+        options, devices = PipelineOptions.from_env(env := environment(os.environ)), DeviceSettings.from_env(env)
     except SettingsError as exc:
         parser.exit(2, f"error: {exc}\n")
     backend = RayBackend.start(

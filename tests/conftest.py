@@ -8,6 +8,9 @@ import torch._dynamo
 # One thread: on a shared 2-core CI machine more threads run slower, not faster.
 torch.set_num_threads(int(os.environ.get("TEST_TORCH_THREADS", "1")))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# No user settings file (~/.config/diffusion-anywhere/settings.json) under the tests: a test that
+# wants one names its own (docs/settings.md#the-settings-file).
+os.environ["SETTINGS_FILE"] = ""
 logging.getLogger("diffusers").setLevel(logging.ERROR)
 
 

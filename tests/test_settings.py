@@ -8,6 +8,8 @@ covered by every test without being named in it.
 from __future__ import annotations
 
 import ast
+import json
+import logging
 import os
 import re
 import subprocess
@@ -16,8 +18,10 @@ from pathlib import Path
 from typing import Literal, get_origin
 
 import pytest
+import torch
 
 from config import SettingsError, accepted, bounds, declared_accepts, sections, value_type, variables
+from config.settings_file import read_file, settings_path, update_file
 from devices import DeviceManager
 from devices.options import DeviceSettings
 from engine import settings_docs
@@ -255,3 +259,51 @@ def test_every_pipeline_option_travels_to_the_ray_replicas(tmp_path, monkeypatch
         styles_file=ROOT / "models/tiny-shapes/vocabulary.json",
         quantization=f"transformer=gguf:{gguf},vae=fp8-layerwise",
     )
+
+
+# ---------------------------------------------------------------- the settings file
+def test_the_settings_file_sits_under_the_environment_and_the_start_log_says_where_each_came_from(
+    tmp_path, monkeypatch, caplog
+):
+    """environment > settings file > defaults, through app.py's own reader."""
+    import app
+
+    file = tmp_path / "settings.json"
+    update_file(file, {"TORCH_DTYPE": "bfloat16", "PREFERRED_DEVICE": "cpu", "COMPILE": "off"})
+    monkeypatch.setenv("SETTINGS_FILE", str(file))
+    monkeypatch.setenv("TORCH_DTYPE", "float32")
+    monkeypatch.delenv("PREFERRED_DEVICE", raising=False)
+    monkeypatch.delenv("COMPILE", raising=False)
+    monkeypatch.delenv("MEMORY_MODE", raising=False)
+    with caplog.at_level(logging.INFO, logger="diffusion_anywhere"):
+        settings, _ = app.check_settings([])
+    assert settings.devices.dtype == torch.float32  # the environment wins
+    assert settings.devices.preferred == "cpu" and settings.pipeline.compile == "off"  # the file
+    assert settings.pipeline.memory_mode == "auto"  # neither: the default
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("settings: "))
+    assert f"PREFERRED_DEVICE=cpu (settings file {file})" in line
+    assert "TORCH_DTYPE=float32 (environment)" in line and "bfloat16" not in line
+
+
+def test_a_bad_value_in_the_settings_file_stops_the_app_naming_the_file(tmp_path):
+    file = tmp_path / "settings.json"
+    file.write_text(json.dumps({"MEMORY_MODE": "bogus"}))
+    run, _ = run_app({"SETTINGS_FILE": str(file)}, tmp_path)
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == [
+        "error: MEMORY_MODE='bogus' is not valid: expected one of off, auto, balanced, max, group, group-leaf "
+        f"(from settings file {file})"
+    ]
+    file.write_text("[1, 2]")
+    run, _ = run_app({"SETTINGS_FILE": str(file)}, tmp_path)
+    assert run.returncode == 2 and "is not a JSON object" in run.stderr
+
+
+def test_update_file_merges_and_the_default_path_is_per_user(tmp_path):
+    file = tmp_path / "a" / "settings.json"
+    update_file(file, {"TORCH_DTYPE": "float32"})
+    update_file(file, {"PREFERRED_DEVICE": "npu"})
+    assert read_file(file) == {"TORCH_DTYPE": "float32", "PREFERRED_DEVICE": "npu"}
+    assert settings_path({"HOME": "/home/u"}) == Path("/home/u/.config/diffusion-anywhere/settings.json")
+    assert settings_path({"XDG_CONFIG_HOME": "/x", "HOME": "/h"}) == Path("/x/diffusion-anywhere/settings.json")
+    assert settings_path({"SETTINGS_FILE": ""}) is None and read_file(None) == {}
