@@ -2,7 +2,7 @@
 
 Nothing here caches: every probe calls torch's own functions (`torch.cuda.is_available`,
 `torch.version.hip`, `torch.xpu.is_available`, `torch.backends.mps.is_available`, an
-`import torch_npu`), so tests can simulate a backend by patching those, and a process that
+`import torch_npu`, `torch.is_vulkan_available`), so tests can simulate a backend by patching those, and a process that
 gains a device (e.g. ZeroGPU) sees it on the next DeviceManager.
 """
 
@@ -19,8 +19,20 @@ import torch
 
 log = logging.getLogger(__name__)
 
-# Auto-selection priority. CUDA and ROCm share torch.cuda, so they are one probe.
-PRIORITY = ("cuda", "npu", "xpu", "mps", "cpu")
+# Detection order (the report's order, and auto-selection's). CUDA and ROCm share torch.cuda, so
+# they are one probe.
+PRIORITY = ("cuda", "npu", "xpu", "mps", "vulkan", "cpu")
+
+INDEXED = ("cuda", "rocm", "npu", "xpu")  # backends with several devices, whose torch.device carries an index
+
+# Backends in the order that auto-selection passes over: used only when asked for by name.
+# | backend | why not automatic |
+# |---|---|
+# | vulkan | experimental: torch's Vulkan backend (mobile-oriented, built only from source with USE_VULKAN=1) lacks ops diffusers needs (group norm, SDPA, many views and in-place ops); asking for it runs what it can and fails on the first missing op |
+ASKED_ONLY = {
+    "vulkan": "experimental, not chosen automatically: torch's Vulkan backend lacks ops diffusers needs "
+    "(group norm, scaled_dot_product_attention, in-place views); PREFERRED_DEVICE=vulkan to try it",
+}
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,12 @@ def _probe_mps() -> BackendStatus:
     return BackendStatus("mps", True, "Apple GPU available", 1)
 
 
+def _probe_vulkan() -> BackendStatus:
+    if not torch.is_vulkan_available():
+        return BackendStatus("vulkan", False, "this torch was built without Vulkan (USE_VULKAN=1 source builds only)")
+    return BackendStatus("vulkan", True, f"Vulkan available ({ASKED_ONLY['vulkan']})", 1)
+
+
 def _probe_cpu() -> BackendStatus:
     return BackendStatus("cpu", True, "always available", 1)
 
@@ -96,6 +114,7 @@ PROBES: dict[str, Callable[[], BackendStatus]] = {
     "npu": _probe_npu,
     "xpu": _probe_xpu,
     "mps": _probe_mps,
+    "vulkan": _probe_vulkan,
     "cpu": _probe_cpu,
 }
 
@@ -135,8 +154,8 @@ def cpu_name() -> str:
 def device_name(backend: str, index: int) -> str:
     if backend == "cpu":
         return cpu_name()
-    if backend == "mps":
-        return "Apple MPS"
+    if backend in ("mps", "vulkan"):
+        return {"mps": "Apple MPS", "vulkan": "Vulkan GPU"}[backend]
     module = torch_namespace(backend)
     try:
         return str(module.get_device_name(index))

@@ -13,6 +13,7 @@ cannot be had (Ascend without torchair) stays off, and the reason is reported.
 | npu without torchair | off | - | inductor is slower there, so no compile beats a slow one |
 | mps | off (on: asked) | inductor | inductor's Metal support is young; no measurement here says it pays |
 | cpu | off (on: asked) | inductor | measured on this 2-core CPU: the first call costs tens of seconds of C++ compile per shape for a tiny gain or a loss (docs/compile-and-offload.md) |
+| vulkan | off (always) | - | inductor generates no Vulkan code |
 
 What is compiled: `compile_repeated_blocks(fullgraph=True)` where the denoiser declares
 `_repeated_blocks` (diffusers 0.42.1: UNet2DConditionModel -> BasicTransformerBlock, Flux,
@@ -39,6 +40,7 @@ ASKED_ONLY = {
     "cpu": "off by default on CPU: the compile costs more than it saves here (COMPILE=on to ask)",
     "mps": "off by default on MPS: inductor's Metal support is unmeasured here (COMPILE=on to ask)",
 }
+NEVER = {"vulkan": "no compile on vulkan: inductor generates no Vulkan code"}
 NO_TORCHAIR = "Ascend without torchair: inductor is several times slower on NPU, so no compile (install torchair)"
 
 
@@ -75,6 +77,8 @@ def plan(backend: str, mode: str = "auto") -> CompilePlan:
     mode = parse_compile(mode)
     if mode == "off":
         return CompilePlan(False, None, "COMPILE=off")
+    if backend in NEVER:
+        return CompilePlan(False, None, NEVER[backend])
     if backend == "npu":
         if not torchair_available():
             return CompilePlan(False, None, NO_TORCHAIR)

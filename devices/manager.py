@@ -1,6 +1,7 @@
 """DeviceManager: the one object every layer asks for device, dtype, attention and memory.
 
-Selection (auto): CUDA/ROCm -> NPU -> XPU -> MPS -> CPU. A requested device that is not
+Selection (auto): CUDA/ROCm -> NPU -> XPU -> MPS -> CPU; Vulkan (between MPS and CPU in the
+report) is experimental and used only when asked for (devices.backends.ASKED_ONLY says why). A requested device that is not
 usable falls back to the best available one with a warning naming the request, the reason
 and the choice (kept in `fallback_reason`); strict options (PREFERRED_DEVICE_STRICT=1) raise instead.
 
@@ -13,10 +14,11 @@ dtype policy (override: `dtype=` or TORCH_DTYPE):
 | xpu | bfloat16 | Intel GPUs (Arc, Data Center Max) support bf16 in their matrix engines |
 | mps | float32 | fp16 on MPS gives black/NaN images in several pipelines (diffusers #4480 and the MPS notes); bf16 needs macOS 14+ and falls back to slow kernels; Apple's unified memory makes fp32 affordable |
 | cpu | float32 | CPU fp16 matmuls are emulated and slow; bf16 only pays on AMX/AVX512-BF16 CPUs and costs accuracy |
+| vulkan | float32 | torch's Vulkan backend stores fp32 tensors as fp16 textures itself where it can; asking it for fp16 too gains nothing and loses the ops that only take fp32 |
 
 Attention policy (override: DIFFUSERS_ATTENTION_TYPE=vanilla|sdpa|npu): NPU and MPS use
 "vanilla" (plain matmul-softmax: SDPA on these backends has had numerical and memory bugs and
-is not the fused kernel there); everything else uses "sdpa". Vanilla is slower at large sizes
+is not the fused kernel there), and so does Vulkan (it has matmul and softmax but no SDPA); everything else uses "sdpa". Vanilla is slower at large sizes
 (3.9x at 4,096 tokens on CPU), so the override stays available. `npu` selects Ascend's
 fused attention (diffusers' AttnProcessorNPU / `_native_npu` backend); only on an NPU, and only
 when asked for.
@@ -42,7 +44,7 @@ from .options import DeviceOptions
 
 log = logging.getLogger(__name__)
 
-ATTENTION_POLICY = {"npu": "vanilla", "mps": "vanilla"}
+ATTENTION_POLICY = {"npu": "vanilla", "mps": "vanilla", "vulkan": "vanilla"}
 MEMORY_LEVELS = ("off", "auto", "balanced", "max", "group", "group-leaf")
 # MEMORY_MODE=group / group-leaf: diffusers' group offload, by block or by leaf module.
 GROUP_OFFLOAD = {"group": "block_level", "group-leaf": "leaf_level"}
@@ -125,7 +127,9 @@ class DeviceManager:
         elif request.index is not None and request.index >= status.device_count:
             problem = f"{request} requested but {status.device_count} device(s) visible"
         if problem is None:
-            index = request.index if request.index is not None else (0 if status.name not in ("cpu", "mps") else None)
+            index = request.index if request.index is not None else (0 if status.name in backends.INDEXED else None)
+            if status.name in backends.ASKED_ONLY:
+                log.warning("%s: %s", status.name, backends.ASKED_ONLY[status.name])
             return status.name, index
         backend, index = self._best_available()
         chosen = backend if index is None else f"{backend}:{index}"
@@ -140,9 +144,11 @@ class DeviceManager:
     @staticmethod
     def _best_available() -> tuple[str, int | None]:
         for kind in backends.PRIORITY:
+            if kind in backends.ASKED_ONLY:
+                continue
             status = backends.probe(kind)
             if status.available:
-                return status.name, (0 if status.name not in ("cpu", "mps") else None)
+                return status.name, (0 if status.name in backends.INDEXED else None)
         return "cpu", None  # unreachable: the CPU probe is always available
 
     def _default_dtype(self) -> torch.dtype:

@@ -19,7 +19,7 @@ def _all_of(kind: str) -> list[str]:
     status = backends.probe(kind)
     if not status.available:
         raise ValueError(f"PREFERRED_DEVICE={kind}:all: {status.reason}")
-    if status.name in ("cpu", "mps"):
+    if status.name not in backends.INDEXED:  # one device, no index (cpu, mps, vulkan)
         return [status.name]
     prefix = "cuda" if status.name == "rocm" else status.name
     return [f"{prefix}:{i}" for i in range(status.device_count)]
@@ -35,7 +35,10 @@ def _check_usable(text: str, request) -> None:
 
 
 def _best_backend() -> str:
-    return next(kind for kind in backends.PRIORITY if backends.probe(kind).available)
+    """The backend `auto` picks (the ones used only when asked for are passed over)."""
+    return next(
+        kind for kind in backends.PRIORITY if kind not in backends.ASKED_ONLY and backends.probe(kind).available
+    )
 
 
 def devices_for(preferred: str, cpu_replicas: int | None = None) -> list[str | None]:

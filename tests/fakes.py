@@ -46,6 +46,7 @@ def no_accelerators(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(torch.version, "hip", None, raising=False)
     mp.setattr(torch.xpu, "is_available", lambda: False)
     mp.setattr(torch.backends.mps, "is_available", lambda: False)
+    mp.setattr(torch, "is_vulkan_available", lambda: False)
     mp.setitem(sys.modules, "torch_npu", None)  # `import torch_npu` raises ImportError
     mp.setattr(torch, "npu", NPU_ABSENT)
     mp.setattr(torch, "get_device_module", UNCACHED_GET_DEVICE_MODULE)  # see _route_accelerator
@@ -85,6 +86,11 @@ def fake_xpu(mp, count=1, name="Intel Arc A770") -> Calls:
     for attr, value in device_namespace(calls, count, name, True).items():
         mp.setattr(torch.xpu, attr, value)
     return calls
+
+
+def fake_vulkan(mp) -> None:
+    """A torch built with USE_VULKAN=1 on a machine with a Vulkan driver (torch's own probe says yes)."""
+    mp.setattr(torch, "is_vulkan_available", lambda: True)
 
 
 def fake_mps(mp) -> Calls:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import subprocess
@@ -15,8 +16,10 @@ import torch
 from config import SettingsError
 from devices import DeviceFallbackWarning, DeviceManager
 from devices import memory as devices_memory
+from devices.compile import plan as compile_plan
 from devices.memory import STATS_KEYS
 from devices.options import DeviceSettings
+from devices.pool import devices_for
 from tests import fakes
 from tests.fakes import GiB
 
@@ -503,3 +506,35 @@ def test_cli_npu_fallback_report_and_json():
     assert report["fallback_reason"].startswith("torch_npu is not installed")
     assert set(report["memory"]) == MEMORY_KEYS
     assert report["backends"]["npu"]["available"] is False
+
+
+# ---------------------------------------------------------------- Vulkan (experimental, asked for only)
+def test_vulkan_is_reported_in_its_place_but_never_chosen_automatically(monkeypatch):
+    fakes.fake_vulkan(monkeypatch)
+    dm = DeviceManager()
+    assert dm.backend == "cpu"  # auto passes over it: diffusers' ops are missing there
+    rows = list(dm.report()["backends"])
+    assert rows.index("mps") < rows.index("vulkan") < rows.index("cpu")  # CUDA/ROCm > XPU > MPS > Vulkan > CPU
+    vulkan = dm.report()["backends"]["vulkan"]
+    assert vulkan["available"] and "experimental" in vulkan["reason"] and "group norm" in vulkan["reason"]
+    assert devices_for("all") == ["cpu"]
+    fakes.fake_cuda(monkeypatch)
+    assert DeviceManager().backend == "cuda"
+
+
+def test_vulkan_when_asked_for_runs_fp32_vanilla_attention_without_compile(monkeypatch, caplog):
+    fakes.fake_vulkan(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="devices.manager"):
+        dm = DeviceManager("Vulkan")
+    assert (dm.backend, dm.device, dm.dtype, dm.attention) == ("vulkan", torch.device("vulkan"), torch.float32, "vanilla")
+    assert "experimental" in caplog.text
+    assert not compile_plan("vulkan", "on").enabled and "Vulkan" in compile_plan("vulkan", "on").reason
+    assert set(dm.memory_stats()) >= MEMORY_KEYS and dm.memory_stats()["total"] is None  # no figure, no error
+    assert devices_for("vulkan:all") == ["vulkan"]
+    with pytest.raises(ValueError, match="valid values"):
+        DeviceManager("vulkan:0")
+
+
+def test_vulkan_on_a_torch_without_it_falls_back_and_says_why():
+    with pytest.warns(DeviceFallbackWarning, match="built without Vulkan"):
+        assert DeviceManager("vulkan").backend == "cpu"
