@@ -9,8 +9,9 @@
   in order: image i keeps the seed `seed + i`, so the result is the one a single device gives.
   The Gradio queue runs as many requests at once as there are healthy replicas.
 - Health: a replica that fails with anything but a request error (ValueError, PipelineError) is
-  marked unhealthy with the error, never used again, and its part of the work is retried once on
-  another replica. Out-of-memory is not a device failure: it is passed on with what finished.
+  judged by the device self-test and, when retired, re-tested in the background until it passes
+  (pipelines/health.py: the rules and why); its part of the work is retried once on a healthy
+  replica. Out-of-memory is not a device failure: it is passed on with what finished.
 - CPU replicas share the cores: torch's threads are divided between them (process-wide setting).
 """
 
@@ -35,6 +36,7 @@ from devices.pool import devices_for
 from . import quantization
 from .backend import CancelFn, Capabilities, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
 from .errors import ModelLoadError, OutOfMemoryError, PipelineError
+from .health import ProbeFn, Retest, device_probe, run_probe
 from .image_pipeline import ImagePipeline
 from .options import PipelineOptions
 from .recipes import open_model
@@ -48,14 +50,16 @@ class _Replica:
         self.name = name
         self.pipeline = pipeline
         self.healthy = True
-        self.error: str | None = None
+        self.error: str | None = None  # why it was retired, and how its re-tests went
         self.busy = False
 
 
 class DevicePool:
     """Replicas of one model, one per device; `generate` spreads a request over the free ones."""
 
-    def __init__(self, pipelines: list[ImagePipeline]):
+    def __init__(self, pipelines: list[ImagePipeline], probe: ProbeFn = device_probe, retest: Retest | None = None):
+        """`probe`: the health test of a replica (the device self-test); `retest`: when a retired
+        replica is tested again (pipelines/health.py)."""
         if not pipelines:
             raise ValueError("a device pool needs at least one replica")
         counts: dict[str, int] = {}
@@ -66,6 +70,9 @@ class DevicePool:
             self._replicas.append(_Replica(f"{base}#{n}" if base == "cpu" else base, p))
         self._changed = threading.Condition()
         self._switching = threading.Lock()
+        self._judging = threading.Lock()  # one failure judged at a time: "the last healthy one" stays true
+        self._closed = threading.Event()  # stops the re-tests
+        self._probe, self._retest = probe, retest or Retest()
 
     # ---------------------------------------------------------------- building
     @classmethod
@@ -108,6 +115,7 @@ class DevicePool:
         return rows
 
     def close(self) -> None:
+        self._closed.set()
         for r in self._replicas:
             r.pipeline.close()
 
@@ -228,7 +236,7 @@ class DevicePool:
             run.errors[index] = exc
             return
         except Exception as exc:
-            self._mark_unhealthy(replica, exc)
+            self._device_failed(replica, exc)
         finally:
             self._release([replica])
         try:
@@ -241,17 +249,60 @@ class DevicePool:
         except (ValueError, PipelineError) as exc:
             run.errors[index] = exc
         except Exception as exc:
-            self._mark_unhealthy(spare, exc)
+            self._device_failed(spare, exc)
             run.errors[index] = PipelineError(f"generation failed on {replica.name} and again on {spare.name}: {exc}")
         finally:
             self._release([spare])
 
-    def _mark_unhealthy(self, replica: _Replica, exc: Exception) -> None:
-        log.error("replica %s failed, marked unhealthy: %s", replica.name, exc, exc_info=exc)
+    # ---------------------------------------------------------------- health (pipelines/health.py)
+    def wait_healthy(self, timeout: float) -> bool:
+        """Block until every replica is healthy again (or `timeout` seconds); whether they are."""
         with self._changed:
-            replica.healthy = False
-            replica.error = f"{type(exc).__name__}: {exc}"
-            self._changed.notify_all()
+            return self._changed.wait_for(lambda: all(r.healthy for r in self._replicas), timeout)
+
+    def _device_failed(self, replica: _Replica, exc: Exception) -> None:
+        """A failure that is not the request's. The last healthy replica is probed first and kept
+        when its device passes; any other is retired and re-tested in the background."""
+        log.error("replica %s failed: %s", replica.name, exc, exc_info=exc)
+        reason = f"{type(exc).__name__}: {exc}"
+        with self._judging:
+            with self._changed:
+                last = replica.healthy and not any(r.healthy for r in self._replicas if r is not replica)
+            if last:
+                ok, detail = run_probe(self._probe, replica.pipeline, replica.name)
+                if ok:
+                    log.warning("replica %s kept: the last healthy one, and its self-test passed", replica.name)
+                    return
+                reason += f"; self-test failed: {detail}"
+            with self._changed:
+                replica.healthy, replica.error = False, f"{reason}; re-test in {self._retest.delay(0):g} s"
+                self._changed.notify_all()
+        threading.Thread(target=self._recover, args=(replica, reason), name=f"retest-{replica.name}", daemon=True).start()
+
+    def _recover(self, replica: _Replica, reason: str) -> None:
+        """Re-test a retired replica with back-off until it passes, the pool closes, or a model
+        switch makes it healthy; it holds the replica (busy) while testing."""
+        failed = 0
+        while not self._closed.wait(self._retest.delay(failed)):
+            with self._changed:
+                self._changed.wait_for(lambda: not replica.busy)
+                if replica.healthy:
+                    return
+                replica.busy = True
+            ok, detail = run_probe(self._probe, replica.pipeline, replica.name)
+            with self._changed:
+                replica.busy = False
+                if ok:
+                    replica.healthy, replica.error = True, None
+                    log.warning("replica %s is back: its self-test passed after %s", replica.name, reason)
+                else:
+                    failed += 1
+                    replica.error = (
+                        f"{reason}; re-test {failed} failed ({detail}); next in {self._retest.delay(failed):g} s"
+                    )
+                self._changed.notify_all()
+            if ok:
+                return
 
 
 class _Run:

@@ -14,9 +14,11 @@ from devices import DeviceManager
 from devices.options import DeviceSettings
 from devices.pool import devices_for
 from pipelines import GenerationRequest, ImagePipeline, PipelineError
+from pipelines.health import Retest
 from pipelines.pool import DevicePool, share_cpu_threads, split_range
 from tests import fakes
 from tests.sync import in_thread
+from ui.status import status_markdown
 
 PROMPTS = ["a red circle on a blue background", "a green square on a white background"]
 
@@ -32,6 +34,7 @@ def pool(tiny_model_dir):
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2) + 1)  # not the shared value: the pool must set it
     pool = DevicePool.from_pretrained(str(tiny_model_dir), devices="cpu,cpu")
     yield pool
+    pool.close()  # also stops a retired replica's re-tests
     torch.set_num_threads(threads)
 
 
@@ -88,12 +91,80 @@ def test_a_failing_device_is_marked_and_its_work_retried_elsewhere(pool, single,
 
 
 def test_no_healthy_device_left_is_a_clear_error(pool, monkeypatch):
+    """Both devices fail and the last one fails its self-test too: nothing is left, and the message
+    says why for each."""
+    pool = DevicePool(pool.replicas, probe=lambda _p: (False, "matmul: max error 3.1"), retest=Retest(first=60))
     for replica in pool.replicas:
         monkeypatch.setattr(replica, "generate", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("device lost")))
     with pytest.raises(PipelineError, match="device lost"):
         pool.generate(request())
-    with pytest.raises(PipelineError, match="no healthy device is left"):
+    with pytest.raises(PipelineError, match="no healthy device is left") as err:
         pool.generate(request())
+    assert "self-test failed: matmul: max error 3.1" in str(err.value) and "re-test in 60 s" in str(err.value)
+    pool.close()  # stops the re-tests (and drops this test's weights)
+
+
+class FailsOnce:
+    """A replica's generate that raises a device error on its first call, then works."""
+
+    def __init__(self, generate):
+        self.generate, self.calls = generate, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("ACL error 507035: the device task aborted")
+        return self.generate(*args, **kwargs)
+
+
+def test_one_device_error_on_a_one_replica_pool_leaves_it_serving(single, monkeypatch):
+    """The issue's case: a one-device machine, one transient error. The real device self-test
+    (devices.selftest.probe) passes, so the replica stays and the work is retried on it."""
+    monkeypatch.setattr(single, "generate", FailsOnce(single.generate))
+    pool = DevicePool([single])
+    first = pool.generate(request(num_images=1, prompt=PROMPTS[0]))
+    assert first.seeds == [11] and len(first.images) == 1 and single.generate.calls == 2
+    second = pool.generate(request(num_images=1, prompt=PROMPTS[0], seed=5))
+    assert second.seeds == [5] and pool.status()[0].healthy and pool.concurrency == 1
+
+
+def test_a_request_that_always_fails_errs_but_the_next_one_is_served(single, monkeypatch):
+    plain = single.generate
+
+    def fails_on_boom(request, *args, **kwargs):
+        if "boom" in str(request.prompt):
+            raise IndexError("a diffusers edge case")
+        return plain(request, *args, **kwargs)
+
+    monkeypatch.setattr(single, "generate", fails_on_boom)
+    pool = DevicePool([single])
+    with pytest.raises(PipelineError, match="failed on cpu#0 and again on cpu#0: a diffusers edge case"):
+        pool.generate(request(num_images=1, prompt="boom"))
+    assert pool.generate(request(num_images=1, prompt=PROMPTS[0])).seeds == [11]
+
+
+def test_a_retired_replica_is_re_tested_and_returns_when_its_device_passes(pool, monkeypatch):
+    repaired, tested_twice, tests = threading.Event(), threading.Event(), []
+
+    def probe(_pipeline):
+        tests.append(repaired.is_set())
+        if len(tests) >= 2:
+            tested_twice.set()
+        return (True, "ok") if repaired.is_set() else (False, "softmax: max error 0.7")
+
+    pool = DevicePool(pool.replicas, probe=probe, retest=Retest(first=0.01, factor=1, cap=0.01))
+    monkeypatch.setattr(pool.replicas[1], "generate", FailsOnce(pool.replicas[1].generate))
+    assert pool.generate(request()).seeds == list(range(11, 17))  # cpu#1's part retried on cpu#0
+    assert tested_twice.wait(timeout=60)
+    out = {r.name: r for r in pool.status()}["cpu#1"]
+    assert not out.healthy and "ACL error 507035" in out.error and "failed (softmax: max error 0.7)" in out.error
+    assert pool.concurrency == 1
+    panel = status_markdown(pool.status(), [])
+    assert "**cpu#1**" in panel and "⛔ out of service: RuntimeError: ACL error 507035" in panel
+    repaired.set()
+    assert pool.wait_healthy(timeout=60)
+    assert all(r.healthy and r.error is None for r in pool.status()) and pool.concurrency == 2
+    assert tests[-1] is True and tests.count(True) == 1  # one passing test brought it back, then none ran
 
 
 def test_cancel_reaches_every_part(pool):

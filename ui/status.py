@@ -54,7 +54,7 @@ def status_markdown(replicas: list[ReplicaStatus], warnings: list[str], zero_gpu
     """A table with one row per replica: device, dtype, attention, memory, what it does now; the queue."""
     lines = ["| device | dtype · attention | memory | now |", "|---|---|---|---|"]
     for r in replicas:
-        state = r.activity if r.healthy else f"⛔ unhealthy: {r.error}"
+        state = r.activity if r.healthy else f"⛔ out of service: {r.error}"
         lines.append(
             f"| **{r.name}** {r.device_name} | {r.dtype} · {r.attention} | {_memory_cell(r, zero_gpu)} | {state} |"
         )
