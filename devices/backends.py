@@ -2,7 +2,7 @@
 
 Nothing here caches: every probe calls torch's own functions (`torch.cuda.is_available`,
 `torch.version.hip`, `torch.xpu.is_available`, `torch.backends.mps.is_available`, an
-`import torch_npu`, `torch.is_vulkan_available`), so tests can simulate a backend by patching those, and a process that
+`import torch_npu`, `torch.is_vulkan_available`, JAX's device list for the TPU), so tests can simulate a backend by patching those, and a process that
 gains a device (e.g. ZeroGPU) sees it on the next DeviceManager.
 """
 
@@ -21,9 +21,9 @@ log = logging.getLogger(__name__)
 
 # Detection order (the report's order, and auto-selection's). CUDA and ROCm share torch.cuda, so
 # they are one probe.
-PRIORITY = ("cuda", "npu", "xpu", "mps", "vulkan", "cpu")
+PRIORITY = ("cuda", "npu", "tpu", "xpu", "mps", "vulkan", "cpu")
 
-INDEXED = ("cuda", "rocm", "npu", "xpu")  # backends with several devices, whose torch.device carries an index
+INDEXED = ("cuda", "rocm", "npu", "tpu", "xpu")  # backends with several devices, whose torch.device carries an index
 
 # Backends in the order that auto-selection passes over: used only when asked for by name.
 # | backend | why not automatic |
@@ -99,6 +99,15 @@ def _probe_mps() -> BackendStatus:
     return BackendStatus("mps", True, "Apple GPU available", 1)
 
 
+def _probe_tpu() -> BackendStatus:
+    """TPU chips as JAX lists them, through torchax (devices/xla.py; jax and torchax are imported there,
+    lazily: in a venv without them this is one failed import). JAX's CPU device is not a TPU."""
+    from .xla import jax_devices_summary
+
+    available, reason, count, _platform = jax_devices_summary()
+    return BackendStatus("tpu", available, reason, count if available else 0)
+
+
 def _probe_vulkan() -> BackendStatus:
     if not torch.is_vulkan_available():
         return BackendStatus("vulkan", False, "this torch was built without Vulkan (USE_VULKAN=1 source builds only)")
@@ -112,6 +121,7 @@ def _probe_cpu() -> BackendStatus:
 PROBES: dict[str, Callable[[], BackendStatus]] = {
     "cuda": _probe_cuda,
     "npu": _probe_npu,
+    "tpu": _probe_tpu,
     "xpu": _probe_xpu,
     "mps": _probe_mps,
     "vulkan": _probe_vulkan,
@@ -156,6 +166,10 @@ def device_name(backend: str, index: int) -> str:
         return cpu_name()
     if backend in ("mps", "vulkan"):
         return {"mps": "Apple MPS", "vulkan": "Vulkan GPU"}[backend]
+    if backend == "tpu":
+        import jax  # present: the probe found a TPU through it
+
+        return f"{jax.devices()[index].device_kind} #{index}"
     module = torch_namespace(backend)
     try:
         return str(module.get_device_name(index))

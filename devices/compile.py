@@ -14,6 +14,7 @@ cannot be had (Ascend without torchair) stays off, and the reason is reported.
 | mps | off (on: asked) | inductor | inductor's Metal support is young; no measurement here says it pays |
 | cpu | off (on: asked) | inductor | measured on this 2-core CPU: the first call costs tens of seconds of C++ compile per shape for a tiny gain or a loss (docs/compile-and-offload.md) |
 | vulkan | off (always) | - | inductor generates no Vulkan code |
+| tpu | off (always) | - | torch.compile does not target JAX; the TPU path compiles the UNet and VAE with torchax (XLA) itself (devices/xla.py) |
 
 What is compiled: `compile_repeated_blocks(fullgraph=True)` where the denoiser declares
 `_repeated_blocks` (diffusers 0.42.1: UNet2DConditionModel -> BasicTransformerBlock, Flux,
@@ -40,7 +41,10 @@ ASKED_ONLY = {
     "cpu": "off by default on CPU: the compile costs more than it saves here (COMPILE=on to ask)",
     "mps": "off by default on MPS: inductor's Metal support is unmeasured here (COMPILE=on to ask)",
 }
-NEVER = {"vulkan": "no compile on vulkan: inductor generates no Vulkan code"}
+NEVER = {
+    "vulkan": "no compile on vulkan: inductor generates no Vulkan code",
+    "tpu": "no torch.compile on tpu: XLA compiles the UNet and VAE through torchax (devices/xla.py)",
+}
 NO_TORCHAIR = "Ascend without torchair: inductor is several times slower on NPU, so no compile (install torchair)"
 
 

@@ -1,6 +1,6 @@
 """DeviceManager: the one object every layer asks for device, dtype, attention and memory.
 
-Selection (auto): CUDA/ROCm -> NPU -> XPU -> MPS -> CPU; Vulkan (between MPS and CPU in the
+Selection (auto): CUDA/ROCm -> NPU -> TPU -> XPU -> MPS -> CPU; Vulkan (between MPS and CPU in the
 report) is experimental and used only when asked for (devices.backends.ASKED_ONLY says why). A requested device that is not
 usable falls back to the best available one with a warning naming the request, the reason
 and the choice (kept in `fallback_reason`); strict options (PREFERRED_DEVICE_STRICT=1) raise instead.
@@ -11,6 +11,7 @@ dtype policy (override: `dtype=` or TORCH_DTYPE):
 |---|---|---|
 | cuda / rocm | bfloat16 if `is_bf16_supported()`, else float16 | bf16 keeps fp32's range (no fp16 overflow / NaN in VAEs); pre-Ampere GPUs lack it |
 | npu | bfloat16 if `torch.npu.is_bf16_supported()`, else float16 | Ascend 910B+ runs bf16 natively; 310-class chips only fp16 |
+| tpu | bfloat16 | the TPU's matrix units compute in bf16; fp32 matmuls run as several bf16 passes (slower), fp16 is not native; fp32 stays available (TORCH_DTYPE) for exact comparisons |
 | xpu | bfloat16 | Intel GPUs (Arc, Data Center Max) support bf16 in their matrix engines |
 | mps | float32 | fp16 on MPS gives black/NaN images in several pipelines (diffusers #4480 and the MPS notes); bf16 needs macOS 14+ and falls back to slow kernels; Apple's unified memory makes fp32 affordable |
 | cpu | float32 | CPU fp16 matmuls are emulated and slow; bf16 only pays on AMX/AVX512-BF16 CPUs and costs accuracy |
@@ -44,6 +45,9 @@ from .options import DeviceOptions
 
 log = logging.getLogger(__name__)
 
+# torch's device type per backend where it differs: ROCm is HIP behind torch.cuda; torchax names its
+# privateuse1 device "jax" (the TPU, or any JAX device).
+DEVICE_TYPES = {"rocm": "cuda", "tpu": "jax"}
 ATTENTION_POLICY = {"npu": "vanilla", "mps": "vanilla", "vulkan": "vanilla"}
 MEMORY_LEVELS = ("off", "auto", "balanced", "max", "group", "group-leaf")
 # MEMORY_MODE=group / group-leaf: diffusers' group offload, by block or by leaf module.
@@ -88,7 +92,7 @@ class DeviceManager:
         self._sampled_peak: int | None = None  # the CPU's peak since reset_peak_memory, from samples
         self._kernel_peak = False  # whether the kernel's own CPU peak (VmHWM) restarted there too
         self.backend, index = self._select()
-        self.device = torch.device("cuda" if self.backend == "rocm" else self.backend, index)
+        self.device = torch.device(DEVICE_TYPES.get(self.backend, self.backend), index)
         self.device_name = backends.device_name(self.backend, index or 0)
         self.dtype = self.options.dtype or self._default_dtype()
         self.attention = self.options.attention or ATTENTION_POLICY.get(self.backend, "sdpa")
@@ -152,6 +156,8 @@ class DeviceManager:
         return "cpu", None  # unreachable: the CPU probe is always available
 
     def _default_dtype(self) -> torch.dtype:
+        if self.backend == "tpu":
+            return torch.bfloat16
         if self.backend in ("cuda", "rocm", "npu", "xpu"):
             return torch.bfloat16 if backends.supports_bf16(self.backend) else torch.float16
         return torch.float32  # cpu, mps: see the table in the module docstring
@@ -339,7 +345,7 @@ class DeviceManager:
             "Backends:",
         ]
         for name, b in r["backends"].items():
-            lines.append(f"  {name:<5} {'yes' if b['available'] else 'no ':<4} {b['reason']}")
+            lines.append(f"  {name:<6} {'yes' if b['available'] else 'no ':<4} {b['reason']}")
         v = r["versions"]
         lines.append(f"Versions:  torch {v['torch']}, diffusers {v['diffusers']}, python {v['python']}")
         return "\n".join(lines)

@@ -68,6 +68,8 @@ def _proc_status_kb(field: str) -> int | None:
 
 def device_memory(backend: str, device: torch.device) -> dict[str, int | None]:
     """allocated/reserved/peak/total/free for one device."""
+    if backend == "tpu":
+        return _jax_memory(device.index or 0)
     if backend == "cpu":
         vm = psutil.virtual_memory()
         rss = resident_bytes()
@@ -105,6 +107,24 @@ def device_memory(backend: str, device: torch.device) -> dict[str, int | None]:
     }
 
 
+def _jax_memory(index: int) -> dict[str, int | None]:
+    """A JAX device's figures (devices/xla.py): in use, peak since start (JAX has no reset), limit."""
+    from .xla import xla_memory
+
+    m = _try(lambda: xla_memory(index)) or {}
+    used, total = m.get("allocated"), m.get("total")
+    free = total - used if total is not None and used is not None else None
+    return {"allocated": used, "reserved": None, "peak": m.get("peak"), "total": total, "free": free}
+
+
+def _jax_synchronize(index: int) -> None:
+    """Wait for the JAX device's queued work: a device executes its programs in order, so a tiny one
+    enqueued now is done only after everything before it."""
+    import jax
+
+    jax.device_put(0.0, jax.devices()[index]).block_until_ready()
+
+
 def resident_bytes() -> int:
     """The process's resident set (the CPU's `allocated`): one read, cheap enough for every step."""
     return psutil.Process().memory_info().rss
@@ -117,7 +137,7 @@ def host_memory() -> dict[str, int]:
 
 def _call_backend(backend: str, device: torch.device, name: str, *args: Any) -> None:
     """Call torch.accelerator.<name> or torch.<backend>.<name>; never torch.cuda on another backend."""
-    if backend == "cpu":
+    if backend in ("cpu", "tpu"):  # nothing to call: host memory; XLA's allocator frees with its arrays
         return
     if _accelerator_matches(device) and hasattr(torch.accelerator, name):
         getattr(torch.accelerator, name)(*args)
@@ -134,7 +154,9 @@ def empty_cache(backend: str, device: torch.device) -> None:
 
 
 def synchronize(backend: str, device: torch.device) -> None:
-    if backend == "mps":  # torch.mps.synchronize takes no device index
+    if backend == "tpu":
+        _jax_synchronize(device.index or 0)
+    elif backend == "mps":  # torch.mps.synchronize takes no device index
         _call_backend(backend, device, "synchronize")
     else:
         _call_backend(backend, device, "synchronize", *([device.index] if device.index is not None else []))
@@ -144,7 +166,7 @@ def reset_peak(backend: str, device: torch.device) -> bool:
     """Start a new peak; False when the backend kept its old one (the caller then tracks its own)."""
     if backend == "cpu":
         return _reset_cpu_peak()
-    if backend != "mps":  # MPS keeps no peak at all
+    if backend not in ("mps", "tpu"):  # MPS keeps no peak at all; JAX's peak runs from the start
         _call_backend(backend, device, "reset_peak_memory_stats", device.index or 0)
     return True
 

@@ -17,7 +17,7 @@ from pydantic import BeforeValidator
 
 from config import Accepts, Flag, Lower, Section, setting
 
-BACKENDS = ("cuda", "rocm", "npu", "xpu", "mps", "vulkan", "cpu")
+BACKENDS = ("cuda", "rocm", "npu", "tpu", "xpu", "mps", "vulkan", "cpu")
 ATTENTION_TYPES = ("vanilla", "sdpa", "npu")
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -28,10 +28,10 @@ DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
 }
-VALID_DEVICES = "auto, cpu, cuda, cuda:N, rocm, npu, npu:N, xpu, xpu:N, mps, vulkan"
+VALID_DEVICES = "auto, cpu, cuda, cuda:N, rocm, npu, npu:N, tpu, tpu:N, xpu, xpu:N, mps, vulkan"
 VALID_LISTS = "a comma-separated list of them (cuda:0,cuda:1), all, cuda:all, npu:all, xpu:all"
-_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|npu|xpu|mps|vulkan)(?::(\d+))?$")
-_INDEXABLE = {"cuda", "npu", "xpu"}
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|npu|tpu|xpu|mps|vulkan)(?::(\d+))?$")
+_INDEXABLE = {"cuda", "npu", "tpu", "xpu"}
 
 
 @dataclass(frozen=True)

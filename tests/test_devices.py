@@ -37,7 +37,7 @@ def test_accepts_case_and_whitespace(value):
     assert DeviceManager(value).backend == "cpu"
 
 
-@pytest.mark.parametrize("value", ["gpu", "cuda:x", "cpu:1", "mps:0", "tpu", "cuda:-1"])
+@pytest.mark.parametrize("value", ["gpu", "cuda:x", "cpu:1", "mps:0", "tpu:x", "vulkan:0", "cuda:-1"])
 def test_invalid_device_lists_valid_values(value):
     with pytest.raises(ValueError) as err:
         DeviceManager(value)
@@ -483,7 +483,7 @@ def test_no_attention_slicing_on_mps(monkeypatch):
 def test_describe_lists_every_backend(monkeypatch):
     fakes.fake_xpu(monkeypatch)
     text = DeviceManager().describe()
-    for line in ("cuda  no", "npu   no", "xpu   yes", "mps   no", "cpu   yes", "torch_npu is not installed"):
+    for line in ("cuda   no", "npu    no", "tpu    no", "xpu    yes", "mps    no", "vulkan no", "cpu    yes", "torch_npu is not installed"):
         assert line in text
     assert "Intel Arc A770" in text and "bfloat16" in text
 
@@ -538,3 +538,27 @@ def test_vulkan_when_asked_for_runs_fp32_vanilla_attention_without_compile(monke
 def test_vulkan_on_a_torch_without_it_falls_back_and_says_why():
     with pytest.warns(DeviceFallbackWarning, match="built without Vulkan"):
         assert DeviceManager("vulkan").backend == "cpu"
+
+
+# ---------------------------------------------------------------- TPU (JAX devices through torchax)
+def test_a_simulated_tpu_vm_is_chosen_with_bf16_sdpa_jax_memory_and_synchronisation():
+    """tests/tpu_sim.py fakes jax and torchax in a fresh process (torchax renames privateuse1 to "jax")."""
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.tpu_sim"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["auto"] == ["tpu", "jax:0", "bfloat16", "sdpa", "TPU v5 lite #0"]
+    assert out["second"] == ["tpu", "jax:1", "float32"]  # tpu:N, and fp32 when asked
+    memory = out["memory"]
+    assert (memory["allocated"], memory["peak"], memory["total"]) == (2 * GiB, 3 * GiB, 16 * GiB)
+    assert memory["free"] == 14 * GiB and out["syncs"] == [1]  # synchronize() waited on device 1
+    assert out["report"] == {"available": True, "reason": "4 TPU device(s) visible (TPU v5 lite)", "device_count": 4}
+    assert out["compile"].startswith("no compile") and "torchax" in out["compile"]
+
+
+def test_tpu_without_jax_falls_back_and_names_the_requirements_file():
+    with pytest.warns(DeviceFallbackWarning, match="requirements-tpu.txt"):
+        assert DeviceManager("tpu").backend == "cpu"
+    assert DeviceManager().report()["backends"]["tpu"]["available"] is False
