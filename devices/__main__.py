@@ -67,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
                 "--compile", action="store_true", help="also measure compile where the policy is off (CPU, MPS)"
             )
     verbs.choices["optimize"].add_argument("--apply", action="store_true", help="write the choice to the settings file")
+    verbs.choices["test"].add_argument(
+        "--plan", action="store_true", help="list the checks this device would run (dtypes, attention), run none"
+    )
     verbs.add_parser("set", help="write PREFERRED_DEVICE").add_argument("device", help="as PREFERRED_DEVICE accepts it")
     return parser
 
@@ -114,6 +117,9 @@ def cmd_test(args: argparse.Namespace, settings: DeviceSettings, env: Mapping[st
     from . import selftest
 
     dm = _manager(settings, args.device)
+    if args.plan:
+        print(selftest.format_plan(selftest.plan(dm.backend, args.dtype), str(dm.device)))
+        return 0
     _quiet_diffusers()
     report = selftest.run(dm.device, dm.backend, args.dtype, args.model or selftest.DEFAULT_MODEL)
     print(selftest.format_table(report))

@@ -501,6 +501,17 @@ def _fmt(value: float | None, spec: str) -> str:
     return format(value, spec)
 
 
+def format_plan(p: Plan, device: str) -> str:
+    """`test --plan`: the rows a self-test of `device` would have, without touching it."""
+    cases = op_cases(p) + model_cases(p)
+    lines = [f"Self-test plan for {device} ({p.backend}): {len(cases)} checks against cpu float32"]
+    lines.append(f"dtypes: {', '.join(p.dtypes)}")
+    lines.append(f"op attention: {', '.join(p.op_attention)}; model attention: {', '.join(p.model_attention)}")
+    lines += [f"  {c.check:<10} {c.dtype:<9} {c.attention or '-'}" for c in cases]
+    lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
 def format_table(report: Report) -> str:
     """The precision table as text: one line per row, failures' reasons after the table."""
     head = f"{'check':<10} {'dtype':<9} {'attention':<15} {'max abs':>9} {'mean abs':>9} {'rel':>9} {'PSNR dB':>8}  {'tolerance':<16} result"

@@ -293,3 +293,41 @@ def test_json_row_has_no_infinity():
     data = selftest._json_row(row)
     assert data["psnr"] is None and data["exact"] is True
     json.dumps(data, allow_nan=False)
+
+
+# ---------------------------------------------------------------- the command line on simulated machines
+def sim_cli(backend: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -m devices ARGS` with the accelerator faked at torch's level (tests/sim_devices.py)."""
+    env = {**_env(Path("/nonexistent")), "SETTINGS_FILE": ""}
+    return subprocess.run(
+        [sys.executable, "-m", "tests.sim_devices", backend, *args], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=240,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("backend", "device", "dtypes", "attention"),
+    [
+        ("cuda", "cuda:0 (cuda, NVIDIA H100", "float32, bfloat16, float16", "sdpa, sdpa-math, vanilla, sdpa-flash, sdpa-efficient"),
+        ("rocm", "cuda:0 (rocm, AMD Instinct MI300X", "float32, bfloat16, float16", "sdpa, sdpa-math, vanilla, sdpa-flash, sdpa-efficient"),
+        ("npu-fused", "npu:0 (npu, Ascend910B3", "float32, bfloat16, float16", "sdpa, sdpa-math, vanilla, npu"),
+        ("xpu", "xpu:0 (xpu, Intel Arc A770", "float32, bfloat16, float16", "sdpa, sdpa-math, vanilla"),
+        ("mps", "mps (mps, Apple MPS", "float32, float16", "sdpa, sdpa-math, vanilla"),
+    ],
+)  # fmt: skip
+def test_info_and_the_test_plan_on_each_simulated_accelerator(backend, device, dtypes, attention):
+    run = sim_cli(backend, "info", "+", "test", "--plan")
+    assert run.returncode == 0, run.stderr
+    info, planned = run.stdout.split("=" * 8 + "\n")[:2]
+    assert f"Device:    {device}" in info
+    assert f"dtypes: {dtypes}\n" in planned and f"op attention: {attention};" in planned
+    assert "generation" in planned and "vae" in planned and "denoiser" in planned
+
+
+def test_vulkan_is_in_the_report_and_testable_when_asked_for():
+    run = sim_cli("vulkan", "info", "+", "test", "vulkan", "--plan")
+    assert run.returncode == 0, run.stderr
+    info, planned = run.stdout.split("=" * 8 + "\n")[:2]
+    assert "Device:    cpu" in info  # never chosen by itself
+    assert "  vulkan yes  Vulkan available (experimental" in info
+    assert "Self-test plan for vulkan (vulkan)" in planned and "dtypes: float32, float16" in planned
