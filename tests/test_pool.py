@@ -75,6 +75,8 @@ def test_two_requests_run_on_two_replicas_at_once(pool):
 
 
 def test_a_failing_device_is_marked_and_its_work_retried_elsewhere(pool, single, monkeypatch):
+    """A device that fails and also fails its self-test is out; its part runs on the other."""
+    pool = DevicePool(pool.replicas, probe=lambda _p: (False, "matmul: max error 3.1"), retest=Retest(first=600))
     broken = pool.replicas[1]
 
     def lost(*args, **kwargs):
@@ -88,6 +90,7 @@ def test_a_failing_device_is_marked_and_its_work_retried_elsewhere(pool, single,
     rows = {r.name: r for r in pool.status()}
     assert rows["cpu#1"].healthy is False and "device lost" in rows["cpu#1"].error
     assert rows["cpu#0"].healthy is True and pool.concurrency == 1
+    pool.close()  # stops cpu#1's re-tests
 
 
 def test_no_healthy_device_left_is_a_clear_error(pool, monkeypatch):
