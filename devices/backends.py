@@ -29,7 +29,10 @@ INDEXED = ("cuda", "rocm", "npu", "tpu", "xpu")  # backends with several devices
 # | backend | why not automatic |
 # |---|---|
 # | vulkan | experimental: torch's Vulkan backend (mobile-oriented, built only from source with USE_VULKAN=1) lacks ops diffusers needs (group norm, SDPA, many views and in-place ops); asking for it runs what it can and fails on the first missing op |
+# | tpu | the app's pipelines do not run on JAX devices yet (the TPU path generates through devices/xla.py): chosen by itself, a TPU VM would start an app that cannot load its model; on the CPU it serves |
 ASKED_ONLY = {
+    "tpu": "not chosen automatically: the app's pipelines do not run on JAX devices yet; the TPU path is "
+    "devices/xla.py (python -m devices.xla_check, docs/devices.md); PREFERRED_DEVICE=tpu for the device layer",
     "vulkan": "experimental, not chosen automatically: torch's Vulkan backend lacks ops diffusers needs "
     "(group norm, scaled_dot_product_attention, in-place views); PREFERRED_DEVICE=vulkan to try it",
 }
@@ -105,6 +108,8 @@ def _probe_tpu() -> BackendStatus:
     from .xla import jax_devices_summary
 
     available, reason, count, _platform = jax_devices_summary()
+    if available:
+        reason += f" ({ASKED_ONLY['tpu']})"
     return BackendStatus("tpu", available, reason, count if available else 0)
 
 

@@ -1,8 +1,8 @@
 """DeviceManager: the one object every layer asks for device, dtype, attention and memory.
 
-Selection (auto): CUDA/ROCm -> NPU -> TPU -> XPU -> MPS -> CPU; Vulkan (between MPS and CPU in the
-report) is experimental and used only when asked for (devices.backends.ASKED_ONLY says why). A requested device that is not
-usable falls back to the best available one with a warning naming the request, the reason
+Selection (auto): CUDA/ROCm -> NPU -> XPU -> MPS -> CPU. TPU (after NPU in the report) and Vulkan
+(between MPS and CPU) are used only when asked for (devices.backends.ASKED_ONLY says why). A
+requested device that is not usable falls back to the best available one with a warning naming the request, the reason
 and the choice (kept in `fallback_reason`); strict options (PREFERRED_DEVICE_STRICT=1) raise instead.
 
 dtype policy (override: `dtype=` or TORCH_DTYPE):

@@ -24,12 +24,19 @@ from devices.manager import OFFLOAD_SAVERS, weights_placement
 
 from . import quantization, samplers
 from .backend import ModelInfo
+from .errors import ModelLoadError
 from .options import PipelineOptions
 from .recipes import Recipe, open_model
 from .request import GenerationRequest
 from .step_cache import StepCache
 
 log = logging.getLogger(__name__)
+
+# Devices the DeviceManager knows but the pipelines cannot run on yet, and what to use instead.
+NO_PIPELINES = {
+    "tpu": "the app's pipelines do not run on JAX devices yet; generate on a TPU through devices/xla.py "
+    "(python -m devices.xla_check, docs/devices.md#tpu-jax-through-torchax), or use PREFERRED_DEVICE=cpu",
+}
 
 
 def read_vocabulary(source: str) -> dict[str, Any]:
@@ -53,6 +60,8 @@ def load(cls: type, source: str | Path | None, device_manager: DeviceManager | N
     `opts.model_id`) and wrap it as `cls` on the manager's device."""
     source = str(source or opts.model_id)
     dm = device_manager or DeviceManager()
+    if dm.backend in NO_PIPELINES:
+        raise ModelLoadError(f"cannot load {source} on {dm.device}: {NO_PIPELINES[dm.backend]}")
     start = time.perf_counter()
     pipe, recipe, weights = open_model(source, dm, opts.extra, opts.quantization, opts.base_model)
     self = cls.from_loaded(pipe, dm, opts, weights, start, recipe)

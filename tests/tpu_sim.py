@@ -52,16 +52,30 @@ def main() -> None:
     from devices import DeviceManager
     from devices.compile import plan
 
-    auto, second = DeviceManager(), DeviceManager("tpu:1", dtype="float32")
+    auto, first, second = DeviceManager(), DeviceManager("tpu"), DeviceManager("tpu:1", dtype="float32")
     second.synchronize()
     print(json.dumps({
-        "auto": [auto.backend, str(auto.device), auto.dtype_name, auto.attention, auto.device_name],
+        "auto": auto.backend,
+        "first": [first.backend, str(first.device), first.dtype_name, first.attention, first.device_name],
         "second": [second.backend, str(second.device), second.dtype_name],
         "memory": second.memory_stats(),
         "syncs": SYNCS,
         "report": auto.report()["backends"]["tpu"],
         "compile": plan("tpu", "on").describe(),
+        "load": refusal(first),
     }))  # fmt: skip
+
+
+def refusal(dm) -> str:
+    """What loading the embedded model on the TPU says (the pipelines do not run on JAX devices yet)."""
+    from pipelines import ImagePipeline
+    from pipelines.errors import ModelLoadError
+
+    try:
+        ImagePipeline.from_pretrained("models/tiny-shapes", dm)
+    except ModelLoadError as exc:
+        return str(exc)
+    return "loaded"
 
 
 if __name__ == "__main__":
