@@ -52,6 +52,7 @@ class _Replica:
         self.healthy = True
         self.error: str | None = None  # why it was retired, and how its re-tests went
         self.busy = False
+        self.retirements = 0  # a re-test thread serves one retirement: a later one starts its own
 
 
 class DevicePool:
@@ -276,17 +277,20 @@ class DevicePool:
                 reason += f"; self-test failed: {detail}"
             with self._changed:
                 replica.healthy, replica.error = False, f"{reason}; re-test in {self._retest.delay(0):g} s"
+                replica.retirements += 1
                 self._changed.notify_all()
-        threading.Thread(target=self._recover, args=(replica, reason), name=f"retest-{replica.name}", daemon=True).start()
+        args = (replica, reason, replica.retirements)
+        threading.Thread(target=self._recover, args=args, name=f"retest-{replica.name}", daemon=True).start()
 
-    def _recover(self, replica: _Replica, reason: str) -> None:
+    def _recover(self, replica: _Replica, reason: str, retirement: int) -> None:
         """Re-test a retired replica with back-off until it passes, the pool closes, or a model
-        switch makes it healthy; it holds the replica (busy) while testing."""
+        switch makes it healthy (or retires it again: that retirement's thread goes on); it holds
+        the replica (busy) while testing."""
         failed = 0
         while not self._closed.wait(self._retest.delay(failed)):
             with self._changed:
                 self._changed.wait_for(lambda: not replica.busy)
-                if replica.healthy:
+                if replica.healthy or replica.retirements != retirement:
                     return
                 replica.busy = True
             ok, detail = run_probe(self._probe, replica.pipeline, replica.name)
