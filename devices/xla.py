@@ -31,10 +31,9 @@ NOT_INSTALLED = "jax/torchax are not installed (requirements-tpu.txt, its own ve
 # XLA flags that cut the CPU compile of the tiny UNet ~4x with the same pixels (measured: docs/devices.md, TPU).
 # They only affect XLA's CPU backend; a TPU compile ignores them.
 FAST_CPU_COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
-# XLA's CPU collectives wait for every device of an all-gather; a wait that never ends (seen here: the
-# bf16 pipeline on a 2-device mesh, every time; fp32 once, beside another such process) aborts the
-# process after 120 s instead of hanging a test for ever: a real all-gather of the CFG batch takes
-# milliseconds. CPU-only flags: a TPU ignores them.
+# XLA's CPU collectives wait for every device of an all-gather; should a wait never end, the process
+# aborts after 120 s instead of hanging a test for ever (a real all-gather of the CFG batch takes
+# milliseconds). CPU-only flags: a TPU ignores them.
 CPU_COLLECTIVE_FLAGS = (
     "--xla_cpu_collective_call_warn_stuck_timeout_seconds=30",
     "--xla_cpu_collective_call_terminate_timeout_seconds=120",
@@ -73,6 +72,14 @@ def xla_memory(index: int = 0) -> dict[str, int | None]:
         "peak": stats.get("peak_bytes_in_use"),
         "total": stats.get("bytes_limit"),
     }
+
+
+def host_threads(device_count: int) -> str:
+    """PJRT_NPROC for N XLA CPU devices: the size of the CPU client's thread pool, which runs each
+    device's program. PJRT sizes it by the cores (2 here); with a 2-device mesh both programs must run
+    at once to meet in an all-gather, and one busy pool thread left the other waiting for ever (a
+    deadlock seen 4 times of 9 runs here, in CI too; none in 2 runs at 8). Idle threads cost nothing."""
+    return str(max(8, 4 * device_count))
 
 
 def host_xla_flags(device_count: int, fast_compile: bool = True, current: str = "") -> str:

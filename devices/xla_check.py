@@ -8,11 +8,10 @@ It generates the embedded model's images (2 images, 64 px, 10 steps, seeds 0 and
 (the reference) and with torchax on JAX's CPU devices, and prints one precision row per
 (dtype, devices) with the first call's time (XLA compile included) and a cached call's. With
 `--devices N` (N > 1) it runs the 1-device case first, then the same images with the batch sharded
-over an N-device mesh: the mesh row must give the 1-device images (uint8-equal); float32 only:
-bfloat16 on a mesh of XLA CPU devices deadlocks in an all-gather here (3 runs of 3; docs/devices.md),
-so it is refused. Several dtypes (comma-separated) run in one process, which pays the imports (~25 s
-here) and the CPU float32 reference once. tests/test_xla.py runs `--dtype float32 --devices 2` and
-`--dtype bfloat16`.
+over an N-device mesh: the mesh row must give the 1-device images (float32: uint8-equal; bfloat16:
+within the bf16 bounds, as XLA compiles a partitioned program). Several dtypes (comma-separated) run
+in one process, which pays the imports (~25 s here) and the CPU float32 reference once:
+tests/test_xla.py runs `--dtype float32,bfloat16 --devices 2`.
 
 Tolerances (max abs pixel difference, in 1/255 steps, on the float images):
 - float32 vs CPU float32: <= 2 (the issue's bound; measured: under 0.01).
@@ -171,8 +170,12 @@ def reference_rows(dtype_name: str, devices: int, images: Any, refs: dict[str, A
 
 
 def mesh_row(dtype_name: str, devices: int, results: dict[int, Any], times: tuple) -> Row:
-    """The mesh's images against the 1-device images: uint8-equal (what the app saves) is the bound."""
+    """The mesh's images against the 1-device images. float32: uint8-equal (what the app saves).
+    bfloat16: the bf16 bounds, since XLA partitions the program for the mesh and a bf16 program
+    compiled differently rounds differently (measured: max 8/255, mean 0.35/255)."""
     stats = compare(results[devices], results[1])
+    if dtype_name == "bfloat16":
+        return judged(dtype_name, devices, "xla 1 device", stats, (BF16_MAX, BF16_MEAN_MAX), times)
     row = judged(dtype_name, devices, "xla 1 device", stats, (None, None), times)
     row.passed = stats["pct_pixels_differing"] == 0.0
     row.notes.append("pass = the saved uint8 images are identical")
@@ -193,7 +196,7 @@ def format_table(rows: list[Row]) -> str:
 
 
 def _bound(r: Row) -> str:
-    if r.reference == "xla 1 device":
+    if r.reference == "xla 1 device" and r.dtype == "float32":
         return "uint8 equal"
     if r.threshold_max is None:
         return "reported"
@@ -212,11 +215,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.devices < 1:
         parser.error("--devices must be >= 1")
-    if args.devices > 1 and "bfloat16" in args.dtype:
-        parser.error(
-            "bfloat16 on a multi-device XLA CPU mesh deadlocks in an all-gather here (docs/devices.md): "
-            "run the mesh with --dtype float32, and bfloat16 on one device"
-        )
     return args
 
 
@@ -236,6 +234,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args.devices, not args.no_fast_compile, os.environ.get("XLA_FLAGS", "")
     )
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("PJRT_NPROC", xla.host_threads(args.devices))
     _quiet_libraries()
     cache_dir = args.cache_dir or Path(sys.prefix) / "jax-cache"
     started = time.perf_counter()
