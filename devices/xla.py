@@ -78,7 +78,7 @@ def host_threads(device_count: int) -> str:
     """PJRT_NPROC for N XLA CPU devices: the size of the CPU client's thread pool, which runs each
     device's program. PJRT sizes it by the cores (2 here); with a 2-device mesh both programs must run
     at once to meet in an all-gather, and one busy pool thread left the other waiting for ever (a
-    deadlock seen 4 times of 9 runs here, in CI too; none in 2 runs at 8). Idle threads cost nothing."""
+    deadlock seen in 7 of 11 runs here, in CI too; none in 4 runs at 8). Idle threads cost nothing."""
     return str(max(8, 4 * device_count))
 
 
