@@ -55,13 +55,18 @@ def read_vocabulary(source: str) -> dict[str, Any]:
         return {}
 
 
+def check_device(dm: DeviceManager, source: str) -> None:
+    """ModelLoadError when the pipelines cannot run on the manager's device (NO_PIPELINES says why)."""
+    if dm.backend in NO_PIPELINES:
+        raise ModelLoadError(f"cannot load {source} on {dm.device}: {NO_PIPELINES[dm.backend]}")
+
+
 def load(cls: type, source: str | Path | None, device_manager: DeviceManager | None, opts: PipelineOptions) -> Any:
     """`cls.from_pretrained`: open `source` (folder, Hub id, .safetensors or recipe; default
     `opts.model_id`) and wrap it as `cls` on the manager's device."""
     source = str(source or opts.model_id)
     dm = device_manager or DeviceManager()
-    if dm.backend in NO_PIPELINES:
-        raise ModelLoadError(f"cannot load {source} on {dm.device}: {NO_PIPELINES[dm.backend]}")
+    check_device(dm, source)  # before the weights are read
     start = time.perf_counter()
     pipe, recipe, weights = open_model(source, dm, opts.extra, opts.quantization, opts.base_model)
     self = cls.from_loaded(pipe, dm, opts, weights, start, recipe)
@@ -81,6 +86,7 @@ def wrap(
     """`cls.from_loaded`: a `cls` around a diffusers pipeline already in memory, with the recipe's
     LoRAs and defaults, attention, memory mode, then on the manager's device; the model hash starts
     in the background so the first result does not wait for a multi-GB read."""
+    check_device(dm, source)  # a device pool's replicas come here without `load`
     start = time.perf_counter() if start is None else start
     pipe.set_progress_bar_config(disable=True)
     self = cls(pipe, dm, opts, source)
