@@ -8,6 +8,7 @@ covered by every test without being named in it.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import logging
 import os
@@ -262,8 +263,28 @@ def test_every_pipeline_option_travels_to_the_ray_replicas(tmp_path, monkeypatch
 
 
 # ---------------------------------------------------------------- the settings file
+@contextlib.contextmanager
+def app_log():
+    """The records of app.py's logger, from a handler on that logger itself: a logging.config call
+    made by another test module's imports (disable_existing_loggers) can leave that logger disabled
+    in a test session, which `python app.py` never is."""
+    logger, records = logging.getLogger("diffusion_anywhere"), []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append
+    level, disabled = logger.level, logger.disabled
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.disabled = False
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.disabled = disabled
+
+
 def test_the_settings_file_sits_under_the_environment_and_the_start_log_says_where_each_came_from(
-    tmp_path, monkeypatch, caplog
+    tmp_path, monkeypatch
 ):
     """environment > settings file > defaults, through app.py's own reader."""
     import app
@@ -275,12 +296,12 @@ def test_the_settings_file_sits_under_the_environment_and_the_start_log_says_whe
     monkeypatch.delenv("PREFERRED_DEVICE", raising=False)
     monkeypatch.delenv("COMPILE", raising=False)
     monkeypatch.delenv("MEMORY_MODE", raising=False)
-    with caplog.at_level(logging.INFO, logger="diffusion_anywhere"):
+    with app_log() as records:
         settings, _ = app.check_settings([])
     assert settings.devices.dtype == torch.float32  # the environment wins
     assert settings.devices.preferred == "cpu" and settings.pipeline.compile == "off"  # the file
     assert settings.pipeline.memory_mode == "auto"  # neither: the default
-    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("settings: "))
+    line = next(r.getMessage() for r in records if r.getMessage().startswith("settings: "))
     assert f"PREFERRED_DEVICE=cpu (settings file {file})" in line
     assert "TORCH_DTYPE=float32 (environment)" in line and "bfloat16" not in line
 
