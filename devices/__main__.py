@@ -26,8 +26,7 @@ from pathlib import Path
 import torch
 
 from config import SettingsError
-from config.settings_file import environment as settings_environment
-from config.settings_file import settings_path, update_file
+from config.settings_file import layered, update_file
 
 from .manager import DeviceFallbackWarning, DeviceManager
 from .options import DeviceSettings, parse_preferred
@@ -194,14 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore", DeviceFallbackWarning)  # the log line says it once
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)  # measured here: 2 threads beside a busy process ran 28x slower than 1
-    path = settings_path(os.environ)
     try:
+        layers = layered(os.environ)  # the environment over the settings file: path and file read once
         if args.verb == "set":
-            return cmd_set(args, path)
-        env = settings_environment(os.environ)
+            return cmd_set(args, layers.path)
+        env = layers.values
         settings = DeviceSettings.from_env(env)
         if args.verb == "optimize":
-            return cmd_optimize(args, settings, env, path)
+            return cmd_optimize(args, settings, env, layers.path)
         return {"info": cmd_info, "test": cmd_test, "benchmark": cmd_benchmark}[args.verb](args, settings, env)
     except (UsageError, SettingsError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
