@@ -103,7 +103,11 @@ def wrap(
         pipe.to(dm.device)
     compile_and_warm_up(self)
     self.load_seconds = time.perf_counter() - start
-    threading.Thread(target=self.model_hash, name="model-hash", daemon=True).start()
+    # Not a daemon: the interpreter joins it before finalizing. A daemon thread still running at exit
+    # (a batch rerun with nothing to make exits right after load) can be stopped inside a torch
+    # destructor run by its garbage collection, and the process aborts ("terminate called without an
+    # active exception", seen once in CI); waiting costs at most one read of the weights.
+    threading.Thread(target=self.model_hash, name="model-hash").start()
     log.info(
         "loaded %s in %.2f s on %s (%s, attention %s)",
         source,
