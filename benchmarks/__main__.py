@@ -6,6 +6,7 @@
     python -m benchmarks parity --options all              # ... and each option vs the same model without it
     python -m benchmarks speed --json speed.json           # compile, memory modes, fp8 vs the plain run
     python -m benchmarks compile-check --family sd15       # compiled vs eager images, compile/recompile times
+    python -m benchmarks tiled-vae --size 1024             # the VAE decode's memory peak, tiled against whole
 
 Prints a table of ratios (what to compare across machines) and writes every figure to JSON.
 """
@@ -54,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         from .compile_check import main as compile_main
 
         return compile_main(argv[1:])
+    if argv[:1] == ["tiled-vae"]:
+        from .tiled_vae import main as tiled_main
+
+        return tiled_main(argv[1:])
     if argv[:1] == ["speed"]:
         from .speed import main as speed_main
 

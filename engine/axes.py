@@ -66,13 +66,13 @@ _A1111 = (
     ("Var. seed", "", "off:variation seeds are not offered here"),
     ("Var. strength", "", "off:variation seeds are not offered here"),
     ("Steps", "", "steps"),
-    ("Hires steps", "t", "off:hires fix is not offered here yet"),
+    ("Hires steps", "t", "off:hires fix settings are not plot axes here yet"),
     ("CFG Scale", "", "guidance_scale"),
     ("Image CFG Scale", "i", "image_guidance_scale"),
     ("Prompt S/R", "", "replace"),
     ("Prompt order", "", "off:prompt order permutations are not offered here; use Prompt S/R"),
     ("Sampler", "t", "sampler"),
-    ("Hires sampler", "t", "off:hires fix is not offered here yet"),
+    ("Hires sampler", "t", "off:hires fix settings are not plot axes here yet"),
     ("Sampler", "i", "sampler"),
     ("Checkpoint name", "", "model"),
     ("Negative Guidance minimum sigma", "", _NOT_HERE),
@@ -91,7 +91,7 @@ _A1111 = (
     ("Denoising", "", "strength"),
     ("Initial noise multiplier", "", _NOT_HERE),
     ("Extra noise", "", _NOT_HERE),
-    ("Hires upscaler", "t", "off:hires fix is not offered here yet"),
+    ("Hires upscaler", "t", "off:hires fix settings are not plot axes here yet"),
     ("Cond. Image Mask Weight", "i", _NOT_HERE),
     ("VAE", "", "off:the VAE is the model's own here"),
     ("Styles", "", "styles"),
@@ -107,7 +107,7 @@ _A1111 = (
     ("FP8 mode", "", _NOT_HERE),
     ("Size", "", "size"),
 )
-_NO_STRENGTH = "text-to-image has no denoising strength (A1111's is the hires fix's, not offered here yet)"
+_NO_STRENGTH = "text-to-image has no denoising strength (A1111's is the hires fix's, not a plot axis here yet)"
 _VALUE_ONLY = {"sampler", "replace", "model", "choice"}  # A1111's format_value axes (and our choices)
 # Fields that are not a plot's to vary: what the request is about, or how many images a cell makes.
 _NOT_AXES = {"prompt", "negative_prompt", "num_images", "width", "height", "loras", "init_images", "inpaint", "mask"}
@@ -132,6 +132,7 @@ def axis_types(mode: str, loras: Sequence[str] = ()) -> list[AxisType]:
         if m in ("", letter)
     ]
     taken = {what for _, _, what in _A1111} | _NOT_AXES
+    taken |= {s.name for s in fields() if s.path[0] == "hires"}  # hires fix's: not plot axes yet (above)
     tasks = {"txt2img": {"txt2img"}, "img2img": {"img2img", "inpaint"}}[mode]
     extra = [
         AxisType(s.about.label, s.kind, field=s.name, labelled=s.kind != "choice")

@@ -35,10 +35,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from PIL import Image
+
 from pipelines import catalog
+from pipelines import upscalers as upscaling
 from pipelines.backend import Capabilities, GenerationBackend, ModelInfo, ReplicaStatus
 from pipelines.errors import PipelineError
 from pipelines.request import GenerationRequest, GenerationResult, pin_seed
+from pipelines.upscalers import Upscalers
 
 log = logging.getLogger(__name__)
 STOPS_KEPT = 10_000  # callers whose latest Stop is remembered before the old ones are dropped
@@ -191,11 +195,17 @@ class Engine:
     """Runs requests on one backend for every front end: admission, order, events, Stop, budget."""
 
     def __init__(
-        self, backend: GenerationBackend, admission: Admission | None = None, switching: Switching | None = None
+        self,
+        backend: GenerationBackend,
+        admission: Admission | None = None,
+        switching: Switching | None = None,
+        upscalers: Upscalers | None = None,
     ):
         self.backend = backend
         self.admission = admission or Admission()
         self.switching = switching or Switching()
+        self.upscalers = upscalers  # the Upscale tab's and A1111 extras' (pipelines.upscalers)
+        self._upscaling = threading.Lock()  # one upscale at a time: a model pass fills the device
         self._changed = threading.Condition()
         self._waiting: deque[Job] = deque()
         self._running: set[Job] = set()
@@ -211,6 +221,33 @@ class Engine:
 
     def status(self) -> list[ReplicaStatus]:
         return self.backend.status()
+
+    def upscaler_names(self) -> list[str]:
+        """What the Upscale tab and A1111's extras offer: "None" (a plain resize), the pixel ones, the models."""
+        return ["None", *(self.upscalers.names(latent=False) if self.upscalers else [])]
+
+    def upscale(
+        self,
+        images: list[Image.Image],
+        upscaler: str,
+        factor: float | None = None,
+        size: tuple[int, int] | None = None,
+        second: str | None = None,
+        visibility: float = 0.0,
+    ) -> list[Image.Image]:
+        """Each image enlarged by `factor` or to `size` (pipelines.upscalers.extras); UpscalerError
+        (a ValueError naming what is offered) for an unknown upscaler or a size beyond the bounds."""
+        if self.upscalers is None:
+            raise Refused("this server has no upscalers")
+        for name in (upscaler, second):
+            if name and name != "None":
+                self.upscalers.check(name, latent=False)
+        sizes = [upscaling.extras_size(image, factor, size) for image in images]  # all checked before any work
+        with self._upscaling:
+            return [
+                upscaling.extras(self.upscalers, image, s, upscaler, second, visibility)
+                for image, s in zip(images, sizes, strict=True)
+            ]
 
     def count_tokens(self, prompt: str) -> list:
         if not self.capabilities.count_tokens:

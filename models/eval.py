@@ -7,6 +7,8 @@
     python -m models.eval --inpaint --n 200          # inpainting (models/eval_inpaint.py)
     python -m models.eval --outpaint --n 100         # outpainting 64 -> 96 px (models/eval_inpaint.py)
     python -m models.eval --prompts --n 40           # A1111 weights, long prompts, editing (models/eval_prompts.py)
+    python -m models.eval --upscale --n 100          # the embedded x2 upscaler against Lanczos (models/eval_hires.py)
+    python -m models.eval --hires --n 64             # hires fix 64 -> 128 px against direct 128 (models/eval_hires.py)
 
 Each generated image is judged by models.scoring's classifier (no learned model), which is
 100 % correct on the procedural training images themselves, so errors it reports are the model's.
@@ -141,7 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--inpaint", action="store_true", help="evaluate inpainting (models/eval_inpaint.py)")
     parser.add_argument("--outpaint", action="store_true", help="evaluate outpainting (models/eval_inpaint.py)")
     parser.add_argument("--prompts", action="store_true", help="A1111's prompt language (models/eval_prompts.py)")
-    parser.add_argument("--strength", type=float, default=None, help="--inpaint/--outpaint: (DEFAULT_STRENGTH)")
+    parser.add_argument("--upscale", action="store_true", help="the embedded upscaler's PSNR (models/eval_hires.py)")
+    parser.add_argument("--hires", action="store_true", help="hires fix's adherence and time (models/eval_hires.py)")
+    parser.add_argument("--upscalers", default="Lanczos,shapes-compact-x2,Latent", help="--hires: the upscalers compared")
+    parser.add_argument("--strength", type=float, default=None, help="--inpaint/--outpaint: (DEFAULT_STRENGTH); --hires: 0.3")
     parser.add_argument("--masked-content", default=None, help="--inpaint/--outpaint: original or fill")
     parser.add_argument("--inpaint-area", default=None, help='--inpaint/--outpaint: "whole picture" or "only masked"')
     parser.add_argument("--mask-blur", type=int, default=None, help="--inpaint/--outpaint: pixels (Inpaint's default)")
@@ -164,8 +169,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.edit or args.inpaint or args.outpaint or args.prompts:
-        if args.prompts:
+    if args.edit or args.inpaint or args.outpaint or args.prompts or args.upscale or args.hires:
+        if args.upscale or args.hires:
+            from models.eval_hires import run_hires, run_upscale
+
+            run = run_upscale if args.upscale else run_hires
+        elif args.prompts:
             from models.eval_prompts import run
         elif args.edit:
             from models.eval_edit import run

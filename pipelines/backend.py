@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from . import hires
 from .fields import shown
 from .request import (
     FALLBACK_IMAGE_GUIDANCE,
@@ -34,6 +35,7 @@ from .request import (
     validate,
 )
 from .samplers import check_steps
+from .upscalers import PIXEL
 
 ProgressFn = Callable[[int, int, int], None]  # (steps done, steps in all, index of the image being made)
 CancelFn = Callable[[], bool]  # polled between denoising steps; True stops after the current step
@@ -118,6 +120,7 @@ class ModelInfo:
     default_step_cache_threshold: float | None = None
     quantization: dict[str, str] = field(default_factory=dict)  # per component, what quantization ran
     component_bytes: dict[str, int] = field(default_factory=dict)  # per component, weights' real bytes
+    upscalers: tuple[str, ...] = tuple(PIXEL)  # what hires fix may enlarge with (pipelines.upscalers), latent modes last
     editor: ModelInfo | None = None  # the model serving edits, when it is another one (pipelines.editing)
 
     @property
@@ -153,6 +156,8 @@ class ModelInfo:
             offered = ", ".join(self.loras) or "none"
             raise RequestError("loras", f"unknown LoRA {shown(unknown[0], 80)}; available: {offered}", (unknown[0],))
         check_steps(request.sampler or self.scheduler, request.steps or self.default_steps, self.min_steps)
+        if request.hires is not None:
+            hires.check(request, self)
         if request.sampler is not None and request.sampler == self.scheduler:
             request = request.model_copy(update={"sampler": None})  # the model's own: nothing to swap
         return request

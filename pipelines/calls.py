@@ -11,6 +11,8 @@ import logging
 import math
 from typing import Any
 
+import torch
+
 from .request import GenerationRequest
 from .traits import PipelineTraits, guidance_kwargs
 
@@ -66,7 +68,11 @@ def call_kwargs(
     if negative:
         kwargs["negative_prompt"] = [negative] * n
     if request.init_images is not None:
-        kwargs["image"] = [item["image"].convert("RGB").resize((width, height)) for item in chunk]
+        starts = [item["image"] for item in chunk]
+        if isinstance(starts[0], torch.Tensor):  # latents (a hires pass's latent mode, pipelines.hires)
+            kwargs["image"] = torch.cat(starts)
+        else:
+            kwargs["image"] = [image.convert("RGB").resize((width, height)) for image in starts]
         kwargs["strength"] = request.strength
         kwargs["image_guidance_scale"] = request.image_guidance_scale
         kwargs["max_area"] = width * height  # Kontext renders at max_area (1024^2) unless told

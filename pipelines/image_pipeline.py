@@ -28,7 +28,7 @@ import torch
 
 from devices import DeviceManager
 
-from . import hashing, inpaint, model_setup, quantization, samplers, step_cache, styles
+from . import hashing, hires, inpaint, model_setup, quantization, samplers, step_cache, styles, vae_tiling
 from .backend import Capabilities, ModelInfo, ReplicaStatus
 from .callbacks import CallMonitor, CancelFn, Chained, Interrupted, LegacyCallback, PreviewFn, Previews, ProgressFn
 from .calls import call_kwargs, size_for
@@ -59,6 +59,7 @@ from .step_cache import StepCache
 from .tokens import count_tokens
 from .tokens import windows as token_windows
 from .traits import denoiser, inspect_pipeline
+from .upscalers import Upscalers
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,13 @@ class ImagePipeline:
         self.default_guidance_end = float(self.vocabulary.get("default_guidance_end", DEFAULT_GUIDANCE_END))
         self.activity = "idle"  # what it does now, for the status panel
         self._previews = PreviewDecoder(pipe)
+        self.upscalers = Upscalers([options.upscaler_dir], device_manager)  # hires fix's (pipelines.upscalers)
+
+    @property
+    def _tiled_vae_pixels(self) -> int:
+        """Images above this many pixels are decoded in tiles: TILED_VAE_PIXELS, else 4 x the native area."""
+        w, h = self.default_size
+        return self.options.tiled_vae_pixels or 4 * w * h
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -218,6 +226,10 @@ class ImagePipeline:
             return self.options.max_pixels
         w, h = self.default_size
         return w * h * PIXEL_BUDGET_FACTOR.get(self.dm.backend, DEFAULT_PIXEL_BUDGET_FACTOR)
+
+    def render_size(self, request: GenerationRequest) -> tuple[int, int]:
+        """(width, height) a request renders at (pipelines.calls.size_for)."""
+        return size_for(request, self.traits)
 
     @property
     def limits(self) -> RequestLimits:
@@ -305,6 +317,8 @@ class ImagePipeline:
     def check_task(self, request: GenerationRequest) -> None:
         """Refuse what this model cannot do, with a message that says what it can do."""
         t = self.traits
+        if request.hires is not None:  # RequestError naming the hires field (the engine asked this at submit too)
+            hires.check(request, self.model_info())
         if request.step_cache not in (None, step_cache.NONE) and not t.step_cache:
             raise UnsupportedTaskError(
                 f"{self.model_name} ({t.class_name}) has no step cache: diffusers gives its "
@@ -432,8 +446,9 @@ class ImagePipeline:
             if scheduler is not None:
                 self._own_scheduler = own  # first: a reader never sees the swapped one as the model's
                 self._use_scheduler(scheduler)
+            run = functools.partial(hires.run, self) if request.hires is not None else self._generate
             try:
-                return self._generate(request, report, should_cancel, item_range, preview)
+                return run(request, report, should_cancel, item_range, preview)
             finally:
                 self._use_scheduler(own)
                 self._own_scheduler = None
@@ -456,14 +471,23 @@ class ImagePipeline:
         should_cancel: CancelFn | None,
         item_range: tuple[int, int] | None = None,
         preview: PreviewFn | None = None,
+        items: list[dict[str, Any]] | None = None,
+        first: int = 0,
     ) -> GenerationResult:
-        """Steps 2-7 of a validated request, under the lock: plan it, denoise it, assemble the result."""
-        plan = self._plan(request, item_range)
+        """Steps 2-7 of a validated request, under the lock: plan it, denoise it, assemble the result.
+        `items` (and the index of the first, `first`): run these work items instead of the request's
+        own (a hires pass pairs each enlarged image with its own prompt and seed, pipelines.hires)."""
+        plan = self._plan(request, item_range, items, first)
         steps = self._steps_for(request, plan.accepted)
         sampler = request.sampler or self.scheduler_name
-        with step_cache.applied(denoiser(plan.pipe), plan.cache, steps, self._mag_ratios, sampler) as cache:
+        with (
+            step_cache.applied(denoiser(plan.pipe), plan.cache, steps, self._mag_ratios, sampler) as cache,
+            vae_tiling.applied(self.pipe, plan.size, self._tiled_vae_pixels, self.memory_savers) as tiled,
+        ):
             finished = self._denoise(plan, progress, should_cancel, preview)
-        return self._assemble(plan, finished, cache)
+        result = self._assemble(plan, finished, cache)
+        result.vae_tiling = tiled
+        return result
 
     def _styled(self, request: GenerationRequest) -> GenerationRequest:
         """`request` with its styles applied to the prompt(s) and the negative (pipelines.styles); the
@@ -477,7 +501,13 @@ class ImagePipeline:
         unknown = tuple(name for name in request.styles if name not in self.styles)  # said in the result
         return request.replace(prompt=prompt, negative_prompt=styled[0][1], styles=unknown)
 
-    def _plan(self, request: GenerationRequest, item_range: tuple[int, int] | None) -> _Plan:
+    def _plan(
+        self,
+        request: GenerationRequest,
+        item_range: tuple[int, int] | None,
+        items: list[dict[str, Any]] | None = None,
+        first: int = 0,
+    ) -> _Plan:
         """Steps 2-4: the pipeline and its LoRAs, one seed per image, and what this pipeline takes,
         all fixed before the first diffusers call."""
         # 2-3. pipeline and LoRAs
@@ -485,11 +515,11 @@ class ImagePipeline:
         self.loras.activate({**self.base_loras, **request.loras})
         # 4. one seed per image
         size = size_for(request, self.traits)
-        items = self.work_items(request, request.seed)  # generate() pinned the seed
-        first = 0
-        if item_range is not None:
-            first = item_range[0]
-            items = items[item_range[0] : item_range[1]]
+        if items is None:
+            items = self.work_items(request, request.seed)  # generate() pinned the seed
+            if item_range is not None:
+                first = item_range[0]
+                items = items[item_range[0] : item_range[1]]
         accepted = frozenset(inspect.signature(pipe.__call__).parameters)
         warnings = self._request_warnings(request, pipe, accepted)
         guidance_end = self._guidance_end(request, pipe, warnings)

@@ -27,6 +27,7 @@ from typing import Any
 
 from PIL import Image, PngImagePlugin
 
+from . import hires
 from .pnginfo import JSON_KEY
 from .pnginfo import read_metadata as read_metadata  # re-exported: callers read our PNGs back from here
 from .request import GenerationResult
@@ -59,8 +60,9 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         ("Size", f"{meta['width']}x{meta['height']}"),
         ("Model hash", meta.get("model_hash")),
         ("Model", meta.get("model", "")),
-        ("Denoising strength", meta.get("strength")),
+        *([("Denoising strength", meta.get("strength"))] if "strength" in meta else hires.infotext(meta)[:1]),
         *inpaint_fields(meta),
+        *hires.infotext(meta)[1:],  # A1111's order: the strength, then the Hires fields
         ("Step cache", step_cache_text(meta)),  # ours (A1111 has none): keeps the image reproducible
     ]
     fields += _schema_fields(meta, {key for key, _ in fields})

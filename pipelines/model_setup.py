@@ -22,7 +22,7 @@ from devices import compile as graph_compile
 from devices.attention import describe as describe_attention
 from devices.manager import OFFLOAD_SAVERS, weights_placement
 
-from . import quantization, samplers
+from . import hires, quantization, samplers
 from .backend import ModelInfo
 from .errors import ModelLoadError
 from .options import PipelineOptions
@@ -290,4 +290,5 @@ def describe(self: Any) -> ModelInfo:
         default_step_cache_threshold=self.default_step_cache.threshold if self.default_step_cache else None,
         quantization=quantization.applied(self.pipe),
         component_bytes=dict(self.component_bytes),
+        upscalers=tuple(self.upscalers.names(latent=traits.class_name in hires.LATENT_FAMILIES)),
     )

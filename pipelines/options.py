@@ -21,9 +21,10 @@ from .request import STEP_CACHES, spec
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-shapes"
 DEFAULT_LORA_DIR = REPO_ROOT / "models" / "loras"
+DEFAULT_UPSCALER_DIR = REPO_ROOT / "models" / "upscalers"
 DEFAULT_EMBEDDINGS_DIR = REPO_ROOT / "embeddings"  # where A1111 keeps them
 DEFAULT_STYLES_FILE = REPO_ROOT / "styles.csv"  # where A1111 keeps it
-PATH_FIELDS = ("model_id", "lora_dir", "embeddings_dir", "styles_file", "base_model")  # files or folders here
+PATH_FIELDS = ("model_id", "lora_dir", "upscaler_dir", "embeddings_dir", "styles_file", "base_model")  # files or folders here
 
 
 def _step_cache(value: Any) -> Any:
@@ -70,6 +71,17 @@ class PipelineOptions(Section, title="Pipeline"):
     lora_dir: Path = setting(
         "LORA_DIR", DEFAULT_LORA_DIR, "folder of .safetensors LoRAs offered in the UI (others are refused)",
         shown="`models/loras`",
+    )  # fmt: skip
+    upscaler_dir: Path = setting(
+        "UPSCALER_DIR", DEFAULT_UPSCALER_DIR,
+        "folder of upscaler models (ESRGAN, Real-ESRGAN, SwinIR, HAT, DAT, Compact ...; .safetensors/.pth, loaded "
+        "by spandrel) for hires fix and the Upscale tab, beside the embedded ones (docs/upscaling.md)",
+        shown="`models/upscalers`",
+    )  # fmt: skip
+    tiled_vae_pixels: int | None = setting(
+        "TILED_VAE_PIXELS", None,
+        "decode and encode images larger than this (width x height) in tiles, so the VAE's memory peak stays "
+        "bounded (docs/upscaling.md#tiled-vae)", shown="4 x the model's native area", ge=1,
     )  # fmt: skip
     embeddings_dir: Path = setting(
         "EMBEDDINGS_DIR", DEFAULT_EMBEDDINGS_DIR,

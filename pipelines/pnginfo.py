@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 
 from PIL import Image
 
+from . import hires
 from . import pnginfo_tools as tools
 from .inpaint import MASKED_CONTENT
 from .pnginfo_comfy import parse_comfyui, workflow_to_graph
@@ -124,6 +125,7 @@ def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
     elif cache is not None:  # ours: the image is reproduced only with the same cache
         out["step_cache"], out["step_cache_threshold"] = cache.method, cache.threshold
     _inpaint_fields(out, extra)
+    hires.read_infotext(out, extra)
 
 
 def _inpaint_fields(out: dict[str, Any], extra: dict[str, str]) -> None:

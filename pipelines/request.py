@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from .fields import (
     About,
     Choice,
+    Flag,
     Names,
     Picture,
     Prompts,
@@ -55,6 +56,7 @@ from .fields import (
 )
 
 __all__ = ["RequestError", "dotted", "request_error"]  # re-exported: the schema's error type
+from .hires import Hires
 from .inpaint import DEFAULT_STRENGTH, Inpaint
 
 SEED_SPACE = 2**64  # torch.Generator.manual_seed takes 0..2^64-1
@@ -69,6 +71,7 @@ STEP_CACHE_THRESHOLDS = {"FirstBlockCache": 0.05, "MagCache": 0.06}
 # (the signatures' 50 are too many for a first image), CFG 4, image guidance 1.5 (InstructPix2Pix's).
 FALLBACK_STEPS, FALLBACK_GUIDANCE, FALLBACK_IMAGE_GUIDANCE = 20, 4.0, 1.5
 EDIT_TASKS = frozenset({"img2img", "inpaint"})
+TXT2IMG = frozenset({"txt2img"})
 IMG2IMG = frozenset({"img2img"})
 INPAINT = frozenset({"inpaint"})
 
@@ -170,10 +173,16 @@ class GenerationRequest(Schema):
     inpaint: Annotated[Inpaint | None, About("Inpaint", tasks=INPAINT)] = Field(
         None, description="repaint only the mask of each input image (pipelines.inpaint)"
     )
+    hires: Annotated[Hires | None, About("Hires fix", tasks=TXT2IMG)] = Field(
+        None, description="a second pass at a larger size over the first's enlarged images (pipelines.hires)"
+    )
 
     @model_validator(mode="after")
     def _one_task(self) -> GenerationRequest:
-        """What holds between fields: an inpaint has its images, of its mask's size."""
+        """What holds between fields: an inpaint has its images, of its mask's size; hires fix is
+        text-to-image's."""
+        if self.hires is not None and self.init_images:
+            raise refuse("hires fix refines a text-to-image first pass; an edit or inpaint has no first pass", field=("hires",))
         if self.inpaint is None:
             return self
         if not self.init_images:
@@ -286,7 +295,18 @@ def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
             target[item.path[-1]] = flat[item.name]
     if "inpaint" in data and data["inpaint"].get("mask") is None:
         del data["inpaint"]  # inpaint options without a mask: not an inpaint
+    if "hires" in data and not _switched_on(data["hires"].get("hires_fix")):
+        del data["hires"]  # hires options with hires fix off (A1111 clients send them always)
     return data
+
+
+def _switched_on(value: Any) -> bool:
+    """A flag's value as `nest` reads it: a value the schema would refuse counts as on, so that the
+    part stays in the request and its refusal names the field."""
+    try:
+        return Flag().parse(value)
+    except ValueError:  # pydantic's PydanticCustomError is a ValueError
+        return True
 
 
 @dataclass(frozen=True)
@@ -365,6 +385,8 @@ class GenerationResult:
     inputs: list[Image.Image | None] = field(default_factory=list)  # the input image of each output (editing)
     attention_components: dict[str, str] = field(default_factory=dict)  # per component, what ran
     step_cache: str = ""  # the step cache it ran with ("FirstBlockCache 0.05"), "" for none (pipelines.step_cache)
+    vae_tiling: bool = False  # decoded (and encoded) in tiles: the image was large (TILED_VAE_PIXELS) or memory short
+    hires: str = ""  # the hires pass it ran ("64x64 -> 128x128, Lanczos, strength 0.3"), "" for none (pipelines.hires)
 
     def info(self) -> dict[str, Any]:
         """JSON-friendly summary (what the API returns beside the images)."""
@@ -382,4 +404,8 @@ class GenerationResult:
         }
         if self.step_cache:  # only where one ran: a request without a cache reports what it always did
             out["step_cache"] = self.step_cache
+        if self.vae_tiling:
+            out["vae_tiling"] = True
+        if self.hires:
+            out["hires"] = self.hires
         return out

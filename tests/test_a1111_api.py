@@ -228,13 +228,70 @@ def test_sillytavern_sequence(http):
 
 
 def test_unsupported_fields_warn_and_loras_come_from_the_prompt(http):
-    body = {"prompt": PROMPT + " <lora:outline:0.5>", "seed": 2, "enable_hr": True, "subseed_strength": 0.3,
+    body = {"prompt": PROMPT + " <lora:outline:0.5>", "seed": 2, "restore_faces": True, "subseed_strength": 0.3,
             "alwayson_scripts": {"ControlNet": {"args": []}}, "unknown_field": 1, **SMALL}  # fmt: skip
     info = json.loads(http.post("/txt2img", json=body).json()["info"])
     assert "<lora:outline:0.5>" in info["infotexts"][0] and info["extra_generation_params"] == {
         "Lora": {"outline": 0.5}
     }
-    assert [w.split("=")[0] for w in info["warnings"]] == ["enable_hr", "subseed_strength", "alwayson_scripts"]
+    assert [w.split("=")[0] for w in info["warnings"]] == ["restore_faces", "subseed_strength", "alwayson_scripts"]
+
+
+# ---------------------------------------------------------------- hires fix and extras
+UPSCALER = "shapes-compact-x2"  # the embedded one (models/upscalers)
+
+
+def test_webuiapi_hires_fix_returns_the_larger_images_with_a1111s_infotext(api, http):
+    result = api.txt2img(prompt=PROMPT, seed=21, batch_size=2, width=64, height=64, enable_hr=True, hr_scale=2,
+                         hr_upscaler=UPSCALER, denoising_strength=0.3, hr_second_pass_steps=8)  # fmt: skip
+    assert [image.size for image in result.images] == [(128, 128)] * 2
+    text = result.info["infotexts"][1]
+    for field in ("Seed: 22", "Size: 64x64", "Denoising strength: 0.3", "Hires upscale: 2", "Hires steps: 8",
+                  f"Hires upscaler: {UPSCALER}"):  # fmt: skip
+        assert field in text, text
+    read = http.post("/png-info", json={"image": b64(result.images[1])}).json()  # the PNG carries it too
+    assert read["parameters"]["Hires upscaler"] == UPSCALER and read["parameters"]["Size-1"] == "64"
+    plain = api.txt2img(prompt=PROMPT, seed=21, batch_size=2, width=64, height=64)
+    assert [image.size for image in plain.images] == [(64, 64)] * 2  # enable_hr false: one pass
+
+
+def test_sillytavern_hires_request_is_answered_with_the_upscaled_image(http):
+    payload = {  # SillyTavern's generateSDImage body (public/scripts/extensions/stable-diffusion/index.js)
+        "prompt": PROMPT, "negative_prompt": "lowres", "sampler_name": "Euler a", "scheduler": "Automatic",
+        "steps": 6, "cfg_scale": 7, "width": 64, "height": 64, "restore_faces": False, "enable_hr": True,
+        "hr_upscaler": "Latent", "hr_scale": 2, "hr_additional_modules": [], "denoising_strength": 0.7,
+        "hr_second_pass_steps": 0, "seed": 5, "override_settings": {"CLIP_stop_at_last_layers": 1},
+        "override_settings_restore_afterwards": True, "clip_skip": 1, "save_images": True, "send_images": True,
+        "do_not_save_grid": False, "do_not_save_samples": False,
+    }  # fmt: skip
+    response = http.post("/txt2img", json=payload)
+    assert response.status_code == 200, response.text
+    (image,) = response.json()["images"]
+    assert decode(image).size == (128, 128)
+    info = json.loads(response.json()["info"])
+    assert "Hires upscaler: Latent" in info["infotexts"][0] and "Denoising strength: 0.7" in info["infotexts"][0]
+    assert [w.split("=")[0] for w in info["warnings"]] == ["save_images"]
+
+
+def test_a_hires_request_beyond_the_models_limits_is_one_422_naming_hr_scale(http):
+    body = {"prompt": PROMPT, "enable_hr": True, "hr_scale": 3, **SMALL}
+    assert "192x192" in refused(http.post("/txt2img", json=body), "hr_scale")
+    body = {"prompt": PROMPT, "enable_hr": True, "hr_upscaler": "4x-UltraSharp", **SMALL}
+    assert UPSCALER in refused(http.post("/txt2img", json=body), "hr_upscaler")
+
+
+def test_webuiapi_extras_upscale_single_and_batch(api, http):
+    listed = {u["name"]: u for u in http.get("/upscalers").json()}
+    assert listed[UPSCALER]["scale"] == 2 and listed[UPSCALER]["model_path"].endswith(f"{UPSCALER}.safetensors")
+    picture = scene().resize((40, 30))
+    one = api.extra_single_image(image=picture, upscaler_1=UPSCALER, upscaling_resize=3)
+    assert one.image.size == (120, 90)
+    both = api.extra_batch_images(images=[picture, picture], upscaler_1=UPSCALER, upscaler_2="Lanczos",
+                                  extras_upscaler_2_visibility=0.5, resize_mode=1, upscaling_resize_w=100,
+                                  upscaling_resize_h=50)  # fmt: skip
+    assert [image.size for image in both.images] == [(100, 50)] * 2
+    body = {"image": b64(picture), "upscaler_1": "SwinIR_4x"}
+    assert UPSCALER in refused(http.post("/extra-single-image", json=body), "upscaler_1")
 
 
 # ---------------------------------------------------------------- sign-in

@@ -544,6 +544,20 @@ def test_send_to_generate_restores_the_step_cache_and_reruns_with_it(browser, tm
         page.close()
 
 
+def _one_image_form(browser, url: str, prompt: str):
+    """A new page of the app, ready (its status panel up), with `prompt` and one image in the Generate form."""
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(url, wait_until="load")
+    expect(page.locator("#status")).to_contain_text("cpu", timeout=30_000)
+    page.locator("#prompt textarea").fill(prompt)
+    number = page.locator("#num-images input[type=number]")
+    number.fill("1")
+    number.press("Enter")
+    return page
+
+
 def test_xyz_plot_of_sampler_by_cfg_in_the_browser(browser, served):
     """The Scripts accordion: Sampler x CFG over the form's request gives one labelled grid (its PNG
     says so) and the four cells in the gallery; then prompts from the textbox, one request a line."""
@@ -552,13 +566,7 @@ def test_xyz_plot_of_sampler_by_cfg_in_the_browser(browser, served):
     from pipelines.pnginfo import parse_a1111
 
     url, out = served
-    page = browser.new_page(viewport={"width": 1280, "height": 1000})
-    page.goto(url, wait_until="load")
-    expect(page.locator("#status")).to_contain_text("cpu", timeout=30_000)
-    page.locator("#prompt textarea").fill("a red circle on a blue background")
-    number = page.locator("#num-images input[type=number]")
-    number.fill("1")
-    number.press("Enter")
+    page = _one_image_form(browser, url, "a red circle on a blue background")
     page.get_by_role("button", name="Scripts: X/Y/Z plot, prompt matrix, prompts from file").first.click()
     _choose(page, "xyz-x-type", "Sampler")
     page.locator("#xyz-x-values textarea").fill("Euler a, Euler")  # closes the X list (the Y list has the same labels)
@@ -584,4 +592,37 @@ def test_xyz_plot_of_sampler_by_cfg_in_the_browser(browser, served):
     page.get_by_role("button", name="Run prompts").click()
     expect(page.locator("#xyz-info")).to_contain_text("2 of 2 cell(s)", timeout=240_000)
     expect(page.locator("#gallery img")).to_have_count(2)
+    page.close()
+
+
+def test_hires_fix_and_the_upscale_tab_in_the_browser(browser, served, tmp_path):
+    """Generate at the native size with Hires. fix on (the embedded upscaler): the 128 px image, its
+    PNG carrying A1111's hires fields; then an uploaded picture enlarged in the Upscale tab."""
+    from PIL import Image
+    from playwright.sync_api import expect
+
+    url, out = served
+    before = set(out.rglob("*.png"))
+    page = _one_image_form(browser, url, "a green triangle on a yellow background")
+    page.get_by_role("button", name="Hires. fix").first.click()
+    page.locator("#hires-fix input[type=checkbox]").check()
+    _choose(page, "hires-upscaler", "shapes-compact-x2")
+    page.get_by_role("button", name="Generate").click()
+    expect(page.locator("#info-line")).to_contain_text("hires 64x64 -> 128x128, shapes-compact-x2", timeout=120_000)
+    made = sorted(set(out.rglob("*.png")) - before)
+    assert len(made) == 1, made
+    png = Image.open(made[0])
+    text = png.text["parameters"]
+    assert png.size == (128, 128) and "Size: 64x64" in text and "Hires upscaler: shapes-compact-x2" in text, text
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "app-hires.png"))
+
+    upload = tmp_path / "small.png"
+    Image.new("RGB", (40, 30), "purple").save(upload)
+    page.get_by_role("tab", name="Upscale").click()
+    page.locator("#upscale-files input[type=file]").set_input_files(str(upload))
+    page.get_by_role("button", name="Upscale", exact=True).click()
+    expect(page.locator("#upscale-info")).to_contain_text("40x30 → 80x60", timeout=60_000)
+    expect(page.locator("#upscale-gallery img")).to_have_count(1)
+    page.screenshot(path=str(ARTIFACTS / "app-upscale.png"))
     page.close()

@@ -36,7 +36,7 @@ MODEL = ModelInfo(
 LIMITS = Limits(MODEL, 2000, 16, 4096 * 4096)
 # Samples where a field's declaration alone does not give one this test's model takes (its
 # samplers, its LoRAs, its size step, its batch cap); any other field's sample is derived.
-SAMPLES: dict[str, Any] = {"sampler": "Euler a", "loras": {"outline": 0.5}, "width": 48, "height": 40, "num_images": 2}
+SAMPLES: dict[str, Any] = {"sampler": "Euler a", "hires_sampler": "DDIM", "hires_upscaler": "Nearest", "loras": {"outline": 0.5}, "width": 48, "height": 40, "num_images": 2}
 
 
 def sample(item: Spec) -> Any:
@@ -96,6 +96,16 @@ def base(task: str) -> dict[str, Any]:
     return flat
 
 
+# A nested part that a switch turns on (hires fix: `hires_fix`, A1111's `enable_hr`): its fields
+# are taken only with the switch on, as a caller sends them.
+SWITCHES: dict[str, dict[str, Any]] = {"hires": {"hires_fix": True}}
+
+
+def base_for(item: Spec) -> dict[str, Any]:
+    """`base` of the task using `item`, with its part switched on."""
+    return {**base(task_of(item)), **SWITCHES.get(item.path[0], {})}
+
+
 def check(front_end: str, serves: tuple[str, ...], make, not_taken: dict[str, str]) -> None:
     """`make(item, value)` -> the request `front_end` makes when a caller sets `item` to `value`."""
     missing = []
@@ -134,7 +144,7 @@ def a1111(item: Spec, value: Any) -> GenerationRequest:
     from webapi import a1111_request as parse
 
     task = task_of(item)
-    body = {parse.NAMES[k]: v for k, v in base(task).items() if k not in ("init_images", "mask")}
+    body = {parse.NAMES[k]: v for k, v in base_for(item).items() if k not in ("init_images", "mask")}
     body.update(A1111_ENCODED["init_images"](base(task)["init_images"]) if task != "txt2img" else {})
     body.update(A1111_ENCODED["mask"](base(task)["mask"]) if task == "inpaint" else {})
     encode = A1111_ENCODED.get(item.name, lambda v: {parse.NAMES[item.name]: v})
@@ -154,7 +164,7 @@ def openai(item: Spec, value: Any) -> GenerationRequest:
     from webapi import openai_params as parse
 
     task = task_of(item)
-    flat = {**base(task), item.name: value}
+    flat = {**base_for(item), item.name: value}
     raw = {parse.NAMES[k]: v for k, v in flat.items() if k not in ("width", "height", "init_images", "mask")}
     if item.name in ("width", "height"):
         raw["size"] = f"{flat.get('width', MODEL.default_width)}x{flat.get('height', MODEL.default_height)}"
@@ -181,7 +191,7 @@ def command_line(parser_and_fields, tmp_path, finish=nest, first: tuple[str, ...
     parser, added = parser_and_fields
 
     def make(item: Spec, value: Any) -> GenerationRequest:
-        flat = {**base(task_of(item)), item.name: value}
+        flat = {**base_for(item), item.name: value}
         argv = [*first, *([flat["prompt"]] if any(a.name == "prompt" for a in added) else [])]
         for name, given in flat.items():
             if name == "prompt" or not any(a.name == name for a in added):

@@ -75,7 +75,7 @@ def test_values_are_read_as_a1111_writes_them(name, text, want):
         ("Steps", "0-3", "Steps: '0-3': 0 is out of range 1..150"),
         ("CFG Scale", "abc", "CFG Scale: 'abc'"),
         ("Size", "32", "expected WIDTHxHEIGHT"),
-        ("Hires steps", "10", "Hires steps cannot vary here: hires fix is not offered here yet"),
+        ("Hires steps", "10", "Hires steps cannot vary here: hires fix settings are not plot axes here yet"),
         ("Steps", "", "Steps: no values"),
         ("Steps", "5-1", "Steps: no values in '5-1' (a range down needs a negative step"),
         ("Seed", "1-1000000000", "Seed: '1-1000000000': 1000000000 values, more than 100"),

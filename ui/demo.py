@@ -15,7 +15,7 @@ from starlette.middleware import Middleware
 
 from engine import AppSettings, Engine
 from pipelines.backend import ModelInfo
-from ui import api, edit_tab, generate_tab, history, inpaint_api, inpaint_tab, models, pnginfo_tab, status
+from ui import api, edit_tab, generate_tab, history, inpaint_api, inpaint_tab, models, pnginfo_tab, status, upscale_tab
 from ui.positional import PositionalCalls
 from ui.studio import Studio
 
@@ -55,6 +55,8 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
                     e = edit_tab.build(studio)
                 with gr.Tab("Inpaint", id="inpaint"):
                     i = inpaint_tab.build(studio)
+                with gr.Tab("Upscale", id="upscale"):
+                    u = upscale_tab.build(studio)
                 with gr.Tab("History", id="history") as history_tab:
                     history_refresh = history.build(studio, g, i, tabs)
                 with gr.Tab("PNG info", id="pnginfo"):
@@ -66,6 +68,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
         models.wire(studio, picker, tab, header, tabs, lambda info: _header(engine, info))
         edit_tab.wire(studio, e)
         inpaint_tab.wire(studio, i)
+        upscale_tab.wire(studio, u)
         inpaint_tab.wire_sends(
             studio,
             i,

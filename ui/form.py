@@ -94,7 +94,20 @@ MODEL_PROPS: dict[str, Callable[[ModelInfo], dict[str, Any]]] = {
     "step_cache": _step_cache,
     "step_cache_threshold": _threshold,
     "styles": lambda info: {"choices": list(info.styles), "visible": bool(info.styles)},
+    "hires_fix": lambda info: {"interactive": _hires_possible(info), "info": _hires_info(info)},
+    "hires_upscaler": lambda info: {"choices": list(info.upscalers)},
+    "hires_sampler": lambda info: {"choices": [("Same as the first pass", ""), *((s, s) for s in info.samplers)]},
 }  # fmt: skip
+
+
+def _hires_possible(info: ModelInfo) -> bool:
+    return info.text_to_image and info.image_to_image and not info.edit
+
+
+def _hires_info(info: ModelInfo) -> str:
+    if _hires_possible(info):
+        return f"draw at {info.default_width}x{info.default_height}, enlarge, then refine: a larger image without a repeated subject"
+    return f"not available: {info.pipeline_class} has no image-to-image pipeline for the second pass"
 
 
 # ... and those that depend on the tab too: an instruction editor takes no strength (the Edit tab
@@ -271,7 +284,15 @@ _KINDS = {
         "scales": _loras, "names": _names,
     }.items()
 }  # fmt: skip
-_BUILDERS = {"sampler": _register(_sampler), "seed": _register(_seed)}
+def _dropdown(form: Form, item: Spec, props: dict[str, Any]) -> Any:
+    """A text field whose values the server lists (hires fix's upscalers and sampler)."""
+    return gr.Dropdown(**{**props, "value": props.get("value") or ""})
+
+
+_BUILDERS = {
+    "sampler": _register(_sampler), "seed": _register(_seed), "hires_upscaler": _register(_dropdown),
+    "hires_sampler": _register(_dropdown),
+}  # fmt: skip
 
 
 def wire_step_cache(c: dict[str, Any]) -> None:

@@ -57,6 +57,20 @@ def build(studio: Studio) -> dict[str, Any]:
                     "Generate", variant="primary", elem_id="generate-btn", interactive=info.text_to_image
                 )
                 c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+            with gr.Accordion("Hires. fix", open=False, elem_id="hires-accordion"):
+                form.add("hires_fix")
+                with gr.Row():
+                    form.add("hires_upscaler")
+                    form.add("hires_scale")
+                with gr.Row():
+                    form.add("hires_steps")
+                    form.add("hires_strength")
+                with gr.Row():
+                    form.add("hires_width")
+                    form.add("hires_height")
+                form.add("hires_sampler")
+                form.add("hires_prompt", placeholder="empty: the first pass's prompt")
+                form.add("hires_negative_prompt", placeholder="empty: the first pass's negative prompt")
             with gr.Accordion("Advanced", open=False):
                 for name in ("sampler", "steps", "guidance_scale", "guidance_end", "width", "height"):
                     form.add(name)

@@ -22,6 +22,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
+from pipelines.hires import HIRES_DEFAULTS
 from pipelines.inpaint import DEFAULT_STRENGTH
 from pipelines.request import IMG2IMG_STRENGTH, SEED_SPACE, fields, spec
 from pipelines.samplers import from_any
@@ -54,6 +55,7 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
         notes.append(f"guidance end {end:g} is not available with {info.model_name}; guidance runs every step")
     _edit_values(params, info, values, notes)
     _step_cache_values(params, info, values, notes)
+    _hires_values(params, info, values, notes)
     if (values["width"], values["height"]) != (params.get("width"), params.get("height")) and "width" in params:
         notes.append(f"size {params['width']}x{params['height']} fitted to {values['width']}x{values['height']}")
     values["sampler"] = sampler_for(params, info, notes)
@@ -121,7 +123,8 @@ def sampler_for(params: dict[str, Any], info: ModelInfo, notes: list[str]) -> st
 def model_for(params: dict[str, Any], info: ModelInfo) -> ModelInfo:
     """The model a PNG's parameters are checked against: an edit's (it records image guidance or a
     strength) goes to the model that serves the Edit tab, anything else to the main one."""
-    return info.for_edits if {"image_guidance_scale", "strength"} & set(params) else info
+    edit = {"image_guidance_scale", "strength"} & set(params) and not params.get("hires_fix")  # hires: a txt2img
+    return info.for_edits if edit else info
 
 
 def _edit_values(params: dict[str, Any], info: ModelInfo, values: dict[str, Any], notes: list[str]) -> None:
@@ -154,6 +157,26 @@ def _step_cache_values(params: dict[str, Any], info: ModelInfo, values: dict[str
     values["step_cache_threshold"] = max(SLIDER_THRESHOLD_MIN, threshold)
     if threshold < SLIDER_THRESHOLD_MIN:
         notes.append(f"step cache threshold {threshold:g} raised to {SLIDER_THRESHOLD_MIN:g}, the form's lowest")
+
+
+def _hires_values(params: dict[str, Any], info: ModelInfo, values: dict[str, Any], notes: list[str]) -> None:
+    """Hires fix as the image ran it (off where the PNG names none): its upscaler where this server
+    has it (else the default, noted), its sizes, steps, strength, prompts and sampler."""
+    values["hires_fix"] = params.get("hires_fix") is True
+    upscaler = params.get("hires_upscaler") or HIRES_DEFAULTS.hires_upscaler
+    if upscaler not in info.upscalers:
+        notes.append(f"hires upscaler {upscaler} is not on this server; using {HIRES_DEFAULTS.hires_upscaler}")
+        upscaler = HIRES_DEFAULTS.hires_upscaler
+    values["hires_upscaler"] = upscaler
+    for name in ("hires_width", "hires_height", "hires_steps"):
+        values[name] = _whole(params.get(name), spec(name))
+    for name in ("hires_scale", "hires_strength"):
+        value = params.get(name)
+        values[name] = _fit(name, float(value)) if isinstance(value, int | float) else getattr(HIRES_DEFAULTS, name)
+    for name in ("hires_prompt", "hires_negative_prompt"):
+        values[name] = params.get(name) if isinstance(params.get(name), str) else ""
+    wanted = params.get("hires_sampler")
+    values["hires_sampler"] = sampler_for({"sampler": wanted}, info, notes) if wanted else ""
 
 
 def _fit(field: str, value: float) -> float:

@@ -30,6 +30,10 @@ def info_line(result: GenerationResult) -> str:
         text += " (" + ", ".join(f"{k}: {v}" for k, v in result.attention_components.items()) + ")"
     if result.step_cache:
         text += f" · step cache {result.step_cache}"
+    if result.hires:
+        text += f" · hires {result.hires}"
+    if result.vae_tiling:
+        text += " · tiled VAE"
     if result.warnings:
         text += " · ⚠️ " + "; ".join(result.warnings)
     return text

@@ -32,7 +32,9 @@ from engine.plots import ScriptStop, run_script
 from pipelines import GenerationResult
 from pipelines.errors import PipelineError
 from pipelines.fields import RequestError
+from pipelines.upscalers import UpscalerError
 
+from . import a1111_extras as extras
 from . import a1111_info as answers
 from . import a1111_request as parse
 from . import a1111_scripts as scripts
@@ -276,6 +278,42 @@ class A1111:
         images.open_bytes(data, ("image",), self.settings.max_upload_pixels, self.max_bytes, None)  # a readable image
         return await asyncio.to_thread(answers.png_info, data)
 
+    # ---------------------------------------------------------------- extras (upscaling)
+    async def extra_single_image(self, request: Request, caller: Caller) -> dict[str, Any]:
+        payload = await read_body(request, self.max_bytes * 4 // 3 + 1_000_000)
+        wanted = extras.read(payload, self.engine.upscaler_names())
+        image = await asyncio.to_thread(
+            extras.decode, payload.get("image"), ("image",), self.max_bytes, self.settings.max_upload_pixels
+        )
+        out = await self.upscale([image], wanted)
+        return {"html_info": extras.html_info(wanted, 1, [out[0].size]), "image": answers.png_b64(out[0])}
+
+    async def extra_batch_images(self, request: Request, caller: Caller) -> dict[str, Any]:
+        payload = await read_body(request, self.body_cap)
+        wanted = extras.read(payload, self.engine.upscaler_names())
+        listed = payload.get("imageList")
+        if not isinstance(listed, list) or not listed:
+            raise WireError(("imageList",), "a list of at least one {\"data\": base64, \"name\": ...} is required")
+        if len(listed) > self.settings.max_edit_files:
+            raise WireError(("imageList",), f"{len(listed)} images, more than {self.settings.max_edit_files} (MAX_EDIT_FILES)")
+        pictures = []
+        for i, item in enumerate(listed):
+            value = item.get("data") if isinstance(item, dict) else None
+            pictures.append(await asyncio.to_thread(
+                extras.decode, value, ("imageList", i, "data"), self.max_bytes, self.settings.max_upload_pixels
+            ))  # fmt: skip
+        out = await self.upscale(pictures, wanted)
+        info = extras.html_info(wanted, len(out), [image.size for image in out])
+        return {"html_info": info, "images": [answers.png_b64(image) for image in out]}
+
+    async def upscale(self, pictures: list[Any], wanted: extras.Extras) -> list[Any]:
+        try:
+            return await asyncio.to_thread(
+                self.engine.upscale, pictures, wanted.upscaler, wanted.factor, wanted.size, wanted.second, wanted.visibility
+            )  # fmt: skip
+        except UpscalerError as exc:
+            raise extras.refused(exc) from None
+
     async def refresh(self, request: Request, caller: Caller) -> None:
         return None  # the model list is read on every call; LoRAs and embeddings are read at start
 
@@ -322,7 +360,9 @@ def routes(api: A1111) -> list[tuple[str, str, Handler]]:
         ("GET", "prompt-styles", api.listing(lambda: answers.prompt_styles(model()))),
         ("GET", "scripts", api.listing(scripts.scripts)),
         ("GET", "script-info", api.listing(lambda: scripts.script_info(model()))),
-        ("GET", "upscalers", api.listing(answers.upscalers)),
+        ("GET", "upscalers", api.listing(lambda: answers.upscalers(api.engine))),
+        ("POST", "extra-single-image", api.extra_single_image),
+        ("POST", "extra-batch-images", api.extra_batch_images),
         ("GET", "latent-upscale-modes", api.listing(answers.latent_upscale_modes)),
         ("GET", "cmd-flags", api.cmd_flags),
         ("GET", "memory", api.memory),

@@ -22,6 +22,7 @@ from pipelines.metadata import a1111_parameters
 from pipelines.pnginfo import parse_a1111, read_png_info
 from pipelines.pnginfo_files import read_text
 from pipelines.samplers import BY_NAME
+from pipelines.upscalers import LATENT
 
 from .a1111_request import Parsed, a1111_sampler_names
 from .running import png_base64
@@ -30,11 +31,6 @@ log = logging.getLogger(__name__)
 
 VERSION = "diffusion-anywhere"
 _HASH_SUFFIX = re.compile(r"\s*\[[0-9a-fA-F]{8,64}\]\s*$")
-UPSCALERS = ("None", "Lanczos", "Nearest")  # A1111's built-in ones (hires fix and upscaling are not done here)
-LATENT_UPSCALE_MODES = (
-    "Latent", "Latent (antialiased)", "Latent (bicubic)", "Latent (bicubic antialiased)",
-    "Latent (nearest)", "Latent (nearest-exact)",
-)  # fmt: skip
 
 
 def a1111_sampler(meta: dict[str, Any]) -> tuple[str, str]:
@@ -88,6 +84,11 @@ def info(parsed: Parsed, result: GenerationResult, model_hash: str | None) -> di
         "version": VERSION,
         "warnings": [*parsed.warnings, *result.warnings],
     }
+
+
+def png_b64(image: Image.Image) -> str:
+    """An upscaled image as A1111's extras answer it (no generation metadata)."""
+    return png_base64(image)
 
 
 def images_b64(result: GenerationResult) -> list[str]:
@@ -164,12 +165,19 @@ def schedulers(model: ModelInfo) -> list[dict[str, Any]]:
     return out
 
 
-def upscalers() -> list[dict[str, Any]]:
-    return [{"name": n, "model_name": None, "model_path": None, "model_url": None, "scale": 4} for n in UPSCALERS]
+def upscalers(engine: Engine) -> list[dict[str, Any]]:
+    """A1111's /upscalers: "None" (a plain resize), Lanczos, Nearest, then the server's models
+    (pipelines.upscalers), each with its file and factor."""
+    out = [{"name": "None", "model_name": None, "model_path": None, "model_url": None, "scale": 4}]
+    for item in engine.upscalers.list(latent=False) if engine.upscalers else []:
+        name = item.name if item.kind == "model" else None
+        out.append({"name": item.name, "model_name": name, "model_path": item.path, "model_url": None, "scale": item.scale})
+    return out
 
 
 def latent_upscale_modes() -> list[dict[str, str]]:
-    return [{"name": n} for n in LATENT_UPSCALE_MODES]
+    """A1111's latent modes, which hires fix takes as `hr_upscaler` (pipelines.upscalers.LATENT)."""
+    return [{"name": n} for n in LATENT]
 
 
 def prompt_styles(model: ModelInfo) -> list[dict[str, str]]:

@@ -55,7 +55,9 @@ A1111_FIELDS = {
 A1111_IMG2IMG_STRENGTH = 0.75  # A1111's denoising_strength default for img2img (an inpaint's is ours, 1.0)
 # Fields this server ignores, with the values that mean "off" in A1111 (no warning for those).
 UNSUPPORTED: dict[str, tuple[Any, ...]] = {
-    "enable_hr": (False, None),
+    "hr_checkpoint_name": (None, "", "Use same checkpoint"),
+    "firstphase_width": (0, None),
+    "firstphase_height": (0, None),
     "restore_faces": (False, None),
     "tiling": (False, None),
     "subseed_strength": (0, None),
@@ -156,6 +158,19 @@ def sampler(payload: dict[str, Any], model: ModelInfo, warnings: list[str]) -> s
         offered = ", ".join(a1111_sampler_names(model))
         raise WireError(("sampler_name",), f"{shown(name, 80)} is not available; available: {offered}")
     return ours
+
+
+def hires_sampler(payload: dict[str, Any], model: ModelInfo, warnings: list[str]) -> str | None:
+    """hr_sampler_name (+ hr_scheduler) as `sampler` reads the first pass's; None: the first pass's."""
+    name = payload.get("hr_sampler_name")
+    if name in SAME_SAMPLER:
+        return None
+    schedule = payload.get("hr_scheduler")
+    schedule = None if schedule in (None, "", "Use same scheduler") else schedule
+    try:
+        return sampler({"sampler_name": name, "scheduler": schedule}, model, warnings)
+    except WireError as exc:  # named by the hires keys, not the first pass's
+        raise WireError(("hr_sampler_name" if exc.loc == ("sampler_name",) else "hr_scheduler",), exc.detail) from None
 
 
 def a1111_sampler_names(model: ModelInfo) -> list[str]:
@@ -270,7 +285,8 @@ CONVERTED: dict[str, Callable[..., None]] = {
     "masked_content": _inpainting_fill,
     "inpaint_area": _inpaint_full_res,
 }
-_READ_APART = {"prompt", "loras", "num_images", "sampler", "width", "height", "init_images", "mask"}
+_READ_APART = {"prompt", "loras", "num_images", "sampler", "hires_sampler", "width", "height", "init_images", "mask"}
+SAME_SAMPLER = (None, "", "Use same sampler")  # A1111's hr_sampler_name for "the first pass's"
 
 
 def flat_fields(payload: dict[str, Any], task: str, warnings: list[str]) -> dict[str, Any]:
@@ -298,6 +314,7 @@ def common(payload: dict[str, Any], limits: Limits, task: str, images_in: int = 
     flat.update(
         num_images=batch * n_iter,
         sampler=sampler(payload, model, warnings),
+        hires_sampler=hires_sampler(payload, model, warnings),
         width=size(payload, "width", model, warnings),
         height=size(payload, "height", model, warnings),
     )
