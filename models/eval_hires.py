@@ -38,7 +38,7 @@ def run_upscale(args: Any) -> dict[str, Any]:
     from devices import DeviceManager
     from pipelines.upscalers import Upscalers
 
-    upscalers = Upscalers([OUT.parent], DeviceManager(device="cpu"))
+    upscalers = Upscalers([OUT.parent], DeviceManager("cpu"))
     rng = random.Random(f"{HELD_OUT_SEED}-eval")
     totals: dict[str, list[float]] = {OUT.stem: [], "Lanczos": [], "Bicubic": []}
     start = time.perf_counter()
@@ -74,7 +74,7 @@ def run_hires(args: Any) -> dict[str, Any]:
     from pipelines.options import DEFAULT_MODEL
     from pipelines.request import nest
 
-    pipeline = ImagePipeline.from_pretrained(DEFAULT_MODEL, DeviceManager(device="cpu"))
+    pipeline = ImagePipeline.from_pretrained(DEFAULT_MODEL, DeviceManager("cpu"))
     steps, strength = args.steps or 10, args.strength or 0.3
     rng = random.Random(args.seed)
     scenes = [random_scene(rng) for _ in range(args.n)]  # the world's own (colour, shape, background) draws

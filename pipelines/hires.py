@@ -17,6 +17,7 @@ first pass's images), each image with its own seed in both passes, as A1111 does
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Annotated, Any
 
@@ -30,10 +31,10 @@ from .upscalers import latent_mode
 
 TXT2IMG = frozenset({"txt2img"})
 MAX_SCALE = 4.0
-# The second pass's default strength: on the embedded model (8 prompts x 10 steps, 64 -> 128 px),
-# Lanczos then 0.3 kept the asked scene in 0.88 of the images, 0.5-0.7 in 0.5-0.6 (the model
-# re-draws the subject at the new size and breaks it as it does at 128 px directly). A1111's 0.7
-# suits its latent modes on SD; A1111 clients send their own value anyway.
+# The second pass's default strength: on the embedded model (64 prompts x 10 steps, 64 -> 128 px),
+# Lanczos then 0.3 kept the asked scene in 0.92 of the images, 0.6 in 0.80 (the more is re-drawn,
+# the more the subject breaks as it does at 128 px directly; docs/upscaling.md). A1111's 0.7 suits
+# its latent modes on SD; A1111 clients send their own value anyway.
 HIRES_STRENGTH = 0.3
 DEFAULT_UPSCALER = "Lanczos"
 # Families whose image-to-image pipeline takes latents as `image` (a tensor with the VAE's latent
@@ -98,7 +99,9 @@ def target_size(hires: Hires, first: tuple[int, int], step: int) -> tuple[int, i
 
 
 def second_steps(hires: Hires, first_steps: int) -> int:
-    return hires.hires_steps or first_steps
+    """The second pass's steps: the asked ones (0: the first pass's), at least enough for one step to
+    run after the strength cuts them (image-to-image runs int(steps x strength); 0 would denoise nothing)."""
+    return max(hires.hires_steps or first_steps, math.ceil(1 / hires.hires_strength))
 
 
 def enlarge_pictures(

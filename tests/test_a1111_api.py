@@ -91,6 +91,18 @@ def b64(image: Image.Image) -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
+def b64_png_with_text(image: Image.Image) -> str:
+    """A PNG the client received, sent on again with its text chunks (PIL drops them when saving)."""
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    for key, value in image.text.items():
+        info.add_text(key, value)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", pnginfo=info)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
 def decode(text: str) -> Image.Image:
     return Image.open(io.BytesIO(base64.b64decode(text)))
 
@@ -249,7 +261,8 @@ def test_webuiapi_hires_fix_returns_the_larger_images_with_a1111s_infotext(api, 
     for field in ("Seed: 22", "Size: 64x64", "Denoising strength: 0.3", "Hires upscale: 2", "Hires steps: 8",
                   f"Hires upscaler: {UPSCALER}"):  # fmt: skip
         assert field in text, text
-    read = http.post("/png-info", json={"image": b64(result.images[1])}).json()  # the PNG carries it too
+    assert result.images[1].text["parameters"] == text  # the PNG itself carries it
+    read = http.post("/png-info", json={"image": b64_png_with_text(result.images[1])}).json()
     assert read["parameters"]["Hires upscaler"] == UPSCALER and read["parameters"]["Size-1"] == "64"
     plain = api.txt2img(prompt=PROMPT, seed=21, batch_size=2, width=64, height=64)
     assert [image.size for image in plain.images] == [(64, 64)] * 2  # enable_hr false: one pass

@@ -19,6 +19,7 @@ from pipelines.options import DEFAULT_MODEL
 from pipelines.pnginfo import parse_a1111
 from pipelines.request import nest
 from pipelines.upscalers import Upscalers, tiles
+from tests.families import FAMILIES
 
 PROMPT = "a red circle on a blue background"
 EMBEDDED = OUT.stem  # the embedded x2 upscaler, models/upscalers/
@@ -165,7 +166,7 @@ def test_large_images_decode_in_tiles_and_small_ones_whole(tmp_path):
 def _cpu():
     from devices import DeviceManager
 
-    return DeviceManager(device="cpu")
+    return DeviceManager("cpu")
 
 
 def test_a_pool_of_two_replicas_gives_the_same_hires_images(pipeline):
@@ -181,3 +182,25 @@ def test_a_pool_of_two_replicas_gives_the_same_hires_images(pipeline):
             assert a.size == (128, 128) and np.abs(pixels(a) - pixels(b)).max() <= 2  # the same images
     finally:
         pool.close()
+
+
+TEXT_TO_IMAGE = [name for name, family in FAMILIES.items() if family.text_to_image and not family.edit]
+
+
+@pytest.mark.parametrize("name", TEXT_TO_IMAGE)
+def test_every_family_runs_hires_fix_or_refuses_naming_why(name, family_root):
+    from tests import families
+
+    model = ImagePipeline.from_pretrained(families.build(name, family_root / name))
+    w, h = model.default_size
+    request = GenerationRequest.parse(nest({"prompt": "a red circle", "steps": 2, "seed": 4, "hires_fix": True,
+                                            "hires_scale": 1.5, "hires_upscaler": "Latent"}))  # fmt: skip
+    if not model.model_info().image_to_image:
+        with pytest.raises(RequestError, match="no image-to-image pipeline"):
+            model.generate(request)
+        return
+    result = model.generate(request)
+    step = model.size_multiple
+    assert result.images[0].size == (round(w * 1.5 / step) * step, round(h * 1.5 / step) * step)
+    fell_back = [w for w in result.warnings if "Lanczos used" in w]
+    assert bool(fell_back) == (model.traits.class_name not in ("StableDiffusionPipeline", "StableDiffusionXLPipeline"))

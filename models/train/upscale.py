@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 OUT = MODELS_DIR / "upscalers" / "shapes-compact-x2.safetensors"
 SIZE = 64  # the input side (the embedded model's native size); the target is 2x
 NUM_FEAT, NUM_CONV = 24, 8  # ~45k parameters, under 200 KB in fp32
-DEFAULT_STEPS, BATCH, LR = 3000, 16, 2e-3
+DEFAULT_STEPS, BATCH, LR = 3000, 16, 1e-3
 HELD_OUT_SEED = 10_000  # the evaluation's scenes come from another RNG stream than any batch
 
 
@@ -79,8 +79,10 @@ def train(steps: int, out: Path) -> None:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, LR)
         x, y = batch(step, BATCH)
-        # the network works in [0, 1], as spandrel runs it
-        loss = F.l1_loss(model((x + 1) / 2), (y + 1) / 2)
+        # The network works in [0, 1], as spandrel runs it. Mean squared error, not SR's usual L1: on
+        # flat colours and anti-aliased edges L1 settled on the nearest-neighbour base (3000 steps:
+        # 1.8 dB below Lanczos), while MSE, PSNR's own measure, passed Lanczos within 400 steps.
+        loss = F.mse_loss(model((x + 1) / 2), (y + 1) / 2)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
