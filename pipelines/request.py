@@ -296,7 +296,9 @@ def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
     if "inpaint" in data and data["inpaint"].get("mask") is None:
         del data["inpaint"]  # inpaint options without a mask: not an inpaint
     if "hires" in data and not _switched_on(data["hires"].get("hires_fix")):
-        del data["hires"]  # hires options with hires fix off (A1111 clients send them always)
+        # Hires options with hires fix off: left out unread. A1111 clients send them always, some with
+        # values that only mean "off" (hr_scale 0, hr_upscaler "none"), which A1111 ignores too.
+        del data["hires"]
     return data
 
 

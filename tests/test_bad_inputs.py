@@ -4,7 +4,8 @@ The battery is derived from the request schema: every field of a text-to-image r
 bad values of its kind (digits Python's int() would take but a number is not written with, numbers
 too long to convert, NaN, booleans, wrong types, out-of-range values, control characters, lone
 surrogates), sent to A1111's txt2img under A1111's name for the field and to OpenAI's generations
-under OpenAI's. Each must be refused with 422 / 400 naming that field, with no traceback. Bodies
+under OpenAI's (a hires fix field with hires fix on: off, A1111 reads none of them). Each must be
+refused with 422 / 400 naming that field, with no traceback. Bodies
 that are not what a route reads (deeply nested JSON, not JSON, not an object, too large) get a
 4xx too, and A1111's echo of a request carries only A1111's own fields.
 """
@@ -19,7 +20,7 @@ import pytest
 
 from pipelines.fields import Choice, Range, Seed, Spec
 from pipelines.options import DEFAULT_MODEL
-from pipelines.request import fields
+from pipelines.request import fields, spec
 from tests.app_server import embedded_model_available, running_app
 
 pytestmark = pytest.mark.skipif(not embedded_model_available(), reason="needs the embedded model")
@@ -46,6 +47,13 @@ def bad_values(item: Spec) -> list[Any]:
         "scales": ["outline", [1], {"outline": "²"}, {"outline": 99}, {"outline": "nan"}],
         "names": [5, {"a": 1}, [""], ["a\x00b"], [1], ["x"] * 33],  # an unknown name: a warning (tests/test_styles.py)
     }.get(item.kind, [])
+
+
+def switched_on(field: str, names: dict[str, str]) -> dict[str, Any]:
+    """The switch of the part `field` belongs to, on (hires fix: a hires field is read only with
+    `enable_hr`, as A1111 reads it); {} for a field of no such part."""
+    part = spec(field).path[0]
+    return {names["hires_fix"]: True} if part == "hires" and field != "hires_fix" else {}
 
 
 def cases(api: str) -> list[tuple[str, Any]]:
@@ -77,7 +85,7 @@ def test_a1111_refuses_each_bad_value_naming_the_field(app, field, bad):
     from webapi.a1111_request import NAMES
 
     key = NAMES[field]
-    response = post(app, "/sdapi/v1/txt2img", {"prompt": PROMPT, **SMALL, key: bad})
+    response = post(app, "/sdapi/v1/txt2img", {"prompt": PROMPT, **SMALL, **switched_on(field, NAMES), key: bad})
     assert response.status_code == 422, (field, bad, response.text[:300])
     (error,) = response.json()["detail"]
     assert error["loc"][:2] == ["body", key], (field, bad, error)
@@ -89,7 +97,8 @@ def test_openai_refuses_each_bad_value_naming_the_field(app, field, bad):
     from webapi.openai_params import NAMES
 
     key = NAMES[field]
-    response = post(app, "/v1/images/generations", {"prompt": PROMPT, "size": "64x64", "steps": 2, key: bad})
+    body = {"prompt": PROMPT, "size": "64x64", "steps": 2, **switched_on(field, NAMES), key: bad}
+    response = post(app, "/v1/images/generations", body)
     assert response.status_code == 400, (field, bad, response.text[:300])
     assert response.json()["error"]["param"] == key, (field, bad, response.json())
     no_traceback(response)

@@ -49,6 +49,9 @@ def test_the_second_pass_size_follows_a1111():
 
 def test_hires_off_is_not_a_hires_request_and_on_is_text_to_image_only():
     assert GenerationRequest.parse(nest({"prompt": PROMPT, "hires_fix": False, "hires_scale": 3})).hires is None
+    # what some A1111 clients send for "off" (A1111 ignores the hr_* fields then): not read
+    off = {"prompt": PROMPT, "hires_fix": False, "hires_scale": 0, "hires_upscaler": "none", "hires_strength": None}
+    assert GenerationRequest.parse(nest(off)).hires is None
     with pytest.raises(RequestError) as caught:
         GenerationRequest.parse(nest({"prompt": PROMPT, "hires_fix": True, "init_images": [Image.new("RGB", (64, 64))]}))
     assert caught.value.field == "hires"
