@@ -23,7 +23,7 @@ BY, TO = "Scale by", "Scale to"
 def first_upscaler(names: list[str]) -> str:
     """The tab's first choice: a model where the server has one (better than any resampling), else Lanczos."""
     pixel = {NONE, "Lanczos", "Nearest"}
-    return next((n for n in names if n not in pixel), "Lanczos")
+    return next((n for n in names if n not in pixel), "Lanczos" if "Lanczos" in names else names[0])
 
 
 def build(studio: Studio) -> dict[str, Any]:
