@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
-from PIL import Image, ImageOps
+from PIL import Image
 from pydantic import Field
 
 from .fields import About, Flag, Range, Schema, Text
@@ -108,14 +108,8 @@ def enlarge_pictures(
     images: list[Image.Image], hires: Hires, size: tuple[int, int], upscalers: Any
 ) -> list[Image.Image]:
     """The first pass's pictures at `size` by a pixel upscaler or model; both resize sizes set: to
-    cover `size`, then centre-cropped (A1111's "crop and resize")."""
-    out = []
-    for image in images:
-        iw, ih = image.size
-        cover = max(size[0] / iw, size[1] / ih)
-        big = upscalers.upscale(image, hires.hires_upscaler, (round(iw * cover), round(ih * cover)))
-        out.append(big if big.size == size else ImageOps.fit(big, size, Image.Resampling.LANCZOS))
-    return out
+    cover `size`, then centre-cropped (A1111's "crop and resize", `Upscalers.cover`)."""
+    return [upscalers.cover(image, hires.hires_upscaler, size) for image in images]
 
 
 @torch.inference_mode()

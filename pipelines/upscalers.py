@@ -113,6 +113,13 @@ class Upscalers:
             image = self._run(model, image)
         return image if image.size == size else image.resize(size, Image.Resampling.LANCZOS)
 
+    def cover(self, image: Image.Image, name: str, size: tuple[int, int]) -> Image.Image:
+        """`image` enlarged by `name` to cover `size`, then centre-cropped to it (A1111's "crop and
+        resize": hires fix's and Extras' resize to both a width and a height)."""
+        scale = max(size[0] / image.width, size[1] / image.height)
+        big = self.upscale(image, name, (round(image.width * scale), round(image.height * scale)))
+        return big if big.size == size else ImageOps.fit(big, size, Image.Resampling.LANCZOS)
+
     # ------------------------------------------------------------------ models
     def _scale_of(self, name: str, path: Path) -> int:
         """A model's factor: the loaded model's, else the one its name states ("x2", "4x"; A1111's
@@ -229,11 +236,9 @@ def extras(
     """A1111's Extras upscale: `image` at `size` by `first`, blended with `second`'s at
     `visibility` (0: only the first); "None" is a plain Lanczos resize, as in A1111. Both given:
     the image covers `size` and is centre-cropped (A1111's "crop to fit")."""
+
     def one(name: str) -> Image.Image:
-        name = "Lanczos" if name in (NONE, "") else name
-        cover = max(size[0] / image.width, size[1] / image.height)
-        big = upscalers.upscale(image, name, (round(image.width * cover), round(image.height * cover)))
-        return big if big.size == size else ImageOps.fit(big, size, Image.Resampling.LANCZOS)
+        return upscalers.cover(image, "Lanczos" if name in (NONE, "") else name, size)
 
     out = one(first)
     if second and second != NONE and visibility > 0:
