@@ -30,6 +30,7 @@ noise on the CPU and moves it, so one seed gives the same image start on every b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import platform
@@ -40,7 +41,7 @@ from typing import Any
 import torch
 
 from . import attention as _attention
-from . import backends, memory
+from . import backends, memory, runtime
 from .options import DeviceOptions
 
 log = logging.getLogger(__name__)
@@ -326,6 +327,7 @@ class DeviceManager:
                 for s in backends.probe_all().values()
             },
             "memory": self.memory_stats(),
+            "openvino": _openvino_report(),
             "versions": {
                 "torch": torch.__version__,
                 "diffusers": diffusers.__version__,
@@ -346,6 +348,11 @@ class DeviceManager:
         ]
         for name, b in r["backends"].items():
             lines.append(f"  {name:<6} {'yes' if b['available'] else 'no ':<4} {b['reason']}")
+        ov = r["openvino"]
+        lines.append(f"OpenVINO:  {ov['reason']}")
+        for d in ov["devices"]:
+            memory = f", {d['memory_total'] / 2**30:.1f} GiB" if d["memory_total"] else ""
+            lines.append(f"  {d['name']:<6} {d['full_name']}{memory}")
         v = r["versions"]
         lines.append(f"Versions:  torch {v['torch']}, diffusers {v['diffusers']}, python {v['python']}")
         return "\n".join(lines)
@@ -355,6 +362,12 @@ class DeviceManager:
 
     def __repr__(self) -> str:
         return f"DeviceManager(device={self.device}, backend={self.backend}, dtype={self.dtype}, attention={self.attention})"
+
+
+def _openvino_report() -> dict[str, Any]:
+    """The devices OpenVINO sees (Intel CPU, GPU, NPU; devices.runtime), for RUNTIME=openvino's OPENVINO_DEVICE."""
+    found, reason = runtime.openvino_devices()
+    return {"reason": reason, "devices": [dataclasses.asdict(d) for d in found]}
 
 
 def _sliced(pipe: Any) -> bool:

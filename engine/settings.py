@@ -8,7 +8,7 @@ builds the backend with the environment locked). A bad value stops the start wit
 the variable and the values it accepts (`SettingsError`), never a traceback. docs/settings.md's
 table is generated from these declarations (`python -m engine.settings_docs`).
 
-Rules across variables (`_rules`): on ZeroGPU COMPILE=auto is off; on a Space the server listens on
+Rules across variables (`_rules`): on ZeroGPU COMPILE=auto is off and RUNTIME=auto is torch; on a Space the server listens on
 0.0.0.0 unless GRADIO_SERVER_NAME says otherwise; AUTH and AUTH_FILE make one set of users; the
 Ray backend refuses the local pool's device variables and EDIT_MODEL_ID, which it cannot honour.
 """
@@ -259,9 +259,13 @@ class AppSettings(Section, title="App"):
 def _rules(settings: AppSettings) -> AppSettings:
     """The rules across variables (module docstring); SettingsError for a combination a backend cannot honour."""
     changes: dict[str, Any] = {}
-    if settings.zero_gpu and settings.pipeline.compile == "auto":
-        # ZeroGPU attaches a GPU only inside a spaces.GPU call: a compile warm-up at load would run without one
-        changes["pipeline"] = settings.pipeline.replace(compile="off")
+    if settings.zero_gpu and "auto" in (settings.pipeline.compile, settings.pipeline.runtime):
+        # ZeroGPU attaches a GPU only inside a spaces.GPU call: a compile warm-up at load would run without
+        # one, and the CPU seen at load is not where generations run (so no OpenVINO there either)
+        changes["pipeline"] = settings.pipeline.replace(
+            compile="off" if settings.pipeline.compile == "auto" else settings.pipeline.compile,
+            runtime="torch" if settings.pipeline.runtime == "auto" else settings.pipeline.runtime,
+        )
     if settings.on_spaces and "server_name" not in settings.model_fields_set:
         changes["server_name"] = "0.0.0.0"
     if settings.auth is not None or settings.auth_file is not None:

@@ -69,6 +69,7 @@ class ReplicaStatus:
     attention_components: dict[str, str] = field(default_factory=dict)  # per component, what runs
     weights: str = "on device"  # on device | CPU offload (model) | group offload (block|leaf)
     compile: str = "no compile"  # what devices.compile did (or why not)
+    runtime: str = "torch"  # what runs the networks: torch and why, or OpenVINO per network (devices.runtime)
     quantization: dict[str, str] = field(default_factory=dict)  # per component, what the loader made (quantization)
     role: str = "main"  # "main" serves every request; "editor" serves the Edit tab beside it (EditRouter)
 

@@ -22,7 +22,7 @@ import inspect
 import logging
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -60,6 +60,11 @@ from .tokens import count_tokens
 from .tokens import windows as token_windows
 from .traits import denoiser, inspect_pipeline
 from .upscalers import Upscalers
+
+if TYPE_CHECKING:
+    from devices.runtime import RuntimePlan
+
+    from .openvino import OpenVinoRuntime
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +139,8 @@ class ImagePipeline:
         self.component_bytes: dict[str, int] = {}  # per component, weights' real bytes (counted at load)
         self.compile = "no compile"  # what devices.compile did, for the status panel
         self.compile_seconds = 0.0  # the warm-up that paid the compile at load
+        self.runtime: OpenVinoRuntime | None = None  # None: torch runs the networks (pipelines.openvino)
+        self.runtime_plan: RuntimePlan | None = None  # what RUNTIME chose at load, and why (devices.runtime)
         self.loras = LoraManager(pipe, device_manager, options.lora_dir)
         self._img2img: Any = None
         self._inpaint: Any = None  # the inpainting twin, built on first use (`_pipeline_for`)
@@ -288,6 +295,7 @@ class ImagePipeline:
                 attention_components=dict(self.attention_applied),
                 weights=self.weights,
                 compile=self.compile,
+                runtime=self.runtime_description,
                 quantization=quantization.applied(self.pipe),
             )
         ]
@@ -296,6 +304,13 @@ class ImagePipeline:
         """Drop the weights and give the device memory back."""
         self.pipe = self._img2img = self._inpaint = None
         self.dm.empty_cache()
+
+    @property
+    def runtime_description(self) -> str:
+        """What runs the networks, for the status panel: torch and why, or each network's OpenVINO graph."""
+        if self.runtime is not None:
+            return self.runtime.describe()
+        return self.runtime_plan.describe() if self.runtime_plan is not None else "torch"
 
     def count_tokens(self, prompt: str) -> list:
         """Prompt tokens per text encoder against what it keeps (the UI's token counter)."""
@@ -319,6 +334,11 @@ class ImagePipeline:
         t = self.traits
         if request.hires is not None:  # RequestError naming the hires field (the engine asked this at submit too)
             hires.check(request, self.model_info())
+        if request.step_cache not in (None, step_cache.NONE) and self.runtime is not None:
+            raise UnsupportedTaskError(
+                f"step caches skip torch blocks inside the denoiser, which the OpenVINO runtime runs as one graph, "
+                f"so {request.step_cache} cannot be used here (a server with RUNTIME=torch can)"
+            )
         if request.step_cache not in (None, step_cache.NONE) and not t.step_cache:
             raise UnsupportedTaskError(
                 f"{self.model_name} ({t.class_name}) has no step cache: diffusers gives its "
@@ -512,7 +532,10 @@ class ImagePipeline:
         all fixed before the first diffusers call."""
         # 2-3. pipeline and LoRAs
         pipe = self._pipeline_for(request)
-        self.loras.activate({**self.base_loras, **request.loras})
+        scales = {**self.base_loras, **request.loras}
+        self.loras.activate(scales)
+        if self.runtime is not None:  # a new LoRA set gets its own graphs (pipelines.openvino)
+            self.runtime.use_loras(self.loras.key(scales))
         # 4. one seed per image
         size = size_for(request, self.traits)
         if items is None:

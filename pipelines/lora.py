@@ -110,6 +110,16 @@ class LoraManager:
         del self._loaded[name]
         log.info("LoRA %s unloaded", name)
 
+    def key(self, scales: dict[str, float]) -> str:
+        """The active set as a cache key: each adapter's name, file (path, size, time) and scale; "" for none.
+        A runtime that bakes LoRA scales into compiled graphs (pipelines.openvino) keys them by it."""
+        parts = []
+        for name, scale in sorted(scales.items()):
+            path = self._loaded.get(name)
+            stat = path.stat() if path is not None and path.is_file() else None
+            parts.append(f"{name}={scale:g}@{path}:{stat.st_size if stat else 0}:{stat.st_mtime_ns if stat else 0}")
+        return ";".join(parts)
+
     def activate(self, scales: dict[str, float]) -> None:
         """Make exactly these adapters active with these scales (loading from LORA_DIR on demand)."""
         available = self.available()

@@ -19,6 +19,7 @@ from typing import Any
 
 from devices import DeviceManager
 from devices import compile as graph_compile
+from devices import runtime as runtimes
 from devices.attention import describe as describe_attention
 from devices.manager import OFFLOAD_SAVERS, weights_placement
 
@@ -101,6 +102,7 @@ def wrap(
     self.component_bytes = quantization.component_bytes(pipe)
     if not set(OFFLOAD_SAVERS) & set(self.memory_savers):
         pipe.to(dm.device)
+    setup_runtime(self)
     compile_and_warm_up(self)
     self.load_seconds = time.perf_counter() - start
     # Not a daemon: the interpreter joins it before finalizing. A daemon thread still running at exit
@@ -119,9 +121,73 @@ def wrap(
     return self
 
 
+def runtime_plan(self: Any) -> runtimes.RuntimePlan:
+    """RUNTIME's plan for this device (devices.runtime), then what this model allows: OpenVINO converts
+    plain float32 torch modules (quantized weights are torchao/GGUF tensor types it cannot trace; it
+    picks its own precision per device). Asked for (RUNTIME=openvino) and not possible: ModelLoadError."""
+    opts = self.options
+    plan = runtimes.plan(self.dm.backend, opts.runtime, opts.openvino_device, shapes=opts.openvino_shapes)
+    if plan.openvino:
+        quantized, dtype = quantization.applied(self.pipe), self.dm.dtype_name
+        if quantized:
+            plan = runtimes.RuntimePlan("torch", f"quantized weights ({quantized}) stay torch", error="")
+        elif dtype != "float32":
+            why = f"OpenVINO takes float32 weights and picks its precision per device (TORCH_DTYPE gave {dtype})"
+            plan = runtimes.RuntimePlan("torch", why, error="")
+        if plan.error == "":
+            plan = dataclasses.replace(plan, error=f"RUNTIME=openvino: {plan.reason}")
+    if plan.error and opts.runtime == "openvino":
+        raise ModelLoadError(f"cannot load {self.source} as asked: {plan.error}")
+    return plan
+
+
+def setup_runtime(self: Any) -> None:
+    """The runtime (devices.runtime): with OpenVINO, a hook on each network (pipelines.openvino); the
+    graphs are converted by the warm-up in `compile_and_warm_up`, or read from OPENVINO_CACHE."""
+    plan = runtime_plan(self)
+    log.info("runtime %s", plan.describe())
+    self.runtime_plan = plan
+    if not plan.openvino:
+        return
+    from .openvino import OpenVinoRuntime
+
+    try:
+        self.runtime = OpenVinoRuntime(plan, self.options.openvino_cache, threads=torch_threads())
+    except ValueError as exc:  # OPENVINO_DEVICE names a device OpenVINO does not see
+        raise ModelLoadError(f"cannot load {self.source}: {exc}") from None
+    self.runtime.install(self.pipe)
+    self.runtime.on_activity = _activity_shower(self)
+    if self.default_step_cache is not None:
+        log.warning("%s: step caches hook torch blocks OpenVINO does not run; no default step cache", self.model_name)
+        self.default_step_cache = None
+
+
+def _activity_shower(self: Any) -> Any:
+    """The replica's activity line shows a conversion while it runs, then what it showed before."""
+    before = ["idle"]
+
+    def show(text: str) -> None:
+        if text:
+            before[0], self.activity = self.activity, text
+        else:
+            self.activity = before[0]
+
+    return show
+
+
+def torch_threads() -> int:
+    """The replica's share of the cores (pipelines.pool.share_cpu_threads set torch's): OpenVINO's too."""
+    import torch
+
+    return torch.get_num_threads()
+
+
 def compile_plan(self: Any) -> graph_compile.CompilePlan:
     """COMPILE's plan for this device (devices.compile), off where the weights are offloaded: offload
-    hooks move weights in and out on every call, which graph capture would either break on or freeze."""
+    hooks move weights in and out on every call, which graph capture would either break on or freeze;
+    off under OpenVINO, which compiles the networks itself."""
+    if self.runtime is not None:
+        return graph_compile.CompilePlan(False, None, "the OpenVINO runtime compiles the networks instead")
     plan = graph_compile.plan(self.dm.backend, self.options.compile)
     if plan.enabled and self.weights != "on device":
         return graph_compile.CompilePlan(
@@ -144,6 +210,8 @@ def compile_and_warm_up(self: Any, steps: int = 2) -> None:
     self.compile_seconds = 0.0
     if not plan.enabled:
         log.info("%s", self.compile)
+        if self.runtime is not None:
+            convert_at_load(self, steps)
         return
     began = time.perf_counter()
     try:
@@ -170,6 +238,16 @@ def compile_and_warm_up(self: Any, steps: int = 2) -> None:
     log.info("compile warm-up done in %.1f s", self.compile_seconds)
 
 
+def convert_at_load(self: Any, steps: int) -> None:
+    """Pay OpenVINO's conversions (or its disk-cache reads) at load instead of in a user's first request:
+    one warm-up request converts the text encoder, denoiser and VAE decoder (the VAE encoder converts on
+    the first image-to-image request). Progress is logged and shown as the replica's activity."""
+    began = time.perf_counter()
+    for request in _warm_up_requests(self, steps)[:1]:
+        self.generate(request)
+    log.info("OpenVINO ready in %.1f s: %s", time.perf_counter() - began, self.runtime.describe())
+
+
 def _warm_up_requests(self: Any, steps: int) -> list[GenerationRequest]:
     """Requests with 1 and 2 images the model can run: text-to-image, or an edit of a blank image for
     edit-only models; none for inpaint-only models (the first user request compiles there)."""
@@ -179,7 +257,9 @@ def _warm_up_requests(self: Any, steps: int) -> list[GenerationRequest]:
     if traits.inpaint_native or not (traits.text_to_image or traits.edit or traits.image_to_image):
         log.info("compile warm-up skipped: %s needs a mask; the first request compiles", traits.class_name)
         return []
-    image = None if traits.text_to_image else [Image.new("RGB", self.default_size, "gray")]
+    # not one flat colour: a flat image makes the VAE's group norms divide by a near-zero variance, and
+    # a graph checked on it (pipelines.openvino) would be checked on rounding noise
+    image = None if traits.text_to_image else [Image.linear_gradient("L").resize(self.default_size).convert("RGB")]
     return [
         GenerationRequest(
             prompt="a red circle on a blue background", num_images=n, steps=steps, seed=0, init_images=image

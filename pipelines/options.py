@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, Field
 from config import Accepts, Lower, Refused, Section, setting
 from devices.compile import COMPILE_MODES
 from devices.manager import MEMORY_LEVELS
+from devices.runtime import OPENVINO_DEVICES, RUNTIMES, SHAPES, parse_openvino_device
 
 from .request import STEP_CACHES, spec
 
@@ -24,7 +25,10 @@ DEFAULT_LORA_DIR = REPO_ROOT / "models" / "loras"
 DEFAULT_UPSCALER_DIR = REPO_ROOT / "models" / "upscalers"
 DEFAULT_EMBEDDINGS_DIR = REPO_ROOT / "embeddings"  # where A1111 keeps them
 DEFAULT_STYLES_FILE = REPO_ROOT / "styles.csv"  # where A1111 keeps it
-PATH_FIELDS = ("model_id", "lora_dir", "upscaler_dir", "embeddings_dir", "styles_file", "base_model")  # files or folders here
+DEFAULT_OPENVINO_CACHE = Path.home() / ".cache" / "diffusion-anywhere" / "openvino"
+PATH_FIELDS = (
+    "model_id", "lora_dir", "upscaler_dir", "embeddings_dir", "styles_file", "base_model", "openvino_cache"
+)  # fmt: skip  # files or folders here
 
 
 def _step_cache(value: Any) -> Any:
@@ -52,6 +56,15 @@ def _threshold_bounds() -> dict[str, float]:
     return {"gt" if bound.low_open else "ge": bound.low, "le": bound.high}
 
 
+def _openvino_device(value: Any) -> Any:
+    """OPENVINO_DEVICE in any capitalisation ("gpu.1" -> "GPU.1")."""
+    return parse_openvino_device(value) if isinstance(value, str) else value
+
+
+OpenVinoDevice = Annotated[
+    str, BeforeValidator(_openvino_device),
+    Accepts(OPENVINO_DEVICES, invalid=("gpu:0", "tpu")),
+]
 StepCache = Annotated[Literal[STEP_CACHES] | None, BeforeValidator(_step_cache)]
 Quantization = Annotated[
     str,
@@ -116,6 +129,28 @@ class PipelineOptions(Section, title="Pipeline"):
         "COMPILE", "auto",
         "graph compile of the denoiser at load, with a warm-up; auto = per device (inductor on CUDA/ROCm/XPU, "
         "torchair on Ascend when installed, off on CPU/MPS; off on ZeroGPU) (docs/compile-and-offload.md)",
+    )  # fmt: skip
+    runtime: Annotated[Literal[RUNTIMES], Lower] = setting(
+        "RUNTIME", "auto",
+        "what runs the networks: torch, or openvino (the denoiser, VAE and text encoders as OpenVINO graphs, "
+        "converted at first load and cached on disk); auto = openvino on the CPU when requirements-openvino.txt "
+        "is installed, torch elsewhere (docs/performance.md#openvino)",
+    )  # fmt: skip
+    openvino_device: OpenVinoDevice = setting(
+        "OPENVINO_DEVICE", "CPU",
+        "with the OpenVINO runtime: CPU, an Intel GPU (GPU, GPU.1) or NPU (static shapes: one graph per batch "
+        "and size), or AUTO; `python -m devices` lists what OpenVINO sees",
+    )  # fmt: skip
+    openvino_shapes: Annotated[Literal[SHAPES], Lower] = setting(
+        "OPENVINO_SHAPES", "auto",
+        "with the OpenVINO runtime: dynamic (one compiled graph for every batch and size) or static (one per "
+        "batch and size, compiled on first use: faster per step, memory per shape); auto = static on the NPU, "
+        "which needs it, dynamic elsewhere",
+    )  # fmt: skip
+    openvino_cache: Path = setting(
+        "OPENVINO_CACHE", DEFAULT_OPENVINO_CACHE,
+        "where converted OpenVINO graphs are kept, so a restart reads them instead of converting",
+        shown="`~/.cache/diffusion-anywhere/openvino`",
     )  # fmt: skip
     step_cache: StepCache = setting(
         "STEP_CACHE", None,

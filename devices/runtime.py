@@ -1,0 +1,153 @@
+"""Runtime policy: which engine runs the pipeline's networks on this device (torch, or OpenVINO), and why.
+
+RUNTIME=auto|torch|openvino (PipelineOptions.runtime), OPENVINO_DEVICE=CPU|GPU|GPU.N|NPU|AUTO
+(PipelineOptions.openvino_device). OpenVINO runs the denoiser, the VAE and the text encoders as
+compiled graphs (pipelines/openvino.py); everything between them (the sampler, guidance, previews,
+Stop) stays torch on the CPU. So OpenVINO is a runtime of the torch CPU device: its compute can sit
+on the CPU, an Intel GPU (Arc, iGPU) or an Intel NPU (Core Ultra), but the pipeline's tensors are CPU
+tensors.
+
+| torch backend | auto | openvino (asked) | why |
+|---|---|---|---|
+| cpu, openvino installed | OpenVINO | OpenVINO | measured on the embedded model: several times torch eager's images/s on the same cores (docs/performance.md#openvino) |
+| cpu, openvino not installed | torch | refused | it is optional (requirements-openvino.txt): ~250 MB a GPU server does not need |
+| cuda / rocm / npu / xpu / mps / vulkan / tpu | torch | refused | torch serves that accelerator; OpenVINO would move the work to the CPU or an Intel device, so it is never chosen silently (PREFERRED_DEVICE=cpu + OPENVINO_DEVICE=GPU runs an Intel GPU through OpenVINO) |
+
+OpenVINO devices: `CPU`, `GPU` / `GPU.N` (Intel GPUs), `NPU` (static shapes only), `AUTO` (OpenVINO's
+own choice). Shapes (OPENVINO_SHAPES): dynamic = one compiled graph for every batch and size; static =
+one compiled graph per input shapes, compiled on the first call that has them (~1 s each for the
+embedded UNet), faster per step (measured: docs/performance.md#openvino) but with memory per shape
+kept; auto = static on the NPU, dynamic elsewhere. The list comes from
+`openvino.Core().available_devices`; nothing is probed at import.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+RUNTIMES = ("auto", "torch", "openvino")
+NOT_INSTALLED = "openvino is not installed (pip install -r requirements-openvino.txt)"
+OPENVINO_DEVICE_RE = re.compile(r"^(CPU|GPU(\.\d+)?|NPU|AUTO)$")
+OPENVINO_DEVICES = "CPU, GPU, GPU.N, NPU or AUTO"
+# OpenVINO devices whose plugin compiles only static shapes (why: the Intel NPU compiler needs every
+# dimension known; a dynamic model fails to compile there).
+STATIC_SHAPES = ("NPU",)
+SHAPES = ("auto", "dynamic", "static")  # OPENVINO_SHAPES: auto = static on the devices above, dynamic elsewhere
+
+
+@dataclass(frozen=True)
+class RuntimePlan:
+    """What `plan` decided: `name` is torch or openvino; `error` set when the asked runtime cannot be had."""
+
+    name: str
+    reason: str
+    openvino_device: str = "CPU"
+    error: str | None = None
+    shapes: str = "auto"  # OPENVINO_SHAPES
+
+    @property
+    def openvino(self) -> bool:
+        return self.name == "openvino"
+
+    @property
+    def static_shapes(self) -> bool:
+        """One compiled graph per input shapes (the NPU; OPENVINO_SHAPES=static), instead of one dynamic graph."""
+        if self.shapes != "auto":
+            return self.shapes == "static"
+        return self.openvino_device.split(".")[0] in STATIC_SHAPES
+
+    def describe(self) -> str:
+        where = f" {self.openvino_device}" + (", static shapes" if self.static_shapes else "") if self.openvino else ""
+        return f"{self.name}{where}: {self.reason}"
+
+
+def parse_openvino_device(value: str | None) -> str:
+    """OPENVINO_DEVICE's value, upper-cased; ValueError naming the valid spellings."""
+    text = (value or "CPU").strip().upper() or "CPU"
+    if not OPENVINO_DEVICE_RE.match(text):
+        raise ValueError(f"invalid OpenVINO device {value!r}; valid values: {OPENVINO_DEVICES}")
+    return text
+
+
+def openvino_installed() -> bool:
+    """Whether openvino can be imported; never imports it here (it is ~1 s and 250 MB of libraries)."""
+    try:
+        return importlib.util.find_spec("openvino") is not None
+    except (ValueError, ImportError):  # a None / broken entry in sys.modules
+        return False
+
+
+def plan(
+    backend: str, mode: str = "auto", openvino_device: str = "CPU", installed: bool | None = None, shapes: str = "auto"
+) -> RuntimePlan:
+    """The table above for one torch backend, RUNTIME, OPENVINO_DEVICE and OPENVINO_SHAPES."""
+    installed = openvino_installed() if installed is None else installed
+    device = parse_openvino_device(openvino_device)
+    if mode == "torch":
+        return RuntimePlan("torch", "RUNTIME=torch")
+    if backend != "cpu":
+        why = (
+            f"torch serves {backend}; OpenVINO runs on the CPU or Intel devices "
+            "(PREFERRED_DEVICE=cpu with OPENVINO_DEVICE=GPU or NPU for an Intel GPU or NPU)"
+        )
+        if mode == "openvino":
+            return RuntimePlan("torch", why, error=f"RUNTIME=openvino on {backend}: {why}")
+        return RuntimePlan("torch", f"RUNTIME=auto: {why}")
+    if not installed:
+        if mode == "openvino":
+            return RuntimePlan("torch", NOT_INSTALLED, error=f"RUNTIME=openvino: {NOT_INSTALLED}")
+        return RuntimePlan("torch", f"RUNTIME=auto: {NOT_INSTALLED}")
+    asked = "RUNTIME=openvino" if mode == "openvino" else "RUNTIME=auto on the CPU with openvino installed"
+    return RuntimePlan("openvino", asked, device, shapes=shapes)
+
+
+@dataclass(frozen=True)
+class OpenVinoDevice:
+    """One device OpenVINO sees, for the device report and the status panel."""
+
+    name: str  # CPU, GPU.0, NPU
+    full_name: str
+    memory_total: int | None = None  # bytes, where the plugin reports it (Intel GPUs)
+    properties: dict[str, Any] = field(default_factory=dict)
+
+
+def _memory(core: Any, name: str) -> int | None:
+    """GPU_DEVICE_TOTAL_MEM_SIZE where the plugin has it (Intel GPUs); None elsewhere."""
+    if not name.startswith("GPU"):
+        return None
+    try:
+        return int(core.get_property(name, "GPU_DEVICE_TOTAL_MEM_SIZE"))
+    except RuntimeError as exc:  # an older driver without the property
+        log.debug("no memory size for %s: %s", name, exc)
+        return None
+
+
+def openvino_devices(core: Any = None) -> tuple[list[OpenVinoDevice], str]:
+    """(devices, reason) from `openvino.Core().available_devices`; ([], why) when openvino is absent."""
+    if core is None:
+        if not openvino_installed():
+            return [], NOT_INSTALLED
+        import openvino
+
+        core = openvino.Core()
+    found = []
+    for name in core.available_devices:
+        found.append(OpenVinoDevice(name, str(core.get_property(name, "FULL_DEVICE_NAME")), _memory(core, name)))
+    return found, f"{len(found)} OpenVINO device(s): {', '.join(d.name for d in found) or 'none'}"
+
+
+def check_device(core: Any, device: str) -> None:
+    """ValueError when OPENVINO_DEVICE names a device OpenVINO does not see (AUTO always exists)."""
+    if device == "AUTO":
+        return
+    seen = list(core.available_devices)
+    # "GPU" is GPU.0 where several GPUs are listed as GPU.0, GPU.1
+    if device in seen or (device == "GPU" and any(d.startswith("GPU") for d in seen)):
+        return
+    raise ValueError(f"OPENVINO_DEVICE={device}: OpenVINO sees {', '.join(seen) or 'no device'}")
