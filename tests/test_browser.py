@@ -7,6 +7,7 @@ The screenshot is saved as a test artifact in test-artifacts/ (override: ARTIFAC
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -374,9 +375,10 @@ def test_history_delete_removes_only_the_chosen_image(browser, tmp_path):
         page.close()
 
 
-def test_python_app_py_itself_shows_live_previews(browser, tmp_path):
-    """The entry point as a user runs it (`python app.py`, settings from its environment): the batch
-    forms live in the gallery before the final images."""
+@contextlib.contextmanager
+def app_py(tmp_path: Path, env_changes: dict[str, str | None]):
+    """`python app.py` as a user starts it (settings from its environment, `None` unsets one); yields its URL
+    once it answers; its log is tmp_path/app.log."""
     import subprocess
     import sys
 
@@ -384,8 +386,6 @@ def test_python_app_py_itself_shows_live_previews(browser, tmp_path):
 
     from tests.app_server import free_port
 
-    if not embedded_model_available():
-        pytest.skip("needs the embedded model")
     port = free_port()
     env = {
         **os.environ,
@@ -395,12 +395,14 @@ def test_python_app_py_itself_shows_live_previews(browser, tmp_path):
     }
     for name in ("MODEL_ID", "PREFERRED_DEVICE", "CPU_REPLICAS", "EDIT_MODEL_ID", "GENERATION_BACKEND"):
         env.pop(name, None)
+    for name, value in env_changes.items():
+        env.pop(name, None) if value is None else env.update({name: value})
     root = Path(__file__).resolve().parents[1]
     log = (tmp_path / "app.log").open("w")
     app = subprocess.Popen([sys.executable, "app.py"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.time() + 180
+        deadline = time.time() + 240
         while time.time() < deadline:  # a test may sleep-poll: until the app answers (bounded)
             try:
                 if httpx.get(url, timeout=2).status_code == 200:
@@ -409,14 +411,42 @@ def test_python_app_py_itself_shows_live_previews(browser, tmp_path):
                 pass
             assert app.poll() is None, (tmp_path / "app.log").read_text()
             time.sleep(0.5)
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        _generate_and_watch_previews(page, url, images=2, steps=40)
-        page.close()
+        yield url
     finally:
         app.terminate()
         app.wait(timeout=30)
         log.close()
+
+
+def test_python_app_py_itself_shows_live_previews(browser, tmp_path):
+    """The entry point as a user runs it (`python app.py`, settings from its environment): the batch
+    forms live in the gallery before the final images."""
+    if not embedded_model_available():
+        pytest.skip("needs the embedded model")
+    with app_py(tmp_path, {}) as url:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        _generate_and_watch_previews(page, url, images=2, steps=40)
+        page.close()
     assert "ready at" in (tmp_path / "app.log").read_text()
+
+
+@pytest.mark.openvino
+def test_python_app_py_serves_through_openvino_with_openvino_installed(browser, tmp_path, openvino_cache):
+    """requirements-openvino.txt installed, RUNTIME left at auto: `python app.py` serves the embedded model
+    through OpenVINO, says so and why at start, and the page shows it (the status panel's runtime line)."""
+    from playwright.sync_api import expect
+
+    pytest.importorskip("openvino")
+    if not embedded_model_available():
+        pytest.skip("needs the embedded model")
+    with app_py(tmp_path, {"RUNTIME": None, "EDIT_MODEL_ID": "none", "OPENVINO_CACHE": str(openvino_cache)}) as url:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        _generate_and_watch_previews(page, url, images=2, steps=40)
+        expect(page.locator("#status")).to_contain_text("runtime: OpenVINO", timeout=30_000)
+        page.close()
+    log = (tmp_path / "app.log").read_text()
+    assert "runtime openvino CPU: RUNTIME=auto on the CPU with openvino installed" in log
+    assert "OpenVINO ready in" in log and "ready at" in log
 
 
 def test_inpaint_a_painted_stroke_in_the_browser(browser, tmp_path, monkeypatch):

@@ -244,6 +244,7 @@ def test_every_pipeline_option_travels_to_the_ray_replicas(tmp_path, monkeypatch
         "STYLES_FILE": "models/tiny-shapes/vocabulary.json", "MAX_BATCH": "3", "MAX_PIXELS": "4096",
         "MAX_SIDE": "128", "MICRO_BATCH": "2", "PREVIEW_EVERY": "2", "MEMORY_MODE": "balanced", "COMPILE": "off",
         "STEP_CACHE": "MagCache", "STEP_CACHE_THRESHOLD": "0.3", "BASE_MODEL": "some/base",
+        "RUNTIME": "openvino", "OPENVINO_DEVICE": "gpu.1", "OPENVINO_SHAPES": "static", "OPENVINO_CACHE": "models",
         "QUANTIZATION": f"transformer=gguf:{os.path.relpath(gguf, ROOT)},vae=fp8-layerwise",
     }  # fmt: skip
     options = PipelineOptions.from_env(env)
@@ -260,6 +261,7 @@ def test_every_pipeline_option_travels_to_the_ray_replicas(tmp_path, monkeypatch
         embeddings_dir=ROOT / "models/recipes",
         upscaler_dir=ROOT / "models/train",
         styles_file=ROOT / "models/tiny-shapes/vocabulary.json",
+        openvino_cache=ROOT / "models",
         quantization=f"transformer=gguf:{gguf},vae=fp8-layerwise",
     )
 

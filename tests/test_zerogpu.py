@@ -166,6 +166,10 @@ def test_settings_read_zerogpu_and_bound_the_time_budget():
     assert settings.zero_gpu and settings.zero_gpu_duration == 90
     assert settings.effective_time_budget == 90
     assert AppSettings.from_env({"TIME_BUDGET": "600"}).effective_time_budget == 600
+    # the CPU seen at load is not where a ZeroGPU generation runs: no compile warm-up, no OpenVINO
+    assert (settings.pipeline.compile, settings.pipeline.runtime) == ("off", "torch")
+    asked = AppSettings.from_env({**env, "RUNTIME": "openvino", "COMPILE": "on"}).pipeline
+    assert (asked.compile, asked.runtime) == ("on", "openvino")  # asked for: kept (and refused at load if impossible)
 
 
 @pytest.mark.slow  # the ZeroGPU tier: the app in a subprocess, forking a worker per generation
