@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         from .tiled_vae import main as tiled_main
 
         return tiled_main(argv[1:])
+    if argv[:1] == ["speed"] and any(a == "--runtime" or a.startswith("--runtime=") for a in argv):
+        from .openvino_bench import main as openvino_main
+        from .speed import build_parser
+
+        return openvino_main(build_parser().parse_args(argv[1:]))
     if argv[:1] == ["speed"]:
         from .speed import main as speed_main
 

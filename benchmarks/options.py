@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +76,7 @@ class Option:
 
 
 OPTIONS: dict[str, Option] = {}
-PLAIN = {"memory_mode": "off", "compile": "off"}  # the reference: nothing that changes speed or memory
+PLAIN = {"memory_mode": "off", "compile": "off", "runtime": "torch"}  # the reference: torch eager, nothing else
 
 
 def register(option: Option) -> Option:
@@ -173,6 +175,32 @@ register(Option(
     "torchao-int8wo", "the denoiser's weights in int8 with a per-row scale (torchao, pipelines.quantization)",
     load=dict(PLAIN), load_for=_torchao_denoiser, tolerance=QUANT_TOLERANCE,
 ))  # fmt: skip
+
+
+def _openvino_refusal(dm: Any, pipeline: Any) -> str | None:
+    from devices.runtime import openvino_installed
+
+    if dm.backend != "cpu":
+        return f"OpenVINO runs beside the torch CPU device, not {dm.backend} (devices.runtime)"
+    return None if openvino_installed() else "openvino is not installed (pip install -r requirements-openvino.txt)"
+
+
+# One OPENVINO_CACHE per benchmark process: `openvino` converts into it (the first load a user pays),
+# `openvino-cached` loads again from it (every later start). Fresh per run, so the first is a real conversion.
+OPENVINO_BENCH_CACHE = Path(tempfile.gettempdir()) / f"diffusion-anywhere-bench-openvino-{os.getpid()}"
+OPENVINO_TOLERANCE = Tolerance(max_abs=0.05, min_psnr=40.0)  # issue 46's parity bar: same math, other kernels
+for _option in (
+    Option("openvino", "RUNTIME=openvino: networks as OpenVINO graphs, converted at this load",
+           load={**PLAIN, "runtime": "openvino", "openvino_cache": OPENVINO_BENCH_CACHE},
+           refuse=_openvino_refusal, tolerance=OPENVINO_TOLERANCE),
+    Option("openvino-cached", "RUNTIME=openvino, graphs read from the cache `openvino` wrote (a restart)",
+           load={**PLAIN, "runtime": "openvino", "openvino_cache": OPENVINO_BENCH_CACHE},
+           refuse=_openvino_refusal, tolerance=OPENVINO_TOLERANCE),
+    Option("openvino-static", "RUNTIME=openvino OPENVINO_SHAPES=static: compiled per batch and size (cached graphs)",
+           load={**PLAIN, "runtime": "openvino", "openvino_cache": OPENVINO_BENCH_CACHE, "openvino_shapes": "static"},
+           refuse=_openvino_refusal, tolerance=OPENVINO_TOLERANCE),
+):  # fmt: skip
+    register(_option)
 
 
 QUANTIZATION_HELP = (

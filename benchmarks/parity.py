@@ -135,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="also compare each option (benchmarks.options: a comma list, or all) against the same model without it",
     )
     p.add_argument("--quantization", default=None, help=options.QUANTIZATION_HELP)
+    p.add_argument(
+        "--runtime", choices=("openvino",), default=None,
+        help="also gate the OpenVINO runtime against torch fp32 at the same seeds (PSNR >= 40 dB): --options openvino",
+    )  # fmt: skip
     p.add_argument("--json", default=None)
     return p
 
@@ -216,6 +220,8 @@ def print_report(report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.runtime:
+        args.options = ",".join(filter(None, [args.options, args.runtime]))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from pipelines.loading import quiet_load_progress_bars
 

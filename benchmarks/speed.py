@@ -121,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3, help="timed requests per option")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--json", default=None, help="write all figures here")
+    p.add_argument(
+        "--runtime", choices=("openvino",), default=None,
+        help="OpenVINO against torch eager at 1 and 4 images: first (converting) and cached load, images/s, peak "
+        "memory, and optimum-intel's pipeline beside it (benchmarks.openvino_bench)",
+    )  # fmt: skip
+    p.add_argument("--no-peer", action="store_true", help="with --runtime openvino: leave optimum-intel out")
+    p.add_argument("--peer-venv", default=None, help="with --runtime openvino: optimum-intel's venv (built if missing)")
     return p
 
 
@@ -191,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     quiet_load_progress_bars()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.runtime:  # `python -m benchmarks speed --runtime openvino` goes to benchmarks.openvino_bench
+        print("error: --runtime: run it as python -m benchmarks speed --runtime openvino", file=sys.stderr)
+        return 2
     try:
         report = run(args)
     except ValueError as exc:
