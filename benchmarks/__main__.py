@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         return tiled_main(argv[1:])
     if argv[:1] == ["speed"] and any(a == "--runtime" or a.startswith("--runtime=") for a in argv):
         from .openvino_bench import main as openvino_main
-        from .speed import build_parser
+        from .speed import build_parser as speed_parser
 
-        return openvino_main(build_parser().parse_args(argv[1:]))
+        return openvino_main(speed_parser().parse_args(argv[1:]))
     if argv[:1] == ["speed"]:
         from .speed import main as speed_main
 
