@@ -181,3 +181,19 @@ def test_responsiveness_benchmark_reports_stop_status_and_hostile_metadata(tiny_
     assert engine["status_busy_s"] > 0 and engine["stop_to_end_s"] > 0
     assert set(report["hostile_metadata"]) == {"normal_s", *HOSTILE}
     assert "Stop at step 3 of 4" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # ~40 s: torch, then OpenVINO converting, cached and static, at 1 and 4 images
+@pytest.mark.openvino
+def test_speed_runtime_openvino_reports_the_ratios(tiny_model_dir, tmp_path, capsys):
+    """`python -m benchmarks speed --runtime openvino` (peer left out: its venv is a 1.5 GB build) prints the
+    issue's figures: images/s against torch per batch, first and cached load, memory, PSNR."""
+    pytest.importorskip("openvino")
+    out = tmp_path / "openvino.json"
+    argv = ["speed", "--runtime", "openvino", "--no-peer", "--model", str(tiny_model_dir), "--steps", "2"]
+    assert bench_main([*argv, "--repeats", "1", "--json", str(out)]) == 0
+    summary = json.loads(out.read_text())["summary"]
+    assert set(summary["images_per_s"]) == {"1", "4"}
+    assert all(r["openvino_vs_torch"] > 0 and r["openvino_static"] > 0 for r in summary["images_per_s"].values())
+    assert summary["first_load_s"] > 0 and summary["cached_load_s"] > 0 and summary["psnr_vs_torch"] >= 40
+    assert "OpenVINO vs torch eager" in capsys.readouterr().out
