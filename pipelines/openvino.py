@@ -48,8 +48,8 @@ log = logging.getLogger(__name__)
 HOOK = "openvino"
 _SUMMARY = ("No conversion rule found for operations", "Conversion is failed for")  # OpenVINO's failure summary
 # Module classes whose traced graph was checked to give the torch output at other batch sizes and
-# image sizes than the traced ones (tests/test_openvino.py::test_dynamic_graphs_match_torch_at_new_shapes):
-# no shape is read into Python there. Any other class is converted per input shape.
+# image sizes than the traced ones (tests/test_openvino.py::test_openvino_images_match_torch_fp32): no
+# shape is read into Python there but what `_shape_class` keys. Any other class is converted per input shape.
 DYNAMIC_SAFE = ("UNet2DConditionModel", "Decoder", "Encoder", "CLIPTextModel", "CLIPTextModelWithProjection")
 # Text encoders converted at all: a text encoder with data-dependent Python branches (an attention
 # mask read into an `if`, as Qwen2.5-VL's and Gemma's are) would bake one prompt's branch into the graph.
@@ -104,6 +104,16 @@ class _Traced(torch.nn.Module):
         return tuple(t for t in out if isinstance(t, torch.Tensor))
 
 
+def _shape_class(module: torch.nn.Module, tensors: list[torch.Tensor]) -> list[Any]:
+    """What of its input shapes a dynamic graph still depends on. UNet2DConditionModel passes an explicit
+    upsample size when the latent's sides are not multiples of 2**num_upsamplers: a Python branch the
+    trace bakes, so a graph traced at 64 px gave an empty output at 56x80 (latents 14x20)."""
+    if type(module).__name__ != "UNet2DConditionModel":
+        return []
+    factor = 2**module.num_upsamplers
+    return [[side % factor == 0 for side in t.shape[-2:]] for t in tensors if t.ndim == 4]
+
+
 def weights_hash(module: torch.nn.Module) -> str:
     """A hash of the module's parameters and buffers (names, shapes, dtypes, bytes): the cache key's
     weights part. Taken at install, before any per-request LoRA is loaded into the module."""
@@ -137,7 +147,7 @@ class OpenVinoHook(ModelHook):
 
     def new_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         leaves, spec, tensor_at = _flat(args, kwargs)
-        key = self._key(leaves, spec, tensor_at)
+        key = self._key(leaves, spec, tensor_at, module)
         entry = self.graphs.get(key)
         if entry is None:
             entry = self._new_entry(module, key, args, kwargs)
@@ -147,8 +157,9 @@ class OpenVinoHook(ModelHook):
             return self.fn_ref.original_forward(*args, **kwargs)
         return self.runtime.run(entry, [leaves[i] for i in tensor_at])
 
-    def _key(self, leaves: list[Any], spec: Any, tensor_at: list[int]) -> str:
+    def _key(self, leaves: list[Any], spec: Any, tensor_at: list[int], module: torch.nn.Module) -> str:
         tensors = set(tensor_at)
+        shapes = _shape_class(module, [leaves[i] for i in tensor_at]) if self.dynamic else None
         parts = {
             "call": str(spec),
             "module": self.kind,
@@ -159,6 +170,7 @@ class OpenVinoHook(ModelHook):
                 [str(leaves[i].dtype), leaves[i].ndim if self.dynamic else list(leaves[i].shape)] for i in tensor_at
             ],
             "constants": [repr(leaf) for i, leaf in enumerate(leaves) if i not in tensors],
+            "shape_class": shapes,
         }
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
 

@@ -18,11 +18,28 @@ os.environ["RUNTIME"] = "torch"
 logging.getLogger("diffusers").setLevel(logging.ERROR)
 
 
-@pytest.fixture(autouse=True)
-def torch_runtime(request, monkeypatch):
-    """RUNTIME=auto means torch in tests (openvino "not installed") unless the test is marked `openvino`."""
-    if request.node.get_closest_marker("openvino") is None:
-        monkeypatch.setattr("devices.runtime.openvino_installed", lambda: False)
+OPENVINO_ALLOWED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before any fixture of the test is set up (a module-scoped pipeline too): whether it may see openvino."""
+    item.config.stash[OPENVINO_ALLOWED] = item.get_closest_marker("openvino") is not None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def torch_runtime(pytestconfig):
+    """RUNTIME=auto means torch in tests (openvino "not installed") unless the test being set up is marked
+    `openvino`: decided per test before its fixtures, so another module's module-scoped pipeline, built
+    with the default RUNTIME=auto, is torch too."""
+    from devices import runtime
+
+    installed = runtime.openvino_installed
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            runtime, "openvino_installed", lambda: pytestconfig.stash.get(OPENVINO_ALLOWED, False) and installed()
+        )
+        yield
 
 
 @pytest.fixture(scope="session")
