@@ -301,8 +301,9 @@ class ImagePipeline:
         ]
 
     def close(self) -> None:
-        """Drop the weights and give the device memory back."""
+        """Drop the weights (and OpenVINO's compiled graphs) and give the device memory back."""
         self.pipe = self._img2img = self._inpaint = None
+        self.runtime = None
         self.dm.empty_cache()
 
     @property
