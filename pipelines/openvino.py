@@ -58,8 +58,9 @@ VAES = ("AutoencoderKL",)  # encoder/decoder plain functions of their input (vid
 TOLERANCE = 1e-3  # largest |openvino - torch| / (1 + max |torch|) accepted for a new graph (measured: ~1e-6 in f32)
 # Converted graphs kept in memory per network (LoRA sets): an older one is read again from disk when asked for.
 GRAPHS_KEPT = 3
-# Distinct graphs per network before it goes back to torch (a pipeline passing a new Python number each step).
-MAX_GRAPHS = 16
+# Distinct graphs per network in a process before it goes back to torch: a pipeline passing a new Python
+# number each step would otherwise convert at every step (LoRA sets and DiT shapes count too).
+MAX_GRAPHS = 32
 # With static shapes, compiled shapes kept per graph: the CFG batch and the batch after guidance ends. Each
 # compiled shape holds its own buffers (measured on the embedded UNet: ~80 MB each for 25 MB of weights).
 SHAPES_KEPT = 2
@@ -182,9 +183,8 @@ class OpenVinoHook(ModelHook):
         self.seen.add(key)
         self.graphs[key] = entry
         converted = [k for k, e in self.graphs.items() if e.model is not None]
-        for old in converted[:-GRAPHS_KEPT]:  # read again from disk if asked for again
+        for old in converted[:-GRAPHS_KEPT]:  # read again from disk if asked for again (still counted in `seen`)
             del self.graphs[old]
-            self.seen.discard(old)
         return entry
 
     def describe(self) -> str:
