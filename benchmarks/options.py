@@ -178,11 +178,10 @@ register(Option(
 
 
 def _openvino_refusal(dm: Any, pipeline: Any) -> str | None:
-    from devices.runtime import openvino_installed
+    """What devices.runtime's table says of RUNTIME=openvino on this device (not a CPU, not installed)."""
+    from devices.runtime import plan
 
-    if dm.backend != "cpu":
-        return f"OpenVINO runs beside the torch CPU device, not {dm.backend} (devices.runtime)"
-    return None if openvino_installed() else "openvino is not installed (pip install -r requirements-openvino.txt)"
+    return plan(dm.backend, "openvino").error
 
 
 # One OPENVINO_CACHE per benchmark process: `openvino` converts into it (the first load a user pays),

@@ -8,7 +8,7 @@ gains a device (e.g. ZeroGPU) sees it on the next DeviceManager.
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import logging
 import platform
 from collections.abc import Callable
@@ -132,6 +132,14 @@ PROBES: dict[str, Callable[[], BackendStatus]] = {
     "vulkan": _probe_vulkan,
     "cpu": _probe_cpu,
 }
+
+
+def installed(package: str) -> bool:
+    """Whether `package` can be imported, without importing it (torchair, openvino: seconds and hundreds of MB)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ValueError, ImportError):  # a None / broken entry in sys.modules
+        return False
 
 
 def probe(kind: str) -> BackendStatus:

@@ -26,12 +26,13 @@ recompiling for each new shape.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from .backends import installed
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +71,7 @@ def parse_compile(value: str | None) -> str:
 
 def torchair_available() -> bool:
     """Whether torchair (Ascend's torch.compile backend) can be imported; never imports it here."""
-    try:
-        return importlib.util.find_spec("torchair") is not None
-    except (ValueError, ImportError):  # a None / broken entry in sys.modules
-        return False
+    return installed("torchair")
 
 
 def plan(backend: str, mode: str = "auto") -> CompilePlan:

@@ -23,11 +23,12 @@ kept; auto = static on the NPU, dynamic elsewhere. The list comes from
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from .backends import installed
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +78,7 @@ def parse_openvino_device(value: str | None) -> str:
 
 def openvino_installed() -> bool:
     """Whether openvino can be imported; never imports it here (it is ~1 s and 250 MB of libraries)."""
-    try:
-        return importlib.util.find_spec("openvino") is not None
-    except (ValueError, ImportError):  # a None / broken entry in sys.modules
-        return False
+    return installed("openvino")
 
 
 def plan(

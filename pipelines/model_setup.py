@@ -127,18 +127,22 @@ def runtime_plan(self: Any) -> runtimes.RuntimePlan:
     picks its own precision per device). Asked for (RUNTIME=openvino) and not possible: ModelLoadError."""
     opts = self.options
     plan = runtimes.plan(self.dm.backend, opts.runtime, opts.openvino_device, shapes=opts.openvino_shapes)
-    if plan.openvino:
-        quantized, dtype = quantization.applied(self.pipe), self.dm.dtype_name
-        if quantized:
-            plan = runtimes.RuntimePlan("torch", f"quantized weights ({quantized}) stay torch", error="")
-        elif dtype != "float32":
-            why = f"OpenVINO takes float32 weights and picks its precision per device (TORCH_DTYPE gave {dtype})"
-            plan = runtimes.RuntimePlan("torch", why, error="")
-        if plan.error == "":
-            plan = dataclasses.replace(plan, error=f"RUNTIME=openvino: {plan.reason}")
+    why = _openvino_refusal(self) if plan.openvino else None
+    if why:
+        plan = runtimes.RuntimePlan("torch", why, error=f"RUNTIME=openvino: {why}")
     if plan.error and opts.runtime == "openvino":
         raise ModelLoadError(f"cannot load {self.source} as asked: {plan.error}")
     return plan
+
+
+def _openvino_refusal(self: Any) -> str | None:
+    """Why this loaded model keeps torch although the device could have OpenVINO, or None."""
+    quantized, dtype = quantization.applied(self.pipe), self.dm.dtype_name
+    if quantized:
+        return f"quantized weights ({quantized}) stay torch"
+    if dtype != "float32":
+        return f"OpenVINO takes float32 weights and picks its precision per device (TORCH_DTYPE gave {dtype})"
+    return None
 
 
 def setup_runtime(self: Any) -> None:
@@ -152,7 +156,7 @@ def setup_runtime(self: Any) -> None:
     from .openvino import OpenVinoRuntime
 
     try:
-        self.runtime = OpenVinoRuntime(plan, self.options.openvino_cache, threads=torch_threads())
+        self.runtime = OpenVinoRuntime(plan, self.options.openvino_cache)
     except ValueError as exc:  # OPENVINO_DEVICE names a device OpenVINO does not see
         raise ModelLoadError(f"cannot load {self.source}: {exc}") from None
     self.runtime.install(self.pipe)
@@ -173,13 +177,6 @@ def _activity_shower(self: Any) -> Any:
             self.activity = before[0]
 
     return show
-
-
-def torch_threads() -> int:
-    """The replica's share of the cores (pipelines.pool.share_cpu_threads set torch's): OpenVINO's too."""
-    import torch
-
-    return torch.get_num_threads()
 
 
 def compile_plan(self: Any) -> graph_compile.CompilePlan:

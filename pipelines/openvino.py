@@ -209,7 +209,8 @@ class OpenVinoRuntime:
         self.cache_dir = Path(cache_dir).expanduser()
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.core.set_property({"CACHE_DIR": str(self.cache_dir / "compiled")})
-        self.config = _compile_config(plan.openvino_device, threads)
+        # the replica's share of the cores: pipelines.pool.share_cpu_threads set torch's
+        self.config = _compile_config(plan.openvino_device, threads or torch.get_num_threads())
         self.identity = f"{self.version}|{plan.openvino_device}|{sorted(self.config.items())}"
         self.device_label = _device_label(self.core, plan.openvino_device)
         self.hooks: dict[str, OpenVinoHook] = {}
