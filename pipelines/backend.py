@@ -122,6 +122,8 @@ class ModelInfo:
     quantization: dict[str, str] = field(default_factory=dict)  # per component, what quantization ran
     component_bytes: dict[str, int] = field(default_factory=dict)  # per component, weights' real bytes
     upscalers: tuple[str, ...] = tuple(PIXEL)  # what hires fix may enlarge with (pipelines.upscalers), latent modes last
+    controlnets: tuple[str, ...] = ()  # the ControlNets units may name (pipelines.control)
+    controlnet_tasks: tuple[str, ...] = ()  # the tasks this family runs units for (pipelines.control.TWINS)
     editor: ModelInfo | None = None  # the model serving edits, when it is another one (pipelines.editing)
 
     @property
@@ -159,9 +161,21 @@ class ModelInfo:
         check_steps(request.sampler or self.scheduler, request.steps or self.default_steps, self.min_steps)
         if request.hires is not None:
             hires.check(request, self)
+        if request.controlnet:
+            self._accept_units(request)
         if request.sampler is not None and request.sampler == self.scheduler:
             request = request.model_copy(update={"sampler": None})  # the model's own: nothing to swap
         return request
+
+    def _accept_units(self, request: GenerationRequest) -> None:
+        """ControlNet units: a task this family runs them for, models this server has."""
+        if request.task not in self.controlnet_tasks:
+            can = f"units for {', '.join(self.controlnet_tasks)} only" if self.controlnet_tasks else "no ControlNet pipeline in diffusers"
+            raise RequestError("controlnet", f"{self.pipeline_class or self.model_name} has {can}; this request is {request.task}")
+        for i, unit in enumerate(request.controlnet):
+            if unit.model_name not in self.controlnets:
+                offered = ", ".join(self.controlnets) or "none (CONTROLNET_DIR)"
+                raise RequestError("controlnet", f"model: no ControlNet named {shown(unit.model, 80)}; available: {offered}", (i,))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -11,7 +11,9 @@ Kinds that a command line writes its own way:
 - the prompt is positional (several: several prompts);
 - LoRAs are `--lora NAME_OR_FILE[:SCALE]`, repeatable (each CLI resolves a name or a file);
 - images are file paths (`--init-image`, repeatable; `--mask`);
-- a switch (`--invert-mask`) is present or not.
+- a switch (`--invert-mask`) is present or not;
+- a ControlNet unit is `--controlnet image=FILE,model=NAME[,module=canny,weight=0.8,...]`, repeatable
+  (the unit's fields by name, pipelines.control).
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ def add_request_arguments(
             parser.add_argument("prompt", nargs="+", help=help_text)
         elif item.kind == "flag":
             parser.add_argument(flag, dest=item.name, action="store_true", default=None, help=help_text)
-        elif item.kind in ("scales", "images", "names"):
-            metavar = {"scales": "NAME_OR_FILE[:SCALE]", "images": "FILE", "names": "NAME"}[item.kind]
+        elif item.kind in ("scales", "images", "names", "units"):
+            metavar = {"scales": "NAME_OR_FILE[:SCALE]", "images": "FILE", "names": "NAME", "units": "image=FILE,model=NAME,..."}[item.kind]
             parser.add_argument(flag, dest=item.name, action="append", metavar=metavar, help=help_text)
         else:
             metavar = "FILE" if item.kind == "image" else item.name.upper()
@@ -78,8 +80,23 @@ def request_values(args: argparse.Namespace, added: list[Spec]) -> dict[str, Any
             value = [_open(Image, path, item, "RGB") for path in value]
         elif item.kind == "image":
             value = _open(Image, value, item, None)
+        elif item.kind == "units":
+            value = [unit_flag(Image, text, item) for text in value]
         flat[item.name] = value
     return flat
+
+
+def unit_flag(image_module: Any, text: str, item: Spec) -> dict[str, Any]:
+    """`image=FILE,model=NAME,weight=0.8` -> the unit's values (the schema checks them), its image opened."""
+    unit: dict[str, Any] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise RequestError(item.path, f"{part!r}: a unit is KEY=VALUE pairs separated by commas (image=FILE,model=NAME)")
+        unit[key.strip()] = value.strip()
+    if "image" in unit:
+        unit["image"] = _open(image_module, unit["image"], item, "RGB")
+    return unit
 
 
 def _open(image_module: Any, path: str, item: Spec, mode: str | None) -> Any:

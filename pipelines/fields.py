@@ -384,6 +384,43 @@ class Picture:
 
 
 @dataclass(frozen=True)
+class Units:
+    """A list of parts of one kind (ControlNet units): each a mapping of the part's fields or the part
+    itself; null or [] is none. A refusal names the unit and its field ("controlnet[1]: weight: ...")."""
+
+    part: Any  # a Schema class
+    most: int = 8
+
+    def parse(self, value: Any) -> tuple[Any, ...]:
+        if value is None or value == "":
+            return ()
+        if isinstance(value, self.part | dict):
+            value = [value]
+        if not isinstance(value, list | tuple):
+            raise refuse(f"must be a list of units (objects), got {shown(value)}")
+        if len(value) > self.most:
+            raise refuse(f"at most {self.most} units, got {len(value)}")
+        return tuple(self._one(item, i) for i, item in enumerate(value))
+
+    def _one(self, item: Any, index: int) -> Any:
+        if isinstance(item, self.part):
+            return item
+        if not isinstance(item, dict):
+            raise refuse(f"must be an object of the unit's fields, got {shown(item)}", at=(index,))
+        try:
+            return self.part(**item)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            where = [str(p) for p in first["loc"] if isinstance(p, str)] + list((first.get("ctx") or {}).get(FIELD, ()))
+            name = ".".join(where) or "unit"
+            detail = {"missing": "is required", "extra_forbidden": "is not a field of a unit"}.get(first["type"], first["msg"])
+            raise refuse(f"{name}: {detail}", at=(index,)) from None
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(self.parse)
+
+
+@dataclass(frozen=True)
 class Spec:
     """One field as the front ends see it: where it is in the request, what it accepts, how it surfaces.
 
@@ -405,7 +442,7 @@ class Spec:
     @property
     def kind(self) -> str:
         """What a form or a flag takes: whole | number | text | prompt | choice | flag | scales | names |
-        image | images."""
+        image | images | units."""
         v = self.value
         if isinstance(v, Range):
             return "whole" if v.integer else "number"
@@ -413,7 +450,8 @@ class Spec:
             return "whole"
         if isinstance(v, Picture):
             return "images" if v.many else "image"
-        kinds = {Text: "text", Prompts: "prompt", Choice: "choice", Flag: "flag", Scales: "scales", Names: "names"}
+        kinds = {Text: "text", Prompts: "prompt", Choice: "choice", Flag: "flag", Scales: "scales", Names: "names",
+                 Units: "units"}  # fmt: skip
         return kinds[type(v)]
 
     def parse(self, value: Any) -> Any:
@@ -435,4 +473,5 @@ class Spec:
         if isinstance(v, Scales):
             return f"name -> {v.scale.describe()}"
         return {"text": "text", "prompt": "text, or a list of texts", "flag": "true | false", "names": "a list of names",
-                "image": "an image", "images": "a list of images"}[self.kind]  # fmt: skip
+                "image": "an image", "images": "a list of images",
+                "units": f"a list of at most {getattr(v, 'most', 0)} units"}[self.kind]  # fmt: skip

@@ -28,12 +28,13 @@ import torch
 
 from devices import DeviceManager
 
-from . import hashing, hires, inpaint, model_setup, quantization, samplers, step_cache, styles, vae_tiling
+from . import control, hashing, hires, inpaint, model_setup, quantization, samplers, step_cache, styles, vae_tiling
 from .backend import Capabilities, ModelInfo, ReplicaStatus
 from .callbacks import CallMonitor, CancelFn, Chained, Interrupted, LegacyCallback, PreviewFn, Previews, ProgressFn
 from .calls import call_kwargs, size_for
 from .embeddings import Embeddings
 from .errors import OutOfMemoryError, UnsupportedTaskError
+from .fields import RequestError
 from .guidance import DEFAULT_GUIDANCE_END, GuidanceCutoff, supports_guidance_end
 from .inpaint import EMPTY_MASK_WARNING, INPAINT_FAMILIES
 from .lora import LoraInfo, LoraManager
@@ -101,6 +102,7 @@ class _Plan:
     prepared: dict[int, inpaint.Prepared] = dataclasses.field(default_factory=dict)  # by id(input image)
     cache: StepCache | None = None  # the step cache it runs with (pipelines.step_cache)
     texts: PromptPlan | None = None  # weighted and long prompts (pipelines.prompt_weights)
+    control: dict[str, Any] = dataclasses.field(default_factory=dict)  # the ControlNet units' arguments
 
     def finish(self, item: dict[str, Any], image: Any) -> Any:
         """An output as the user gets it: an inpaint pasted back into its original (pipelines.inpaint)."""
@@ -161,6 +163,8 @@ class ImagePipeline:
         self.activity = "idle"  # what it does now, for the status panel
         self._previews = PreviewDecoder(pipe)
         self.upscalers = Upscalers([options.upscaler_dir], device_manager)  # hires fix's (pipelines.upscalers)
+        self.controlnets = control.ControlNets([options.controlnet_dir], device_manager)
+        self._control: tuple[tuple[str, ...], Any] | None = None  # (task and models, the ControlNet twin)
 
     @property
     def _tiled_vae_pixels(self) -> int:
@@ -293,7 +297,7 @@ class ImagePipeline:
                 activity=self.activity,
                 memory=dm.memory_stats(),
                 attention_components=dict(self.attention_applied),
-                weights=self.weights,
+                weights=self.weights + self.controlnets.describe(),
                 compile=self.compile,
                 runtime=self.runtime_description,
                 quantization=quantization.applied(self.pipe),
@@ -302,7 +306,8 @@ class ImagePipeline:
 
     def close(self) -> None:
         """Drop the weights (and OpenVINO's compiled graphs) and give the device memory back."""
-        self.pipe = self._img2img = self._inpaint = None
+        self.pipe = self._img2img = self._inpaint = self._control = None
+        self.controlnets.close()
         self.runtime = None
         self.dm.empty_cache()
 
@@ -346,6 +351,8 @@ class ImagePipeline:
                 f"{type(denoiser(self.pipe)).__name__} none, so {request.step_cache} cannot be used. "
                 f"Families with step caching: {step_cache.FAMILIES}"
             )
+        if request.controlnet:
+            self._check_control(request)
         if request.inpaint is not None or t.inpaint_native:
             return self._check_inpaint(request)
         if request.init_images is None and not t.text_to_image:
@@ -360,6 +367,18 @@ class ImagePipeline:
             )
         if request.loras and not t.lora:
             raise UnsupportedTaskError(f"{t.class_name} has no LoRA loader in diffusers; LoRAs cannot be used with it")
+
+    def _check_control(self, request: GenerationRequest) -> None:
+        """Units need this family's ControlNet pipeline for the task, and models this server has."""
+        try:
+            control.twin_class(self.traits.class_name, request.task)
+        except control.ControlError as exc:
+            raise UnsupportedTaskError(f"{self.model_name}: {exc}") from None
+        for i, unit in enumerate(request.controlnet):
+            try:
+                self.controlnets.check(unit.model)
+            except control.ControlError as exc:
+                raise RequestError("controlnet", str(exc), (i,)) from None
 
     def _check_inpaint(self, request: GenerationRequest) -> None:
         """An inpaint needs a model that inpaints; a model that only inpaints needs a mask."""
@@ -378,6 +397,8 @@ class ImagePipeline:
             raise UnsupportedTaskError(f"{t.class_name} has no LoRA loader in diffusers; LoRAs cannot be used with it")
 
     def _pipeline_for(self, request: GenerationRequest) -> Any:
+        if request.controlnet:
+            return self._control_pipeline(request)
         if request.inpaint is not None:
             return self._inpaint_pipeline()
         if request.init_images is None or self.traits.image_to_image != "from_pipe":
@@ -400,6 +421,17 @@ class ImagePipeline:
             self._inpaint = getattr(diffusers, self.traits.inpaint).from_pipe(self.pipe)
             self._inpaint.set_progress_bar_config(disable=True)
         return self._inpaint
+
+    def _control_pipeline(self, request: GenerationRequest) -> Any:
+        """The family's ControlNet twin for the task and the units' models (pipelines.control): built with
+        `from_pipe` (the model's weights shared), kept while the next request asks for the same."""
+        key = (request.task, *(unit.model_name for unit in request.controlnet))
+        if self._control is None or self._control[0] != key:
+            models = [self.controlnets.get(unit.model) for unit in request.controlnet]
+            twin = control.build_twin(self.pipe, self.traits.class_name, request.task, models)
+            self.dm.apply_attention(twin)  # vanilla attention on NPU/MPS covers the ControlNet too
+            self._control = (key, twin)
+        return self._control[1]
 
     @staticmethod
     def work_items(request: GenerationRequest, seed: int) -> list[dict[str, Any]]:
@@ -554,6 +586,10 @@ class ImagePipeline:
         plan.cache = self._step_cache_for(request, warnings)
         if request.inpaint is not None:
             self._plan_inpaint(plan)
+        if request.controlnet:
+            maps = [control.prepare(unit, plan.size) for unit in request.controlnet]
+            plan.control, said = control.call_kwargs(request.controlnet, maps, accepted, request.task)
+            plan.warnings += said
         return plan
 
     def _plan_inpaint(self, plan: _Plan) -> None:
@@ -621,14 +657,13 @@ class ImagePipeline:
         generators = [self.dm.create_generator(item["seed"]) for item in chunk]
         fitted = [{**item, "prompt": plan.prompts[item["prompt"]]} for item in chunk]
         if not plan.prepared:
-            return plan.texts.apply(
-                call_kwargs(self.traits, plan.accepted, plan.request, fitted, plan.size, generators)
-            )
+            kwargs = call_kwargs(self.traits, plan.accepted, plan.request, fitted, plan.size, generators)
+            return plan.texts.apply({**kwargs, **plan.control})
         prepared = [plan.prepared[id(item["image"])] for item in chunk]
         fitted = [{**item, "image": p.image} for item, p in zip(fitted, prepared, strict=True)]
         kwargs = call_kwargs(self.traits, plan.accepted, plan.request, fitted, plan.size, generators)
         kwargs["mask_image"] = [p.mask for p in prepared]
-        return plan.texts.apply(kwargs)
+        return plan.texts.apply({**kwargs, **plan.control})
 
     def _step_cache_for(self, request: GenerationRequest, warnings: list[str]) -> StepCache | None:
         """The request's step cache ("none": off), else the model's default (STEP_CACHE, the recipe's);
@@ -708,7 +743,7 @@ class ImagePipeline:
     def _use_scheduler(self, scheduler: Any) -> None:
         """Point this replica's pipelines (and the image-to-image one built from it) at `scheduler`."""
         self.pipe.scheduler = scheduler
-        for twin in (self._img2img, self._inpaint):
+        for twin in (self._img2img, self._inpaint, self._control[1] if self._control else None):
             if twin is not None:
                 twin.scheduler = scheduler
 
@@ -803,6 +838,8 @@ class ImagePipeline:
             meta["guidance_rescale"] = rescale  # only where it ran (0: none, what A1111 leaves out)
         if request.inpaint is not None:
             meta.update(inpaint.metadata(request.inpaint))
+        if request.controlnet:
+            meta["controlnet"] = [control.describe(unit) for unit in request.controlnet]
         quantized = quantization.applied(self.pipe)
         if quantized:  # which weights made the image: a quantized model's output differs from the plain one's
             meta["quantization"] = quantized

@@ -23,7 +23,7 @@ from devices import runtime as runtimes
 from devices.attention import describe as describe_attention
 from devices.manager import OFFLOAD_SAVERS, weights_placement
 
-from . import hires, quantization, samplers
+from . import control, hires, quantization, samplers
 from .backend import ModelInfo
 from .errors import ModelLoadError
 from .options import PipelineOptions
@@ -368,4 +368,6 @@ def describe(self: Any) -> ModelInfo:
         quantization=quantization.applied(self.pipe),
         component_bytes=dict(self.component_bytes),
         upscalers=tuple(self.upscalers.names(latent=traits.class_name in hires.LATENT_FAMILIES)),
+        controlnets=tuple(self.controlnets.names()),
+        controlnet_tasks=control.tasks(traits.class_name),
     )

@@ -23,11 +23,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-shapes"
 DEFAULT_LORA_DIR = REPO_ROOT / "models" / "loras"
 DEFAULT_UPSCALER_DIR = REPO_ROOT / "models" / "upscalers"
+DEFAULT_CONTROLNET_DIR = REPO_ROOT / "models" / "controlnets"
 DEFAULT_EMBEDDINGS_DIR = REPO_ROOT / "embeddings"  # where A1111 keeps them
 DEFAULT_STYLES_FILE = REPO_ROOT / "styles.csv"  # where A1111 keeps it
 DEFAULT_OPENVINO_CACHE = Path.home() / ".cache" / "diffusion-anywhere" / "openvino"
 PATH_FIELDS = (
-    "model_id", "lora_dir", "upscaler_dir", "embeddings_dir", "styles_file", "base_model", "openvino_cache"
+    "model_id", "lora_dir", "upscaler_dir", "controlnet_dir", "embeddings_dir", "styles_file", "base_model", "openvino_cache"
 )  # fmt: skip  # files or folders here
 
 
@@ -90,6 +91,12 @@ class PipelineOptions(Section, title="Pipeline"):
         "folder of upscaler models (ESRGAN, Real-ESRGAN, SwinIR, HAT, DAT, Compact ...; .safetensors/.pth, loaded "
         "by spandrel) for hires fix and the Upscale tab, beside the embedded ones (docs/upscaling.md)",
         shown="`models/upscalers`",
+    )  # fmt: skip
+    controlnet_dir: Path = setting(
+        "CONTROLNET_DIR", DEFAULT_CONTROLNET_DIR,
+        "folder of ControlNets for ControlNet units: diffusers folders (config.json + weights) or A1111-style single "
+        "SD/SDXL files, beside the embedded ones (docs/controlnet.md)",
+        shown="`models/controlnets`",
     )  # fmt: skip
     tiled_vae_pixels: int | None = setting(
         "TILED_VAE_PIXELS", None,

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from PIL import Image
 
-from . import hires
+from . import control, hires
 from . import pnginfo_tools as tools
 from .inpaint import MASKED_CONTENT
 from .pnginfo_comfy import parse_comfyui, workflow_to_graph
@@ -126,6 +126,9 @@ def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
         out["step_cache"], out["step_cache_threshold"] = cache.method, cache.threshold
     _inpaint_fields(out, extra)
     hires.read_infotext(out, extra)
+    units = control.read_infotext(extra)
+    if units:  # their settings: a PNG does not hold the control images
+        out["controlnet"] = units
 
 
 def _inpaint_fields(out: dict[str, Any], extra: dict[str, str]) -> None:

@@ -50,12 +50,14 @@ from .fields import (
     Seed,
     Spec,
     Text,
+    Units,
     dotted,
     refuse,
     request_error,
 )
 
 __all__ = ["RequestError", "dotted", "request_error"]  # re-exported: the schema's error type
+from .control import ControlUnit
 from .hires import Hires
 from .inpaint import DEFAULT_STRENGTH, Inpaint
 
@@ -176,6 +178,9 @@ class GenerationRequest(Schema):
     hires: Annotated[Hires | None, About("Hires fix", tasks=TXT2IMG)] = Field(
         None, description="a second pass at a larger size over the first's enlarged images (pipelines.hires)"
     )
+    controlnet: Annotated[tuple[ControlUnit, ...], Units(ControlUnit), About("ControlNet", a1111="alwayson_scripts")] = Field(
+        (), description="ControlNet units: each a control image, its preprocessor, a model, weight, start/end (pipelines.control)"
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _one_task(self) -> GenerationRequest:
@@ -243,7 +248,8 @@ def _walk(model: type[BaseModel]) -> list[Spec]:
     for name, info in model.model_fields.items():
         about = next(m for m in info.metadata if isinstance(m, About))
         parts = [t for t in typing.get_args(info.annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
-        if parts:
+        leaf = any(hasattr(m, "__get_pydantic_core_schema__") for m in info.metadata)  # a list of parts is one field
+        if parts and not leaf:
             out += [
                 dataclasses.replace(s, path=(name, *s.path), about=dataclasses.replace(s.about, tasks=about.tasks))
                 for s in _walk(parts[0])

@@ -41,6 +41,8 @@ def request_to_wire(request: GenerationRequest) -> dict[str, Any]:
         data["init_images"] = [png_bytes(image) for image in request.init_images]
     if request.inpaint is not None:
         data["inpaint"]["mask"] = png_bytes(request.inpaint.mask)
+    for unit, sent in zip(request.controlnet, data["controlnet"], strict=True):
+        sent["image"] = png_bytes(unit.image)
     return data
 
 
@@ -51,6 +53,7 @@ def request_from_wire(data: dict[str, Any]) -> GenerationRequest:
         data["init_images"] = [png_image(b) for b in data["init_images"]]
     if data.get("inpaint") is not None:
         data["inpaint"] = {**data["inpaint"], "mask": png_image(data["inpaint"]["mask"])}
+    data["controlnet"] = [{**unit, "image": png_image(unit["image"])} for unit in data.get("controlnet") or ()]
     return GenerationRequest(**data)
 
 

@@ -205,6 +205,34 @@ def test_webuiapi_sends_a_weighted_prompt_with_a_style_and_an_embedding_and_gets
 
 
 # ---------------------------------------------------------------- clients' sequences, replayed
+def test_webuiapi_controlnet_units_place_the_shape_and_its_routes_answer(api, http):
+    """sd-webui-controlnet as webuiapi drives it: its model and module lists, /controlnet/detect, and a
+    canny unit (webuiapi's own defaults but the model, a pixel-perfect map) in /sdapi/v1/txt2img."""
+    import webuiapi
+
+    from models.eval_control import foreground, iou
+    from models.train.control import silhouette
+    from models.train.world import Scene, draw
+    from pipelines.control_maps import detect
+
+    assert api.controlnet_version() >= 2
+    assert "shapes-silhouette" in api.controlnet_model_list() and "canny" in api.controlnet_module_list()
+    corner = Scene("yellow", "square", "purple", 0.32, 0.72, 0.7, 0.0)
+    detected = api.controlnet_detect([draw(corner)], module="canny", processor_res=64, threshold_a=100, threshold_b=200)
+    edges = pixels(detected.image)[..., 0] > 0
+    assert edges.any() and np.array_equal(edges, np.asarray(detect(draw(corner), "canny", 64))[..., 0] > 0)
+    target = silhouette(corner)[..., 0] > 127
+    unit = webuiapi.ControlNetUnit(image=draw(corner), module="canny", model="shapes-silhouette", pixel_perfect=True)
+    # webuiapi puts the units into its default `alwayson_scripts` dict, which later calls share: each call its own
+    placed = api.txt2img(prompt=corner.prompt, seed=4, steps=12, width=64, height=64, controlnet_units=[unit], alwayson_scripts={})
+    plain = api.txt2img(prompt=corner.prompt, seed=4, steps=12, width=64, height=64, alwayson_scripts={})
+    score = [iou(foreground(r.image, corner.background), target) for r in (placed, plain)]
+    assert score[0] >= 0.5 and score[0] > score[1] + 0.3, score
+    assert 'ControlNet 0: "Module: canny, Model: shapes-silhouette, Weight: 1' in placed.info["infotexts"][0]
+    body = {"prompt": corner.prompt, **SMALL, "alwayson_scripts": {"controlnet": {"args": [{"image": b64(draw(corner)), "model": "nope"}]}}}
+    assert "no ControlNet named 'nope'" in refused(http.post("/txt2img", json=body), "alwayson_scripts")
+
+
 def test_open_webui_sequence(http):
     """GET options, GET sd-models, POST options with the chosen model, POST txt2img (Basic auth)."""
     assert http.get("/options").json()["sd_model_checkpoint"] == "tiny-shapes"
@@ -241,12 +269,14 @@ def test_sillytavern_sequence(http):
 
 def test_unsupported_fields_warn_and_loras_come_from_the_prompt(http):
     body = {"prompt": PROMPT + " <lora:outline:0.5>", "seed": 2, "restore_faces": True, "subseed_strength": 0.3,
-            "alwayson_scripts": {"ControlNet": {"args": []}}, "unknown_field": 1, **SMALL}  # fmt: skip
+            "alwayson_scripts": {"ControlNet": {"args": []}, "ADetailer": {"args": [True]}}, "unknown_field": 1, **SMALL}  # fmt: skip
     info = json.loads(http.post("/txt2img", json=body).json()["info"])
     assert "<lora:outline:0.5>" in info["infotexts"][0] and info["extra_generation_params"] == {
         "Lora": {"outline": 0.5}
     }
-    assert [w.split("=")[0] for w in info["warnings"]] == ["restore_faces", "subseed_strength", "alwayson_scripts"]
+    assert [w.split("=")[0].split(":")[0] for w in info["warnings"]] == [
+        "restore_faces", "subseed_strength", "alwayson_scripts.ADetailer"
+    ]  # ControlNet with no units: nothing to say  # fmt: skip
 
 
 # ---------------------------------------------------------------- hires fix and extras

@@ -656,3 +656,38 @@ def test_hires_fix_and_the_upscale_tab_in_the_browser(browser, served, tmp_path)
     expect(page.locator("#upscale-gallery img")).to_have_count(1)
     page.screenshot(path=str(ARTIFACTS / "app-upscale.png"))
     page.close()
+
+
+def test_controlnet_places_the_shape_of_an_uploaded_picture_in_the_browser(browser, served, tmp_path):
+    """Upload a picture into a ControlNet unit, see its canny map, generate: the shape lands where the
+    picture has it (the base model alone draws it centred), and the PNG records the unit."""
+    from PIL import Image
+    from playwright.sync_api import expect
+
+    from models.eval_control import foreground, iou
+    from models.train.control import silhouette
+    from models.train.world import Scene, draw
+
+    url, out = served
+    corner = Scene("red", "circle", "blue", 0.34, 0.27, 0.28, 0.0)
+    upload = tmp_path / "corner.png"
+    draw(corner).save(upload)
+    before = set(out.rglob("*.png"))
+    page = _one_image_form(browser, url, corner.prompt)
+    page.get_by_role("button", name="ControlNet").first.click()
+    page.locator("#controlnet-0-image input[type=file]").set_input_files(str(upload))
+    _choose(page, "controlnet-0-module", "canny")
+    page.locator("#controlnet-0-preview-button").click()
+    expect(page.locator("#controlnet-0-preview img")).to_have_count(1, timeout=30_000)
+    page.get_by_role("button", name="Generate").click()
+    expect(page.locator("#info-line")).to_contain_text("1 image(s) in", timeout=120_000)
+    made = sorted(set(out.rglob("*.png")) - before)
+    assert len(made) == 1, made
+    png = Image.open(made[0])
+    assert 'ControlNet 0: "Module: canny, Model: shapes-silhouette' in png.text["parameters"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "app-controlnet.png"), full_page=True)
+    png.save(ARTIFACTS / "controlnet-made.png")
+    placed = iou(foreground(png, corner.background), silhouette(corner)[..., 0] > 127)
+    assert placed >= 0.5, (placed, png.text["parameters"])
+    page.close()

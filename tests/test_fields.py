@@ -39,8 +39,19 @@ LIMITS = Limits(MODEL, 2000, 16, 4096 * 4096)
 SAMPLES: dict[str, Any] = {"sampler": "Euler a", "hires_sampler": "DDIM", "hires_upscaler": "Nearest", "loras": {"outline": 0.5}, "width": 48, "height": 40, "num_images": 2}
 
 
+def unit_sample() -> list[dict[str, Any]]:
+    """ControlNet units (their fields: pipelines.control.ControlUnit), each unlike the defaults."""
+    image = Image.new("RGB", SIZE, "white")
+    image.paste((0, 0, 0), (10, 10, 30, 50))
+    return [{"image": image, "model": "shapes-silhouette", "module": "canny", "weight": 0.5, "guidance_start": 0.1,
+             "guidance_end": 0.8, "control_mode": "ControlNet is more important", "resize_mode": "Just Resize",
+             "processor_res": 64, "threshold_a": 50.0, "threshold_b": 150.0}]  # fmt: skip
+
+
 def sample(item: Spec) -> Any:
     """A value of `item` unlike its default, as a caller means it."""
+    if item.kind == "units":
+        return unit_sample()
     if item.name in SAMPLES:
         return SAMPLES[item.name]
     value = item.value
@@ -78,6 +89,13 @@ def same(item: Spec, value: Any, expected: Any) -> bool:
         return all(a.size == b.size and a.tobytes() == b.convert(a.mode).tobytes() for a, b in pairs)
     if item.kind == "names":  # a list of names is kept as a tuple
         return tuple(value) == tuple(expected)
+    if item.kind == "units":  # each unit's fields, its image as pixels
+        expected = [e if isinstance(e, dict) else e.model_dump() for e in expected]
+        return len(value) == len(expected) and all(
+            u.image.tobytes() == e["image"].convert("RGB").tobytes()
+            and all(getattr(u, k) == v for k, v in e.items() if k != "image")
+            for u, e in zip(value, expected, strict=True)
+        )
     return value == expected
 
 
@@ -137,6 +155,7 @@ A1111_ENCODED = {
     "num_images": lambda v: {"batch_size": v},
     "init_images": lambda v: {"init_images": [b64(i) for i in v]},
     "mask": lambda v: {"mask": b64(v)},
+    "controlnet": lambda v: {"alwayson_scripts": {"controlnet": {"args": [{**u, "image": b64(u["image"])} for u in v]}}},
 }
 
 
@@ -150,7 +169,7 @@ def a1111(item: Spec, value: Any) -> GenerationRequest:
     encode = A1111_ENCODED.get(item.name, lambda v: {parse.NAMES[item.name]: v})
     body.update(encode(value))
     if task == "txt2img":
-        return parse.txt2img(body, LIMITS).request
+        return parse.txt2img(body, LIMITS, 10**7).request
     return parse.img2img(body, LIMITS, 10**7).request
 
 
@@ -216,6 +235,13 @@ def arguments(flag: str, item: Spec, value: Any, tmp_path) -> list[str]:
         return [arg for name, scale in value.items() for arg in (flag, f"{name}:{scale}")]
     if item.kind == "names":  # the flag once per name
         return [arg for name in value for arg in (flag, name)]
+    if item.kind == "units":  # --controlnet image=FILE,key=value,... once per unit
+        out = []
+        for i, unit in enumerate(value):
+            path = tmp_path / f"{item.name}-{i}.png"
+            unit["image"].save(path)
+            out += [flag, ",".join([f"image={path}", *(f"{k}={v}" for k, v in unit.items() if k != "image")])]
+        return out
     return [flag, str(value)]
 
 

@@ -31,7 +31,25 @@ OPTIONS = {"micro_batch": 2}
 
 
 @pytest.fixture(scope="module")
-def backend(tiny_model_dir):
+def control_dir(tiny_model_dir, tmp_path_factory):
+    """A ControlNet for the tiny model (its zero convolutions randomised, so a unit changes the image)."""
+    import torch
+    from diffusers import ControlNetModel, UNet2DConditionModel
+
+    folder = tmp_path_factory.mktemp("controlnets")
+    unet = UNet2DConditionModel.from_pretrained(tiny_model_dir, subfolder="unet")
+    model = ControlNetModel.from_unet(unet, conditioning_embedding_out_channels=(16, 32))  # its VAE shrinks by 2
+    torch.manual_seed(0)
+    for name, parameter in model.named_parameters():
+        if name.startswith(("controlnet_down_blocks", "controlnet_mid_block")):
+            torch.nn.init.normal_(parameter, std=0.05)
+    model.save_pretrained(folder / "tiny")
+    OPTIONS["controlnet_dir"] = str(folder)  # both the replicas and the in-process pipeline
+    return folder
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir, control_dir):
     from ray import serve
 
     from serving.ray_backend import RayBackend
@@ -57,7 +75,7 @@ def backend(tiny_model_dir):
 
 
 @pytest.fixture(scope="module")
-def local(tiny_model_dir):
+def local(tiny_model_dir, control_dir):
     return ImagePipeline.from_pretrained(tiny_model_dir, DeviceManager("cpu"), **OPTIONS)
 
 
@@ -84,6 +102,16 @@ def test_results_equal_the_in_process_ones(backend, local):
     remote = backend.generate(edit)
     assert_same(remote, local.generate(edit))
     assert remote.inputs[0].getpixel((0, 0)) == (200, 30, 30)
+
+
+def test_a_controlnet_unit_travels_with_its_image_and_gives_the_in_process_images(backend, local):
+    picture = Image.new("RGB", (32, 32), "black")
+    picture.paste((255, 255, 255), (4, 4, 16, 16))
+    sent = request(controlnet=[{"image": picture, "model": "tiny", "module": "canny"}])
+    remote = backend.generate(sent)
+    assert_same(remote, local.generate(sent))
+    assert remote.metadata[0]["controlnet"][0]["module"] == "canny"
+    assert remote.images[0].tobytes() != local.generate(request()).images[0].tobytes()  # the unit did something
 
 
 def test_an_inpaint_travels_with_its_mask_and_keeps_the_unmasked_pixels(backend, local):

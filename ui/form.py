@@ -23,6 +23,7 @@ from pipelines.backend import ModelInfo
 from pipelines.fields import Choice, Range, Seed, Spec
 from pipelines.request import STEP_CACHE_THRESHOLDS, STRENGTH, fields, spec
 from pipelines.step_cache import FAMILIES
+from ui import control_panel
 
 TASK = {"generate": "txt2img", "edit": "img2img", "inpaint": "inpaint"}
 PREFIX = {"generate": "", "edit": "edit-", "inpaint": "inpaint-"}  # of the elements' ids (browser tests find them)
@@ -168,6 +169,9 @@ class Form:
         """Every component the form's values are read from."""
         out = []
         for name in self.built:
+            if isinstance(self.c[name], control_panel.ControlPanel):
+                out += self.c[name].components
+                continue
             out += self.c["scales"] if name == "loras" else []
             out.append(self.c[name])
             out += [self.c["random_seed"]] if name == "seed" else []
@@ -175,7 +179,9 @@ class Form:
 
     def read(self, v: dict[Any, Any]) -> dict[str, Any]:
         """The flat values of an event's inputs (`v`: component -> value)."""
-        flat = {name: v[self.c[name]] for name in self.built if name not in ("seed", "loras")}
+        panels = {name for name in self.built if isinstance(self.c[name], control_panel.ControlPanel)}
+        flat = {name: v[self.c[name]] for name in self.built if name not in ("seed", "loras", *panels)}
+        flat.update({name: self.c[name].read(v) for name in panels})
         if "seed" in self.built:
             flat["seed"] = None if v[self.c["random_seed"]] else v[self.c["seed"]]
         if "loras" in self.built:
@@ -266,6 +272,11 @@ def _loras(form: Form, item: Spec, props: dict[str, Any]) -> Any:
     return form.c["loras"]
 
 
+def _units(form: Form, item: Spec, props: dict[str, Any]) -> Any:
+    """ControlNet units: an accordion of unit tabs (ui.control_panel)."""
+    return control_panel.build(PREFIX[form.tab], list(form.info.controlnets), props["label"])
+
+
 def _register(builder: Callable[[Form, Spec, dict[str, Any]], Any]) -> Callable[[Form, Spec, dict[str, Any]], Any]:
     """A builder that files the component it makes under its field's name."""
 
@@ -281,7 +292,7 @@ _KINDS = {
     kind: _register(builder)
     for kind, builder in {
         "whole": _slider, "number": _slider, "text": _text, "prompt": _text, "choice": _choice, "flag": _flag,
-        "scales": _loras, "names": _names,
+        "scales": _loras, "names": _names, "units": _units,
     }.items()
 }  # fmt: skip
 def _dropdown(form: Form, item: Spec, props: dict[str, Any]) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 
 import gradio as gr
 
+from pipelines import control
 from pipelines.backend import ModelInfo
 from pipelines.hires import HIRES_DEFAULTS
 from pipelines.inpaint import DEFAULT_STRENGTH
@@ -67,6 +68,9 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
     if params.get("model") and params["model"] != info.model_name:
         notes.append(f"made with model {params['model']}; this server runs {info.model_name}")
     _recorded_values(params, values)
+    values["controlnet"] = [control.settings_of(unit) for unit in params.get("controlnet") or []]
+    if values["controlnet"]:
+        notes.append(f"{len(values['controlnet'])} ControlNet unit(s): settings restored; add their control images")
     return values, notes
 
 
@@ -185,7 +189,8 @@ def _fit(field: str, value: float) -> float:
     return min(bound.high, max(bound.low, value))
 
 
-# What Send fills: every field of the tab but the number of images (a PNG is one image).
+# What Send fills: every field of the tab but the number of images (a PNG is one image). ControlNet
+# units get their settings (a PNG does not hold their images: the note says to add them).
 NOT_SENT = {"num_images"}
 
 
@@ -195,7 +200,9 @@ def fill(form: Form, values: dict[str, Any]) -> dict[Any, Any]:
     for name in form.built:
         if name in NOT_SENT or name not in values:
             continue
-        if name == "loras":
+        if name == "controlnet":
+            out.update(c[name].fill(values[name]))
+        elif name == "loras":
             chosen = values["loras"]
             out[c["loras"]] = gr.update(value=list(chosen))
             for lora, slider in zip(form.lora_names, c["scales"], strict=True):

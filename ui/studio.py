@@ -46,7 +46,8 @@ class Studio:
 
     def request(self, flat: dict[str, Any], limits: Limits) -> GenerationRequest:
         """The request of a tab's or an endpoint's flat values; the forms take one prompt per line."""
-        return read({**flat, "prompt": one_prompt_per_line(flat.get("prompt"))}, limits)
+        units = uploads.unit_images(flat.get("controlnet"), limits)  # the API's base64 images, checked first
+        return read({**flat, "prompt": one_prompt_per_line(flat.get("prompt")), "controlnet": units}, limits)
 
     def edit_request(self, raw: dict[str, Any], files: Any) -> GenerationRequest:
         """The Edit tab's request: its fields, and the uploaded images checked from their headers."""

@@ -105,3 +105,40 @@ def check_pixels(image: Image.Image, name: str, limits: Limits) -> None:
         )
 
 
+
+
+def unit_images(units: Any, limits: Limits) -> Any:
+    """ControlNet units as an endpoint receives them in JSON: each image as base64 (or a data URL; never a
+    path: a caller does not name files on this server), decoded only after its header passed the pixel
+    check. Anything else is left for the schema to refuse."""
+    if not isinstance(units, list):
+        return units
+    out = []
+    for i, unit in enumerate(units):
+        if isinstance(unit, dict) and isinstance(unit.get("image"), str) and unit["image"]:
+            unit = {**unit, "image": _base64_image(unit["image"], f"controlnet[{i}].image", limits)}
+        out.append(unit)
+    return out
+
+
+def _base64_image(text: str, name: str, limits: Limits) -> Image.Image:
+    import base64
+    import binascii
+    import io
+
+    try:
+        data = base64.b64decode(text.split(",", 1)[1] if text.startswith("data:") else text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InputError(f"{name}: expected a base64-encoded image") from None
+    try:
+        with Image.open(io.BytesIO(data)) as im:  # the header only
+            w, h = im.size
+        if w * h > limits.max_upload_pixels:
+            raise InputError(f"{name}: {w}x{h} = {w * h} pixels, more than the limit of {limits.max_upload_pixels} (MAX_UPLOAD_PIXELS)")
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+            return im.convert("RGB")
+    except (OSError, Image.DecompressionBombError, ValueError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"{name}: not an image this server can read") from None

@@ -34,6 +34,7 @@ from pipelines.errors import PipelineError
 from pipelines.fields import RequestError
 from pipelines.upscalers import UpscalerError
 
+from . import a1111_controlnet as controlnet
 from . import a1111_extras as extras
 from . import a1111_info as answers
 from . import a1111_request as parse
@@ -144,7 +145,7 @@ class A1111:
     async def txt2img(self, request: Request, caller: Caller) -> dict[str, Any]:
         payload = await read_body(request, self.fields_cap)
         switched = await self.checkpoint(payload)  # first: the request is read against the model that runs it
-        parsed = parse.txt2img(scripts.readable(payload), self.limits())
+        parsed = await asyncio.to_thread(parse.txt2img, scripts.readable(payload), self.limits(), self.max_bytes)
         parsed.warnings[:0] = switched
         if payload.get("script_name"):
             return await self.script(parsed, payload, caller, request, "txt2img")
@@ -328,6 +329,11 @@ class A1111:
     async def memory(self, request: Request, caller: Caller) -> dict[str, Any]:
         return answers.memory(self.engine)
 
+    async def controlnet_detect(self, request: Request, caller: Caller) -> dict[str, Any]:
+        payload = await read_body(request, self.max_bytes * 8)
+        maps = await asyncio.to_thread(controlnet.detect_maps, payload, self.limits(), self.max_bytes)
+        return {"images": [answers.png_b64(image) for image in maps], "info": "Success"}
+
     def listing(self, make: Callable[[], Any]) -> Handler:
         async def handler(request: Request, caller: Caller) -> Any:
             return make()
@@ -371,10 +377,23 @@ def routes(api: A1111) -> list[tuple[str, str, Handler]]:
     ]
 
 
+def controlnet_routes(api: A1111) -> list[tuple[str, str, Handler]]:
+    """sd-webui-controlnet's routes (webapi.a1111_controlnet), under /controlnet."""
+    return [
+        ("GET", "version", api.listing(lambda: {"version": controlnet.VERSION})),
+        ("GET", "model_list", api.listing(lambda: controlnet.model_list(api.engine.model_info().controlnets))),
+        ("GET", "module_list", api.listing(controlnet.module_list)),
+        ("POST", "detect", api.controlnet_detect),
+    ]
+
+
 def router(engine: Engine, settings: AppSettings, access: Access) -> APIRouter:
-    """The `/sdapi/v1` routes, served by `engine` under `settings`' limits, for callers `access` lets in."""
+    """The `/sdapi/v1` and `/controlnet` routes, served by `engine` under `settings`' limits, for callers
+    `access` lets in."""
     api = A1111(engine, settings, access)
-    out = APIRouter(prefix="/sdapi/v1", tags=["A1111 API"])
-    for method, path, handler in routes(api):
-        out.add_api_route(f"/{path}", endpoint(access, handler, path), methods=[method], name=f"a1111 {method} {path}")
+    out = APIRouter(tags=["A1111 API"])
+    for prefix, table in (("/sdapi/v1", routes(api)), ("/controlnet", controlnet_routes(api))):
+        for method, path, handler in table:
+            name = f"controlnet-{path}" if prefix == "/controlnet" else path
+            out.add_api_route(f"{prefix}/{path}", endpoint(access, handler, name), methods=[method], name=f"a1111 {method} {name}")
     return out

@@ -29,7 +29,7 @@ from pipelines.fields import Flag, RequestError, shown, whole
 from pipelines.request import fields, names, spec
 from pipelines.samplers import BY_NAME, from_any
 
-from . import images
+from . import a1111_controlnet, images
 from .errors import WireError
 
 # A1111 1.10's request fields (modules/api/models.py builds its API models from the processing
@@ -63,7 +63,6 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "subseed_strength": (0, None),
     "seed_resize_from_h": (0, -1, None),
     "seed_resize_from_w": (0, -1, None),
-    "alwayson_scripts": ({}, None),
     "s_churn": (0, None),
     "s_tmax": (0, None),
     "s_tmin": (0, None),
@@ -285,7 +284,8 @@ CONVERTED: dict[str, Callable[..., None]] = {
     "masked_content": _inpainting_fill,
     "inpaint_area": _inpaint_full_res,
 }
-_READ_APART = {"prompt", "loras", "num_images", "sampler", "hires_sampler", "width", "height", "init_images", "mask"}
+_READ_APART = {"prompt", "loras", "num_images", "sampler", "hires_sampler", "width", "height", "init_images", "mask",
+               "controlnet"}  # fmt: skip
 SAME_SAMPLER = (None, "", "Use same sampler")  # A1111's hr_sampler_name for "the first pass's"
 
 
@@ -309,6 +309,7 @@ def common(payload: dict[str, Any], limits: Limits, task: str, images_in: int = 
         raise WireError((), "the body must be a JSON object of A1111's request fields")
     model = limits.model
     warnings = unsupported(payload) + override_warnings(payload)
+    warnings += [f"alwayson_scripts.{name}: not supported here, ignored" for name in a1111_controlnet.other_scripts(payload)]
     batch, n_iter = images_count(payload, limits, images_in)
     flat = flat_fields(payload, task, warnings)
     flat.update(
@@ -324,8 +325,10 @@ def common(payload: dict[str, Any], limits: Limits, task: str, images_in: int = 
     return flat, Parsed(None, prompt, batch, n_iter, name, warnings)  # type: ignore[arg-type]
 
 
-def txt2img(payload: dict[str, Any], limits: Limits) -> Parsed:
+def txt2img(payload: dict[str, Any], limits: Limits, max_bytes: int = 0) -> Parsed:
+    """A text-to-image request; ControlNet units' images decoded after header checks (`max_bytes`)."""
     flat, parsed = common(payload, limits, "txt2img")
+    flat["controlnet"] = a1111_controlnet.units(payload, None, limits, max_bytes, parsed.warnings)
     model = limits.model  # A1111's txt2img always has a size: the model's where none was sent
     flat.update(width=flat["width"] or model.default_width, height=flat["height"] or model.default_height)
     parsed.request = read(flat, limits, blank_is_unset=False)
@@ -372,6 +375,7 @@ def img2img(payload: dict[str, Any], limits: Limits, max_bytes: int) -> Parsed:
     limits = limits.for_task(task)  # inpaints run on the main model, edits on the model serving edits
     flat, parsed = common(payload, limits, task, len(pictures))
     flat.update(init_images=pictures, mask=mask)
+    flat["controlnet"] = a1111_controlnet.units(payload, pictures[0], limits, max_bytes, parsed.warnings)
     if task == "img2img":
         flat.setdefault("strength", A1111_IMG2IMG_STRENGTH)
         if not limits.model.image_guidance:

@@ -30,6 +30,7 @@ from pipelines.fields import Range, RequestError, shown
 from pipelines.inpaint import render_size
 from pipelines.request import fields, names, spec
 
+from . import images
 from .errors import WireError
 
 OPENAI_SIZES = ("256x256", "512x512", "1024x1024", "1792x1024", "1024x1792", "1536x1024", "1024x1536")
@@ -132,7 +133,7 @@ def warnings_for(raw: dict[str, Any], request: GenerationRequest, model: str, ta
     return notes
 
 
-def _flat(raw: dict[str, Any], task: str) -> dict[str, Any]:
+def _flat(raw: dict[str, Any], task: str, limits: Limits) -> dict[str, Any]:
     """The extras `raw` sets, by our names; in a form (text values) an object field arrives as JSON text."""
     flat = {}
     kinds = {item.name: item.kind for item in fields(task)}
@@ -143,8 +144,30 @@ def _flat(raw: dict[str, Any], task: str) -> dict[str, Any]:
                 value = json.loads(value)
             except ValueError:
                 raise RequestError(name, f"must be a JSON object of name -> scale, got {shown(value)}") from None
+        if kinds[name] == "units":
+            value = _units(value, limits)
         flat[name] = value
     return flat
+
+
+def _units(value: Any, limits: Limits) -> Any:
+    """ControlNet units as `extra_body` sends them: JSON (text in a form), each image base64, decoded after
+    its header passed the pixel check."""
+    if isinstance(value, str) and value.strip().startswith("["):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise RequestError("controlnet", f"must be a JSON list of units, got {shown(value)}") from None
+    if not isinstance(value, list):
+        return value
+    out = []
+    for i, unit in enumerate(value):
+        if isinstance(unit, dict) and isinstance(unit.get("image"), str):
+            cap = limits.max_upload_pixels * 4  # bytes: an uncompressed RGBA image at the pixel limit
+            data = images.from_base64(unit["image"], ("controlnet", i, "image"), cap)
+            unit = {**unit, "image": images.open_bytes(data, ("controlnet", i, "image"), limits.max_upload_pixels, cap)}
+        out.append(unit)
+    return out
 
 
 def _common(raw: dict[str, Any], limits: Limits, task: str, images: Any, mask: Any = None) -> GenerationRequest:
@@ -158,7 +181,7 @@ def _common(raw: dict[str, Any], limits: Limits, task: str, images: Any, mask: A
         except ValueError as exc:
             raise WireError(("n",), str(exc)) from None
     width, height = size(raw.get("size"), limits.model, edit=images is not None)
-    flat = _flat(raw, task)
+    flat = _flat(raw, task, limits)
     flat.update(prompt=raw.get("prompt"), num_images=n, width=width, height=height, init_images=images, mask=mask)
     if not isinstance(flat["prompt"], str) and flat["prompt"] is not None:
         raise WireError(("prompt",), f"must be text, got {shown(flat['prompt'])}")

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 MODELS_DIR = Path(__file__).resolve().parents[1]
 RUNS = MODELS_DIR / "train" / "runs"
+MODEL_OUT = MODELS_DIR / "tiny-shapes"  # the embedded model (train.py exports it; control.py trains on it)
 SEED = 1234
 
 

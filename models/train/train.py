@@ -4,6 +4,7 @@
     python -m models.train.train vae|unet|export|lora [--steps N] [--threads N]
     python -m models.train.train edit [--steps N]   # the instruction editor (models/train/edit.py)
     python -m models.train.train edit-from-export [--source DIR]   # then `edit` runs only its last phase
+    python -m models.train.train control [--steps N]   # the embedded ControlNet (models/train/control.py)
 
 Each stage is seeded and checkpoints to `models/train/runs/<stage>/` (git-ignored) every few
 hundred steps; running the same command again resumes from the last checkpoint and, because
@@ -27,6 +28,7 @@ from tqdm import tqdm
 from . import configs
 from .common import (  # shared with the editor's training (models/train/edit.py)
     EMA,
+    MODEL_OUT,
     MODELS_DIR,
     RUNS,
     SEED,
@@ -42,10 +44,9 @@ from .world import COLORS, PROMPT_TEMPLATE, SHAPES, VAE_SQUARE_MAX_ROTATION, ran
 
 log = logging.getLogger(__name__)
 
-MODEL_OUT = MODELS_DIR / "tiny-shapes"
 LORA_OUT = MODELS_DIR / "loras"
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
@@ -329,6 +330,12 @@ def _train_edit(steps: int) -> None:
     train_edit(steps)
 
 
+def _train_control(steps: int) -> None:
+    from .control import train_control  # needs tiny-shapes trained first
+
+    train_control(steps)
+
+
 def _export_edit(_steps: int | None = None) -> None:
     from .edit import export_edit
 
@@ -343,7 +350,7 @@ def _edit_from_export(source: Path | None = None) -> None:
 
 STAGES = {
     "vae": train_vae, "unet": train_unet, "export": export_model, "lora": train_lora,
-    "edit": _train_edit, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
+    "edit": _train_edit, "control": _train_control, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
 }  # fmt: skip
 
 

@@ -1,0 +1,347 @@
+"""ControlNet: units in a request, the models they name, and the pipeline that runs them.
+
+What this module owns:
+- the schema part (`ControlUnit`: a control image, its preprocessor, a model, weight, start/end as
+  shares of the steps, control mode, resize mode; a request carries a list of them, `controlnet`),
+  with A1111's ControlNet extension's names and defaults, since its clients send those;
+- the models (`ControlNets`): folders and single files in CONTROLNET_DIR and the embedded
+  `models/controlnets`, loaded once on the pipeline's device and dtype;
+- the pipeline that runs them: the family's ControlNet twin built with `from_pipe` (every weight of
+  the model shared, the ControlNet added), by task (`TWINS`);
+- each unit's map at the output size (`prepare`) and the call's arguments (`call_kwargs`);
+- the infotext lines A1111 writes (`infotext`), read back by pipelines.pnginfo.
+
+Control modes, as A1111 names them, and what runs (diffusers has no per-layer scales to pass):
+
+| mode | what runs | why |
+|---|---|---|
+| Balanced | the unit at its weight on both halves of classifier-free guidance | A1111's default |
+| My prompt is more important | the weight times 0.40 | the mean of A1111's layer factors 0.825^(12-i) for its 13 control outputs |
+| ControlNet is more important | diffusers' `guess_mode`: control on the prompt's half only, layers scaled 0.1 to 1 | what A1111 does for this mode (control only where the prompt is) |
+
+`guess_mode` is one switch per diffusers call: a unit asking for it turns it on for the call, and
+the result says so when other units asked for another mode.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+from PIL import Image, ImageOps
+from pydantic import Field, model_validator
+
+from .control_maps import PreprocessorError, detect, resolve
+from .fields import About, Choice, Picture, Range, Schema, Text, refuse
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_DIR = Path(__file__).resolve().parents[1] / "models" / "controlnets"
+CONTROL_MODES = ("Balanced", "My prompt is more important", "ControlNet is more important")
+RESIZE_MODES = ("Just Resize", "Crop and Resize", "Resize and Fill")
+PROMPT_FIRST = sum(0.825 ** (12 - i) for i in range(13)) / 13  # A1111's soft injection, as one factor
+SINGLE_FILE_SUFFIXES = (".safetensors", ".pth", ".ckpt")
+
+# family -> its ControlNet pipelines in diffusers 0.42.1 (text-to-image, image-to-image, inpaint);
+# None: diffusers has none for that task. SD3's and Qwen-Image's inpaint pipelines are for their
+# inpainting ControlNets only (the mask goes to the ControlNet), so they are not offered for units.
+TWINS: dict[str, tuple[str | None, str | None, str | None]] = {
+    "StableDiffusionPipeline": ("StableDiffusionControlNetPipeline", "StableDiffusionControlNetImg2ImgPipeline", "StableDiffusionControlNetInpaintPipeline"),
+    "StableDiffusionXLPipeline": ("StableDiffusionXLControlNetPipeline", "StableDiffusionXLControlNetImg2ImgPipeline", "StableDiffusionXLControlNetInpaintPipeline"),
+    "StableDiffusion3Pipeline": ("StableDiffusion3ControlNetPipeline", None, None),
+    "FluxPipeline": ("FluxControlNetPipeline", "FluxControlNetImg2ImgPipeline", "FluxControlNetInpaintPipeline"),
+    "QwenImagePipeline": ("QwenImageControlNetPipeline", None, None),
+    "SanaPipeline": ("SanaControlNetPipeline", None, None),
+}  # fmt: skip
+TASK_INDEX = {"txt2img": 0, "img2img": 1, "inpaint": 2}
+# A ControlNet model class -> the class that runs several at once (Sana has none: one unit).
+MULTI = {
+    "ControlNetModel": "MultiControlNetModel",
+    "SD3ControlNetModel": "SD3MultiControlNetModel",
+    "FluxControlNetModel": "FluxMultiControlNetModel",
+    "QwenImageControlNetModel": "QwenImageMultiControlNetModel",
+}
+
+
+class ControlError(ValueError):
+    """A unit this model cannot run (family, task, model); the message says what can."""
+
+
+class ControlUnit(Schema):
+    """One ControlNet unit (A1111's ControlNet extension's names and defaults, but `processor_res`)."""
+
+    image: Annotated[Image.Image, Picture(), About("Control image", a1111="image")] = Field(
+        description="the picture the map is made from (or the map itself, with preprocessor none)"
+    )
+    module: Annotated[str, Text(), About("Preprocessor", a1111="module")] = Field(
+        "none", description="canny, softedge, scribble, invert, tile, grayscale or none (pipelines.control_maps)"
+    )
+    model: Annotated[str, Text(required=True), About("Model", a1111="model")] = Field(
+        description="a ControlNet of the server's (CONTROLNET_DIR, models/controlnets); A1111's \" [hash]\" suffix is ignored"
+    )
+    weight: Annotated[float, Range(0.0, 2.0), About("Control weight", a1111="weight", step=0.05)] = Field(
+        1.0, description="how strongly the map steers (0: not at all)"
+    )
+    guidance_start: Annotated[float, Range(0.0, 1.0), About("Starting control step", a1111="guidance_start", step=0.01)] = Field(
+        0.0, description="share of the steps before the unit starts"
+    )  # fmt: skip
+    guidance_end: Annotated[float, Range(0.0, 1.0), About("Ending control step", a1111="guidance_end", step=0.01)] = Field(
+        1.0, description="share of the steps after which the unit stops"
+    )
+    control_mode: Annotated[str, Choice(CONTROL_MODES), About("Control mode", a1111="control_mode")] = Field(
+        "Balanced", description="what wins where prompt and map disagree (pipelines.control)"
+    )
+    resize_mode: Annotated[str, Choice(RESIZE_MODES), About("Resize mode", a1111="resize_mode")] = Field(
+        "Crop and Resize", description="how the map meets the output's size: stretch, cover and crop, or fit and pad"
+    )
+    processor_res: Annotated[int, Range(0, 4096, integer=True), About("Preprocessor resolution", a1111="processor_res", step=8)] = Field(
+        0, description="the shorter side the picture is resized to before the preprocessor; 0: the output's shorter side"
+    )  # fmt: skip
+    threshold_a: Annotated[float | None, Range(0.0, 1024.0), About("Threshold A", a1111="threshold_a")] = Field(
+        None, description="the preprocessor's first parameter (canny: low threshold); null: its default"
+    )
+    threshold_b: Annotated[float | None, Range(0.0, 1024.0), About("Threshold B", a1111="threshold_b")] = Field(
+        None, description="the preprocessor's second parameter (canny: high threshold); null: its default"
+    )
+
+    @model_validator(mode="after")
+    def _checked(self) -> ControlUnit:
+        if self.guidance_start >= self.guidance_end:
+            raise refuse(
+                f"starts at {self.guidance_start:g} of the steps but ends at {self.guidance_end:g}: it would never run",
+                field=("guidance_end",),
+            )
+        try:
+            resolve(self.module)
+        except PreprocessorError as exc:
+            raise refuse(str(exc), field=("module",)) from None
+        return self
+
+    @property
+    def model_name(self) -> str:
+        return model_name(self.model)
+
+
+def model_name(name: str) -> str:
+    """A1111 lists models as "name [hash]" and its clients send that back: the name alone."""
+    name = name.strip()
+    return name.rsplit(" [", 1)[0] if name.endswith("]") and " [" in name else name
+
+
+# ------------------------------------------------------------------ models
+class ControlNets:
+    """The ControlNets a server has: each folder (a diffusers ControlNet, its `config.json` naming the
+    class) or single file in `folders`, by its name; loaded on first use on the manager's device and
+    dtype, kept until `close` (a model switch drops them with the pipeline)."""
+
+    def __init__(self, folders: list[Path | str | None], device_manager: Any):
+        self.folders = list(dict.fromkeys([Path(f) for f in folders if f] + [EMBEDDED_DIR]))
+        self.dm = device_manager
+        self._loaded: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def files(self) -> dict[str, Path]:
+        found: dict[str, Path] = {}
+        for folder in self.folders:
+            if not folder.is_dir():
+                continue
+            for path in sorted(folder.iterdir()):
+                if (path / "config.json").is_file() or path.suffix in SINGLE_FILE_SUFFIXES:
+                    found.setdefault(path.stem if path.is_file() else path.name, path)
+        return found
+
+    def names(self) -> list[str]:
+        return sorted(self.files())
+
+    def check(self, name: str) -> Path:
+        path = self.files().get(model_name(name))
+        if path is None:
+            raise ControlError(f"no ControlNet named {name!r}; this server has: {', '.join(self.names()) or 'none'} (CONTROLNET_DIR)")
+        return path
+
+    def get(self, name: str) -> Any:
+        key = model_name(name)
+        with self._lock:
+            if key not in self._loaded:
+                self._loaded[key] = self._load(self.check(key))
+            return self._loaded[key]
+
+    def _load(self, path: Path) -> Any:
+        import diffusers
+
+        if path.is_file():  # A1111-style single files are SD 1.5 / SDXL ControlNets
+            model = diffusers.ControlNetModel.from_single_file(str(path), torch_dtype=self.dm.dtype)
+        else:
+            cls_name = json.loads((path / "config.json").read_text())["_class_name"]
+            model = getattr(diffusers, cls_name).from_pretrained(path, torch_dtype=self.dm.dtype)
+        model.to(self.dm.device).eval()
+        log.info("loaded ControlNet %s (%s) on %s in %s", path.name, type(model).__name__, self.dm.device, self.dm.dtype_name)
+        return model
+
+    def loaded_bytes(self) -> dict[str, int]:
+        """Weights' bytes of each loaded ControlNet (the status panel's line)."""
+        return {n: sum(p.numel() * p.element_size() for p in m.parameters()) for n, m in self._loaded.items()}
+
+    def describe(self) -> str:
+        """ " · ControlNet shapes-silhouette 11 MB" for the status panel's weights line; "" when none is loaded."""
+        loaded = self.loaded_bytes()
+        return "".join(f" · ControlNet {name} {size / 2**20:.0f} MB" for name, size in sorted(loaded.items()))
+
+    def close(self) -> None:
+        with self._lock:
+            self._loaded.clear()
+
+
+# ------------------------------------------------------------------ pipelines
+def families() -> str:
+    return ", ".join(name.removesuffix("Pipeline") for name in TWINS)
+
+
+def tasks(family: str) -> tuple[str, ...]:
+    """The tasks `family` runs units for."""
+    twins = TWINS.get(family, (None, None, None))
+    return tuple(task for task, i in TASK_INDEX.items() if twins[i])
+
+
+def twin_class(family: str, task: str) -> str:
+    """The diffusers class that runs units for `family` and `task`; ControlError saying which can."""
+    twins = TWINS.get(family)
+    if twins is None:
+        raise ControlError(f"{family} has no ControlNet pipeline in diffusers; families with ControlNet: {families()}")
+    name = twins[TASK_INDEX[task]]
+    if name is None:
+        can = [t for t, i in TASK_INDEX.items() if twins[i]]
+        raise ControlError(f"{family} has no ControlNet pipeline for {task} in diffusers; with units it can do: {', '.join(can)}")
+    return name
+
+
+def build_twin(pipe: Any, family: str, task: str, models: list[Any]) -> Any:
+    """The family's ControlNet pipeline for `task` over `pipe` (every weight shared), running `models`."""
+    import diffusers
+
+    controlnet = models[0]
+    if len(models) > 1:
+        multi = MULTI.get(type(models[0]).__name__)
+        if multi is None or len({type(m) for m in models}) > 1:
+            raise ControlError(f"{type(models[0]).__name__} runs one unit at a time in diffusers; send one unit")
+        controlnet = getattr(diffusers, multi)(models)
+    twin = shared_twin(getattr(diffusers, twin_class(family, task)), pipe, controlnet=controlnet)
+    twin.set_progress_bar_config(disable=True)
+    return twin
+
+
+def shared_twin(cls: Any, pipe: Any, **extra: Any) -> Any:
+    """`cls` built over `pipe`'s components (and its plain config values, `requires_safety_checker`),
+    plus `extra`. Not `cls.from_pipe`: it ends with `to(dtype)`, float32 unless told, which would cast the
+    shared modules in place (a bfloat16 model upcast on the GPU) and raises for quantized ones."""
+    expected, optional = cls._get_signature_keys(cls)
+    names = {*expected, *optional}
+    parts = {name: module for name, module in pipe.components.items() if name in names}
+    parts.update({k: v for k, v in pipe.config.items() if k in names and k not in parts and not isinstance(v, list | tuple)})
+    parts.update(extra)
+    parts.update({name: None for name in expected if name not in parts})  # a component the model does not have
+    return cls(**parts)
+
+
+def fit(image: Image.Image, size: tuple[int, int], mode: str) -> Image.Image:
+    """The map at the output's size, by A1111's resize modes."""
+    if mode == "Just Resize":
+        return image.resize(size, Image.Resampling.LANCZOS)
+    if mode == "Resize and Fill":
+        return ImageOps.pad(image, size, Image.Resampling.LANCZOS, color=(0, 0, 0))
+    return ImageOps.fit(image, size, Image.Resampling.LANCZOS)
+
+
+def prepare(unit: ControlUnit, size: tuple[int, int]) -> Image.Image:
+    """A unit's map at `size` (width, height): the preprocessor at its resolution, then fitted."""
+    resolution = unit.processor_res or min(size)
+    control = detect(unit.image.convert("RGB"), unit.module, resolution, unit.threshold_a, unit.threshold_b)
+    return fit(control, size, unit.resize_mode)
+
+
+def call_kwargs(units: tuple[ControlUnit, ...], maps: list[Image.Image], accepted: frozenset[str], task: str) -> tuple[dict[str, Any], list[str]]:
+    """The diffusers arguments that run `units` (their maps prepared), and warnings for what cannot."""
+    warnings: list[str] = []
+    one = len(units) == 1
+    weights = [u.weight * (PROMPT_FIRST if u.control_mode == CONTROL_MODES[1] else 1.0) for u in units]
+    key = "control_image" if "control_image" in accepted else "image"
+    kwargs: dict[str, Any] = {
+        key: maps[0] if one else maps,
+        "controlnet_conditioning_scale": weights[0] if one else weights,
+    }
+    if "control_guidance_start" in accepted:
+        kwargs["control_guidance_start"] = [u.guidance_start for u in units]
+        kwargs["control_guidance_end"] = [u.guidance_end for u in units]
+    elif any(u.guidance_start > 0 or u.guidance_end < 1 for u in units):
+        warnings.append("this family's ControlNet pipeline runs units over all steps: start/end were not applied")
+    modes = {u.control_mode for u in units}
+    if CONTROL_MODES[2] in modes:
+        if "guess_mode" in accepted:
+            kwargs["guess_mode"] = True
+            if len(modes) > 1:
+                warnings.append("'ControlNet is more important' is one switch per call in diffusers: it applied to every unit")
+        else:
+            warnings.append("this family's ControlNet pipeline has no guess mode: 'ControlNet is more important' ran as Balanced")
+    return kwargs, warnings
+
+
+# ------------------------------------------------------------------ metadata
+INFOTEXT_KEYS = (
+    ("Module", "module"), ("Model", "model"), ("Weight", "weight"), ("Resize Mode", "resize_mode"),
+    ("Processor Res", "processor_res"), ("Threshold A", "threshold_a"), ("Threshold B", "threshold_b"),
+    ("Guidance Start", "guidance_start"), ("Guidance End", "guidance_end"), ("Control Mode", "control_mode"),
+)  # fmt: skip
+
+
+def describe(unit: ControlUnit) -> dict[str, Any]:
+    """A unit's settings without its image (what metadata and history keep)."""
+    return {field: getattr(unit, field) for _, field in INFOTEXT_KEYS}
+
+
+def infotext(meta: dict[str, Any]) -> list[tuple[str, str]]:
+    """A1111's lines: `ControlNet 0: "Module: canny, Model: ..., Weight: 1, ..."`."""
+    out = []
+    for i, unit in enumerate(meta.get("controlnet") or []):
+        parts = [f"{label}: {_text(unit.get(field))}" for label, field in INFOTEXT_KEYS if unit.get(field) is not None]
+        out.append((f"ControlNet {i}", ", ".join(parts)))  # quoted as A1111 quotes a value with commas
+    return out
+
+
+def _text(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def settings_of(raw: dict[str, Any]) -> dict[str, Any]:
+    """A unit's settings as read from text (PNG info), each by its field's own rules; a value the field
+    refuses is left out (the form keeps its own)."""
+    out = {}
+    for name, value in raw.items():
+        info = ControlUnit.model_fields.get(name)
+        parser = next((m for m in info.metadata if hasattr(m, "parse")), None) if info else None
+        if parser is None or name == "image":
+            continue
+        try:
+            out[name] = parser.parse(value)
+        except ValueError:
+            continue  # malformed in the PNG: the form keeps its value
+    return out
+
+
+def read_infotext(fields: dict[str, str]) -> list[dict[str, Any]]:
+    """The units' settings from A1111's `ControlNet N` lines (their images are not in a PNG)."""
+    units = []
+    labels = dict(INFOTEXT_KEYS)
+    for i in range(16):
+        text = fields.get(f"ControlNet {i}")
+        if text is None:
+            break
+        unit: dict[str, Any] = {}
+        for part in text.strip().strip('"').split(", "):
+            label, sep, value = part.partition(": ")
+            if sep and label in labels:
+                unit[labels[label]] = value
+        units.append(unit)
+    return units

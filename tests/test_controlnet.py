@@ -1,0 +1,230 @@
+"""ControlNet units: the schema part, the preprocessors, the embedded ControlNet placing shapes, every
+family's ControlNet pipeline, metadata and PNG info, refusals. The A1111 API (webuiapi's units) is in
+tests/test_a1111_api.py, the browser in tests/test_browser.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from models.eval_control import foreground, iou
+from models.train.control import CONTROL_OUT, silhouette
+from models.train.world import Scene, draw
+from pipelines import GenerationRequest, ImagePipeline
+from pipelines.control import ControlUnit, read_infotext
+from pipelines.control_maps import detect
+from pipelines.errors import UnsupportedTaskError
+from pipelines.fields import RequestError
+from pipelines.options import DEFAULT_MODEL
+from tests.families import build
+
+MODEL = CONTROL_OUT.name
+# Shapes where the base model never puts them: a corner each (it draws them centred).
+CORNERS = [
+    Scene("red", "circle", "blue", 0.34, 0.27, 0.28, 0.0),
+    Scene("yellow", "square", "purple", 0.32, 0.72, 0.7, 0.0),
+    Scene("white", "triangle", "black", 0.36, 0.28, 0.7, 0.0),
+    Scene("green", "circle", "orange", 0.3, 0.73, 0.27, 0.0),
+]
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    return ImagePipeline.from_pretrained(DEFAULT_MODEL)
+
+
+def unit(scene: Scene, **fields) -> dict:
+    return {"image": Image.fromarray(silhouette(scene)), "model": MODEL, **fields}
+
+
+def run(pipeline, scene: Scene, seed: int = 5, **fields):
+    return pipeline.generate(GenerationRequest(scene.prompt, steps=12, seed=seed, **fields))
+
+
+def placement(image: Image.Image, scene: Scene) -> float:
+    return iou(foreground(image, scene.background), silhouette(scene)[..., 0] > 127)
+
+
+# ---------------------------------------------------------------- the schema part and the preprocessors
+def test_a_unit_is_checked_by_the_schema_and_the_refusal_names_the_unit_and_its_field():
+    picture = Image.new("RGB", (64, 64))
+    request = GenerationRequest("a", controlnet=[{"image": picture, "model": "m [0123abcd]"}])
+    assert request.controlnet[0].model_name == "m" and request.controlnet[0].weight == 1.0
+    cases = [
+        ({"image": picture}, "controlnet[0]: model: is required"),
+        ({"image": picture, "model": "m", "weight": 3}, "controlnet[0]: weight: 3 is out of range 0..2"),
+        ({"image": picture, "model": "m", "guidance_start": 0.6, "guidance_end": 0.5}, "controlnet[0]: guidance_end: starts at 0.6"),
+        ({"image": picture, "model": "m", "module": "openpose"}, "needs an annotator model that is not installed"),
+        ({"image": picture, "model": "m", "control_mode": "loud"}, "control_mode: 'loud' is not one of Balanced"),
+    ]  # fmt: skip
+    for sent, said in cases:
+        with pytest.raises(RequestError) as refused:
+            GenerationRequest("a", controlnet=[{"image": picture, "model": "ok"}, sent])
+        assert said.replace("[0]", "[1]") in str(refused.value)
+        assert refused.value.field == "controlnet" and refused.value.sub == (1,)
+
+
+def test_the_preprocessors_make_the_maps_controlnets_expect():
+    picture = Image.new("RGB", (64, 64), (240, 240, 240))
+    ImageDraw.Draw(picture).rectangle((16, 16, 47, 47), fill=(20, 20, 200))
+    edges = np.asarray(detect(picture, "canny"))[..., 0] > 0
+    assert edges[15, 20:44].all() and edges[47, 20:44].all() and not edges[30, 30] and not edges[2, 2]  # the border only
+    faint = Image.new("RGB", (64, 64), (120, 120, 120))
+    ImageDraw.Draw(faint).rectangle((16, 16, 47, 47), fill=(135, 135, 135))
+    assert not np.asarray(detect(faint, "canny")).any() and np.asarray(detect(faint, "canny", a=10, b=30)).any()
+    drawn = np.asarray(detect(picture, "scribble"))[..., 0]
+    assert drawn[30, 30] == 255 and drawn[2, 2] == 0  # dark strokes on light paper: white on black
+    soft = np.asarray(detect(picture, "softedge"))[..., 0]
+    assert soft[15, 30] > 200 and soft[30, 30] == 0
+    assert np.asarray(detect(picture, "tile", a=8)).std() < np.asarray(picture).std()  # detail blurred away
+    assert detect(picture, "canny", resolution=128).size == (128, 128)
+    assert detect(picture, "invert").getpixel((30, 30)) == (235, 235, 55)
+
+
+# ---------------------------------------------------------------- the embedded ControlNet, as a user sees it
+def test_a_silhouette_puts_the_shape_where_the_map_says_and_weight_zero_changes_nothing(pipeline):
+    without, placed = [], []
+    for i, scene in enumerate(CORNERS):
+        plain = run(pipeline, scene, i)
+        controlled = run(pipeline, scene, i, controlnet=[unit(scene)])
+        without.append(placement(plain.images[0], scene))
+        placed.append(placement(controlled.images[0], scene))
+        assert controlled.metadata[0]["controlnet"][0]["model"] == MODEL
+    assert np.mean(placed) >= 0.6 and np.mean(without) <= 0.35, (placed, without)
+    assert f"ControlNet {MODEL} 11 MB" in pipeline.status()[0].weights  # what the status panel shows
+    zero = run(pipeline, CORNERS[0], 0, controlnet=[unit(CORNERS[0], weight=0)])
+    assert zero.images[0].tobytes() == run(pipeline, CORNERS[0], 0).images[0].tobytes()
+
+
+def test_a_canny_map_of_a_picture_places_the_shape_and_units_run_in_img2img_and_inpaint(pipeline):
+    scene = CORNERS[1]
+    picture = draw(scene)  # what a user uploads: the canny preprocessor makes the map
+    edges = run(pipeline, scene, 3, controlnet=[{"image": picture, "module": "canny", "model": MODEL}])
+    assert placement(edges.images[0], scene) >= 0.5
+    start = run(pipeline, CORNERS[0], 3).images[0]
+    edit = run(pipeline, scene, 3, init_images=[start], strength=0.9, controlnet=[unit(scene)])
+    plain_edit = run(pipeline, scene, 3, init_images=[start], strength=0.9)
+    assert placement(edit.images[0], scene) > placement(plain_edit.images[0], scene) + 0.2
+    mask = Image.new("L", (64, 64), 255)
+    inpaint = run(pipeline, scene, 3, init_images=[start], inpaint={"mask": mask}, controlnet=[unit(scene)])
+    assert placement(inpaint.images[0], scene) >= 0.5
+
+
+def test_two_units_start_end_and_modes_run_and_what_cannot_is_said(pipeline):
+    scene = CORNERS[2]
+    late = run(pipeline, scene, 1, controlnet=[unit(scene, guidance_start=0.9)])
+    full = run(pipeline, scene, 1, controlnet=[unit(scene)])
+    assert placement(full.images[0], scene) > placement(late.images[0], scene)  # too late to place it
+    two = run(pipeline, scene, 1, controlnet=[unit(scene), unit(scene, module="canny", control_mode="ControlNet is more important")])
+    assert any("one switch per call" in w for w in two.warnings) and len(two.metadata[0]["controlnet"]) == 2
+
+
+def test_units_are_written_as_a1111s_infotext_and_read_back(pipeline):
+    from pipelines.metadata import a1111_parameters
+    from pipelines.pnginfo import parse_a1111
+
+    result = run(pipeline, CORNERS[0], controlnet=[unit(CORNERS[0], module="canny", weight=0.8, threshold_a=50)])
+    text = a1111_parameters(result.metadata[0])
+    assert f'ControlNet 0: "Module: canny, Model: {MODEL}, Weight: 0.8, Resize Mode: Crop and Resize' in text
+    units = parse_a1111(text)["controlnet"]
+    assert units == read_infotext(parse_a1111(text)["extra"])
+    assert ControlUnit(image=Image.new("RGB", (8, 8)), **units[0]).threshold_a == 50
+
+
+def test_refusals_name_what_can(pipeline, family_root):
+    with pytest.raises(RequestError, match=f"no ControlNet named 'nope'; this server has: {MODEL}"):
+        run(pipeline, CORNERS[0], controlnet=[unit(CORNERS[0], model="nope")])
+    info = pipeline.model_info()
+    assert MODEL in info.controlnets and info.controlnet_tasks == ("txt2img", "img2img", "inpaint")
+    editor = ImagePipeline.from_pretrained(build("instruct-pix2pix", family_root / "instruct-pix2pix"))
+    with pytest.raises(UnsupportedTaskError, match="has no ControlNet pipeline in diffusers; families with ControlNet: StableDiffusion, StableDiffusionXL"):
+        editor.generate(GenerationRequest("make it red", steps=2, init_images=[Image.new("RGB", (32, 32))], controlnet=[unit(CORNERS[0])]))
+
+
+# ---------------------------------------------------------------- every family with a ControlNet in diffusers
+def tiny_controlnet(name: str, pipe):
+    """A ControlNet for family `name` from its denoiser, as diffusers' tests make theirs; its zero
+    convolutions randomised, so a unit changes the image (zero-initialised, it would not)."""
+    import diffusers
+    import torch
+
+    if name in ("sd15", "sdxl"):
+        model = diffusers.ControlNetModel.from_unet(pipe.unet)
+    else:  # the transformer's config, one block (and Flux one single block)
+        cls = {"sd3": "SD3ControlNetModel", "flux": "FluxControlNetModel", "qwen-image": "QwenImageControlNetModel",
+               "sana": "SanaControlNetModel"}[name]  # fmt: skip
+        small = {"num_layers": 1, **({"num_single_layers": 1} if name == "flux" else {})}
+        model = getattr(diffusers, cls).from_config({**pipe.transformer.config, **small})
+    torch.manual_seed(0)
+    for module_name, parameter in model.named_parameters():
+        if "controlnet" in module_name and ("blocks" in module_name or "mid_block" in module_name or "x_embedder" in module_name):
+            torch.nn.init.normal_(parameter, std=0.05)
+    return model
+
+
+# Whose tiny denoiser adds the ControlNet's residuals: a one-block SD3 or Sana transformer skips them
+# (SD3 adds none to its last, context-only block; Sana none to its first), so there only the call is seen.
+ADDS_RESIDUALS = {"sd15", "sdxl", "flux", "qwen-image"}
+# Where diffusers' ControlNet pipeline is the plain pipeline at weight 0. Flux's and Qwen-Image's are not
+# (raw diffusers, zero-initialised ControlNet at scale 0: mean difference 0.15 and 0.05 of full scale).
+WEIGHT_ZERO_IS_PLAIN = {"sd15", "sdxl", "sd3", "sana"}
+
+
+@pytest.mark.parametrize("name", ["sd15", "sdxl", "sd3", "flux", "qwen-image", "sana"])
+def test_every_family_with_a_diffusers_controlnet_runs_a_unit(name, family_root, tmp_path):
+    path = build(name, family_root / name)
+    pipeline = ImagePipeline.from_pretrained(path, controlnet_dir=tmp_path)
+    tiny_controlnet(name, pipeline.pipe).save_pretrained(tmp_path / "tiny")
+    calls = []
+    pipeline.controlnets.get("tiny").register_forward_hook(lambda module, args, out: calls.append(1))
+    picture = Image.new("RGB", (64, 64), "black")
+    ImageDraw.Draw(picture).ellipse((16, 16, 40, 40), fill="white")
+    sent = {"image": picture, "model": "tiny"}
+
+    def run(**fields):
+        return pipeline.generate(GenerationRequest("a red circle", steps=2, seed=3, width=64, height=64, **fields))
+
+    def apart(a, b) -> float:
+        return float(np.abs(np.asarray(a.images[0], float) - np.asarray(b.images[0], float)).mean())
+
+    plain, controlled = run(), run(controlnet=[sent])
+    assert calls and controlled.images[0].size == (64, 64) and controlled.metadata[0]["controlnet"][0]["model"] == "tiny"
+    if name in ADDS_RESIDUALS:
+        assert apart(controlled, plain) > 1
+    if name in WEIGHT_ZERO_IS_PLAIN:
+        assert apart(run(controlnet=[{**sent, "weight": 0}]), plain) == 0
+
+
+def test_a_pool_of_two_cpu_replicas_gives_the_single_replicas_images_with_a_unit(pipeline):
+    """CPU_REPLICAS=2: a request of 4 images with a unit is split over the replicas (each loads the
+    ControlNet on its own device) and the seeds give the one-replica images."""
+    from devices.options import DeviceSettings
+    from pipelines.options import PipelineOptions
+    from pipelines.pool import DevicePool
+
+    pool = DevicePool.from_pretrained(str(DEFAULT_MODEL), "cpu", PipelineOptions(), DeviceSettings(cpu_replicas=2))
+    try:
+        scene = CORNERS[3]
+        four = GenerationRequest(scene.prompt, steps=8, seed=21, num_images=4, controlnet=[unit(scene)])
+        pooled, single = pool.generate(four), pipeline.generate(four)
+        assert pooled.seeds == single.seeds == [21, 22, 23, 24]
+        for a, b in zip(pooled.images, single.images, strict=True):
+            assert np.abs(np.asarray(a, np.int16) - np.asarray(b, np.int16)).max() <= 2
+        assert placement(pooled.images[0], scene) >= 0.5
+    finally:
+        pool.close()
+
+
+def test_send_to_generate_restores_a_pngs_units_settings(pipeline):
+    from pipelines.pnginfo import parse_a1111
+    from ui.send import form_values
+
+    text = ('a red circle on a blue background\nSteps: 12, Sampler: Euler, CFG scale: 4, Seed: 5, Size: 64x64, Model: tiny-shapes, '
+            f'ControlNet 0: "Module: canny, Model: {MODEL}, Weight: 0.8, Resize Mode: Just Resize, Processor Res: 64, '
+            'Threshold A: 50, Threshold B: 150, Guidance Start: 0.1, Guidance End: 0.9, Control Mode: My prompt is more important"')  # fmt: skip
+    values, notes = form_values(parse_a1111(text), pipeline.model_info())
+    assert values["controlnet"] == [{"module": "canny", "model": MODEL, "weight": 0.8, "resize_mode": "Just Resize",
+                                     "processor_res": 64, "threshold_a": 50.0, "threshold_b": 150.0, "guidance_start": 0.1,
+                                     "guidance_end": 0.9, "control_mode": "My prompt is more important"}]  # fmt: skip
+    assert any("add their control images" in note for note in notes)

@@ -1,0 +1,123 @@
+"""The ControlNet accordion of a tab: units as tabs, each an image, its preprocessor and preview, a model,
+weight, start/end, control and resize modes (the fields of `pipelines.control.ControlUnit`).
+
+Built by the form for the request's `controlnet` field (a list of units), so every tab of a task that
+takes units has it. A unit with no image, or not enabled, is left out of the request. "Preview map"
+runs the preprocessor here (pipelines.control_maps: no model work) and shows what the ControlNet will see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gradio as gr
+
+from pipelines.control import CONTROL_MODES, RESIZE_MODES, ControlUnit
+from pipelines.control_maps import PREPROCESSORS, PreprocessorError, detect
+
+UNITS_SHOWN = 2  # tabs in the accordion (the API takes up to the schema's 8)
+SETTINGS = ("module", "model", "weight", "guidance_start", "guidance_end", "control_mode", "resize_mode",
+            "processor_res", "threshold_a", "threshold_b")  # fmt: skip
+
+
+@dataclass
+class UnitControls:
+    enabled: Any
+    image: Any
+    preview: Any
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def components(self) -> list[Any]:
+        return [self.enabled, self.image, *self.settings.values()]
+
+
+@dataclass
+class ControlPanel:
+    """The units' controls; `components` are an event's inputs, `read` makes the field's value of them."""
+
+    units: list[UnitControls]
+
+    @property
+    def components(self) -> list[Any]:
+        return [c for unit in self.units for c in unit.components]
+
+    def fill(self, units: list[dict[str, Any]]) -> dict[Any, Any]:
+        """Updates that set each shown unit to `units`' settings (a PNG's: no image) and enable it."""
+        out: dict[Any, Any] = {}
+        for controls, settings in zip(self.units, units, strict=False):
+            out[controls.enabled] = gr.update(value=True)
+            out.update({controls.settings[k]: gr.update(value=v) for k, v in settings.items() if k in controls.settings and v is not None})
+        return out
+
+    def read(self, v: dict[Any, Any]) -> list[dict[str, Any]]:
+        out = []
+        for unit in self.units:
+            if not v[unit.enabled] or v[unit.image] is None:
+                continue
+            values = {name: v[c] for name, c in unit.settings.items()}
+            values["threshold_a"] = values["threshold_a"] if values["module"] in _with_a() else None
+            values["threshold_b"] = values["threshold_b"] if values["module"] in _with_b() else None
+            out.append({"image": v[unit.image], **values})
+        return out
+
+
+def _with_a() -> set[str]:
+    return {n for n, p in PREPROCESSORS.items() if p.threshold_a}
+
+
+def _with_b() -> set[str]:
+    return {n for n, p in PREPROCESSORS.items() if p.threshold_b}
+
+
+def preview(image: Any, module: str, a: float, b: float, res: int) -> Any:
+    """The map a unit's preprocessor makes of its image (at its resolution; 0: the image's own)."""
+    if image is None:
+        return None
+    try:
+        return detect(image, module, res or None, a if module in _with_a() else None, b if module in _with_b() else None)
+    except PreprocessorError as exc:
+        raise gr.Error(str(exc)) from None
+
+
+def build(prefix: str, models: list[str], label: str) -> ControlPanel:
+    """The accordion, in the tab's layout where the form places the field."""
+    fields = ControlUnit.model_fields
+    units = []
+    with gr.Accordion(label, open=False, elem_id=f"{prefix}controlnet"), gr.Tabs():
+        for i in range(UNITS_SHOWN):
+            with gr.Tab(f"Unit {i}"):
+                units.append(_unit(f"{prefix}controlnet-{i}-", models, fields))
+    return ControlPanel(units)
+
+
+def _unit(eid: str, models: list[str], fields: dict[str, Any]) -> UnitControls:
+    def d(name: str) -> Any:
+        return fields[name].default
+
+    with gr.Row():
+        enabled = gr.Checkbox(label="Enable", value=True, elem_id=eid + "enabled")
+    with gr.Row():
+        image = gr.Image(label="Control image", type="pil", image_mode="RGB", sources=["upload", "clipboard"],
+                         elem_id=eid + "image", height=200)  # fmt: skip
+        shown = gr.Image(label="Map preview", type="pil", interactive=False, elem_id=eid + "preview", height=200)
+    s: dict[str, Any] = {}
+    with gr.Row():
+        s["module"] = gr.Dropdown(list(PREPROCESSORS), value=d("module"), label="Preprocessor", elem_id=eid + "module")
+        s["model"] = gr.Dropdown(models, value=models[0] if models else None, label="Model", elem_id=eid + "model")
+    with gr.Row():
+        s["threshold_a"] = gr.Slider(0, 255, value=100, step=1, label="Threshold A (canny low, scribble, tile factor)")
+        s["threshold_b"] = gr.Slider(0, 255, value=200, step=1, label="Threshold B (canny high)")
+        s["processor_res"] = gr.Slider(0, 2048, value=d("processor_res"), step=8, label="Preprocessor resolution (0: the output's)")
+    with gr.Row():
+        s["weight"] = gr.Slider(0, 2, value=d("weight"), step=0.05, label="Control weight", elem_id=eid + "weight")
+        s["guidance_start"] = gr.Slider(0, 1, value=d("guidance_start"), step=0.01, label="Starting control step")
+        s["guidance_end"] = gr.Slider(0, 1, value=d("guidance_end"), step=0.01, label="Ending control step")
+    s["control_mode"] = gr.Radio(list(CONTROL_MODES), value=d("control_mode"), label="Control mode")
+    s["resize_mode"] = gr.Radio(list(RESIZE_MODES), value=d("resize_mode"), label="Resize mode")
+    button = gr.Button("Preview map", size="sm", elem_id=eid + "preview-button")
+    inputs = [image, s["module"], s["threshold_a"], s["threshold_b"], s["processor_res"]]
+    button.click(preview, inputs, shown, api_visibility="private", queue=False)
+    image.change(preview, inputs, shown, api_visibility="private", queue=False)
+    return UnitControls(enabled, image, shown, s)

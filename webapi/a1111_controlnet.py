@@ -1,0 +1,152 @@
+"""sd-webui-controlnet's API, as its clients use it: units in `alwayson_scripts`, and `/controlnet/*`.
+
+A txt2img or img2img body carries units as `alwayson_scripts: {"controlnet": {"args": [unit, ...]}}`
+(the `webuiapi` package's `ControlNetUnit.to_dict()`, or raw HTTP as the extension's wiki shows).
+Each unit's keys are read into our `ControlUnit` (pipelines.control); what the extension encodes
+differently is converted here once:
+
+| key | the extension sends | we take |
+|---|---|---|
+| `image` / `input_image` | base64, or `{"image": ..., "mask": ...}` | the image (decoded after its header is checked); none in img2img: the first init image, as the extension does |
+| `resize_mode` | 0/1/2, or "Just Resize" / "Crop and Resize" / "Resize and Fill" (also the old "Scale to Fit (Inner Fit)", "Envelope (Outer Fit)") | our names |
+| `control_mode` | 0/1/2 or the names | our names |
+| `processor_res`, `threshold_a/b` | -1 for "the preprocessor's default" | 0 / null |
+| `pixel_perfect` | true: the preprocessor at the output's resolution | processor_res 0 |
+| `enabled` | false: the unit is skipped | skipped |
+| `low_vram`, `hr_option`, `mask` | | ignored (a warning for a mask or an `hr_option` other than "Both") |
+
+Routes (beside `/sdapi/v1`): `GET /controlnet/version`, `/controlnet/model_list`, `/controlnet/module_list`,
+`POST /controlnet/detect` (maps of images by a preprocessor, as base64 PNGs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PIL import Image
+
+from pipelines.control import CONTROL_MODES, RESIZE_MODES
+from pipelines.control_maps import ALIASES, PREPROCESSORS, PreprocessorError, detect
+
+from . import images
+from .errors import WireError
+
+VERSION = 2  # what the extension's /controlnet/version answers (clients check it is >= 2)
+RESIZE_NAMES = {
+    **{str(i): name for i, name in enumerate(RESIZE_MODES)},
+    **{name.lower(): name for name in RESIZE_MODES},
+    "scale to fit (inner fit)": "Crop and Resize", "envelope (outer fit)": "Resize and Fill", "inner fit": "Crop and Resize",
+    "outer fit": "Resize and Fill", "resize": "Just Resize",
+}  # fmt: skip
+MODE_NAMES = {**{str(i): name for i, name in enumerate(CONTROL_MODES)}, **{name.lower(): name for name in CONTROL_MODES}}
+COPIED = ("module", "model", "weight", "guidance_start", "guidance_end")
+
+
+def unit_args(payload: dict[str, Any]) -> list[Any]:
+    """The units a body carries (the script's name in any case), [] for none."""
+    scripts = payload.get("alwayson_scripts") or {}
+    if not isinstance(scripts, dict):
+        raise WireError(("alwayson_scripts",), "must be an object of script name -> {\"args\": [...]}")
+    entry = next((v for k, v in scripts.items() if isinstance(k, str) and k.lower() == "controlnet"), None)
+    if entry is None:
+        return []
+    args = entry.get("args") if isinstance(entry, dict) else entry
+    if not isinstance(args, list):
+        raise WireError(("alwayson_scripts", "controlnet", "args"), "must be a list of units")
+    return args
+
+
+def other_scripts(payload: dict[str, Any]) -> list[str]:
+    scripts = payload.get("alwayson_scripts") or {}
+    return [k for k in scripts if isinstance(k, str) and k.lower() != "controlnet"] if isinstance(scripts, dict) else []
+
+
+def units(payload: dict[str, Any], fallback: Image.Image | None, limits: Any, max_bytes: int, warnings: list[str]) -> list[dict[str, Any]]:
+    """Our units' values from the body's enabled units (the schema checks them)."""
+    out = []
+    for i, raw in enumerate(unit_args(payload)):
+        where = ("alwayson_scripts", "controlnet", "args", i)
+        if not isinstance(raw, dict):
+            raise WireError(where, "must be an object of the unit's fields")
+        if raw.get("enabled", True) in (False, "false", 0):
+            continue
+        unit = {key: raw[key] for key in COPIED if raw.get(key) is not None}
+        unit["image"] = _image(raw, where, fallback, limits, max_bytes)
+        unit.update(_converted(raw, where))
+        if raw.get("mask") or (isinstance(raw.get("image"), dict) and raw["image"].get("mask")):
+            warnings.append(f"controlnet unit {i}: its mask is not supported here, ignored")
+        if raw.get("hr_option") not in (None, "Both"):
+            warnings.append(f"controlnet unit {i}: hr_option={raw['hr_option']!r}: units run in both hires passes here")
+        out.append(unit)
+    return out
+
+
+def _image(raw: dict[str, Any], where: tuple, fallback: Image.Image | None, limits: Any, max_bytes: int) -> Image.Image:
+    value = raw.get("image") or raw.get("input_image")
+    if isinstance(value, dict):
+        value = value.get("image")
+    if not value:
+        if fallback is None:
+            raise WireError((*where, "image"), "a control image is required (base64) in txt2img")
+        return fallback
+    data = images.from_base64(value, (*where, "image"), max_bytes)
+    return images.open_bytes(data, (*where, "image"), limits.max_upload_pixels, max_bytes, "RGB")
+
+
+def _converted(raw: dict[str, Any], where: tuple) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, table in (("resize_mode", RESIZE_NAMES), ("control_mode", MODE_NAMES)):
+        value = raw.get(key)
+        if value is None:
+            continue
+        name = table.get(str(value).strip().lower())
+        if name is None:
+            raise WireError((*where, key), f"{value!r} is not one of {', '.join(k for k in table if not k.isdigit())}")
+        out[key] = name
+    if raw.get("pixel_perfect") in (True, "true", 1):
+        out["processor_res"] = 0
+    elif raw.get("processor_res") is not None:
+        out["processor_res"] = 0 if _negative(raw["processor_res"]) else raw["processor_res"]
+    for key in ("threshold_a", "threshold_b"):
+        if raw.get(key) is not None and not _negative(raw[key]):
+            out[key] = raw[key]
+    return out
+
+
+def _negative(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value < 0
+
+
+# ------------------------------------------------------------------ the /controlnet routes
+def model_list(names: tuple[str, ...]) -> dict[str, Any]:
+    return {"model_list": list(names)}
+
+
+def module_list() -> dict[str, Any]:
+    """Our preprocessors and A1111's names for them, with their sliders as the extension describes them."""
+    detail = {}
+    for name, pre in PREPROCESSORS.items():
+        sliders = [{"name": slider[0], "value": slider[1], "min": 0, "max": 255 if name != "tile" else 8}
+                   for slider in (pre.threshold_a, pre.threshold_b) if slider]  # fmt: skip
+        detail[name] = {"model_free": name == "none", "sliders": sliders}
+    return {"module_list": [*PREPROCESSORS, *(a for a in ALIASES if a not in PREPROCESSORS)], "module_detail": detail}
+
+
+def detect_maps(payload: dict[str, Any], limits: Any, max_bytes: int) -> list[Image.Image]:
+    """POST /controlnet/detect: each of `controlnet_input_images` (or `controlnet_images`) through the module."""
+    values = payload.get("controlnet_input_images") or payload.get("controlnet_images")
+    if not isinstance(values, list) or not values:
+        raise WireError(("controlnet_input_images",), "a list of at least one base64 image is required")
+    module = payload.get("controlnet_module", "none")
+    res = payload.get("controlnet_processor_res")
+    a, b = payload.get("controlnet_threshold_a"), payload.get("controlnet_threshold_b")
+    out = []
+    for i, value in enumerate(values):
+        data = images.from_base64(value, ("controlnet_input_images", i), max_bytes)
+        picture = images.open_bytes(data, ("controlnet_input_images", i), limits.max_upload_pixels, max_bytes, "RGB")
+        try:
+            out.append(detect(picture, module, None if _negative(res) else res,
+                              None if _negative(a) else a, None if _negative(b) else b))  # fmt: skip
+        except PreprocessorError as exc:
+            raise WireError(("controlnet_module",), str(exc)) from None
+    return out
