@@ -205,7 +205,7 @@ def test_webuiapi_sends_a_weighted_prompt_with_a_style_and_an_embedding_and_gets
 
 
 # ---------------------------------------------------------------- clients' sequences, replayed
-def test_webuiapi_controlnet_units_place_the_shape_and_its_routes_answer(api, http):
+def test_webuiapi_controlnet_units_place_the_shape_and_its_routes_answer(api, http, base):
     """sd-webui-controlnet as webuiapi drives it: its model and module lists, /controlnet/detect, and a
     canny unit (webuiapi's own defaults but the model, a pixel-perfect map) in /sdapi/v1/txt2img."""
     import webuiapi
@@ -231,6 +231,9 @@ def test_webuiapi_controlnet_units_place_the_shape_and_its_routes_answer(api, ht
     assert 'ControlNet 0: "Module: canny, Model: shapes-silhouette, Weight: 1' in placed.info["infotexts"][0]
     body = {"prompt": corner.prompt, **SMALL, "alwayson_scripts": {"controlnet": {"args": [{"image": b64(draw(corner)), "model": "nope"}]}}}
     assert "no ControlNet named 'nope'" in refused(http.post("/txt2img", json=body), "alwayson_scripts")
+    detect = base.removesuffix("/sdapi/v1") + "/controlnet/detect"
+    body = {"controlnet_input_images": [b64(draw(corner))], "controlnet_module": "canny", "controlnet_processor_res": "big"}
+    assert "must be a whole number" in refused(http.post(detect, json=body), "controlnet_processor_res")
 
 
 def test_open_webui_sequence(http):

@@ -25,7 +25,7 @@ from typing import Any
 
 from PIL import Image
 
-from pipelines.control import CONTROL_MODES, RESIZE_MODES
+from pipelines.control import CONTROL_MODES, RESIZE_MODES, ControlUnit
 from pipelines.control_maps import ALIASES, PREPROCESSORS, PreprocessorError, detect
 
 from . import images
@@ -113,6 +113,17 @@ def _converted(raw: dict[str, Any], where: tuple) -> dict[str, Any]:
     return out
 
 
+def _setting(payload: dict[str, Any], name: str) -> Any:
+    """`controlnet_<name>` of a detect body by the unit field's own rules; absent or -1: the default."""
+    value = payload.get(f"controlnet_{name}")
+    if value is None or _negative(value):
+        return None
+    try:
+        return ControlUnit.model_fields[name].metadata[0].parse(value)
+    except ValueError as exc:
+        raise WireError((f"controlnet_{name}",), str(exc)) from None
+
+
 def _negative(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value < 0
 
@@ -138,15 +149,13 @@ def detect_maps(payload: dict[str, Any], limits: Any, max_bytes: int) -> list[Im
     if not isinstance(values, list) or not values:
         raise WireError(("controlnet_input_images",), "a list of at least one base64 image is required")
     module = payload.get("controlnet_module", "none")
-    res = payload.get("controlnet_processor_res")
-    a, b = payload.get("controlnet_threshold_a"), payload.get("controlnet_threshold_b")
+    res, a, b = (_setting(payload, key) for key in ("processor_res", "threshold_a", "threshold_b"))
     out = []
     for i, value in enumerate(values):
         data = images.from_base64(value, ("controlnet_input_images", i), max_bytes)
         picture = images.open_bytes(data, ("controlnet_input_images", i), limits.max_upload_pixels, max_bytes, "RGB")
         try:
-            out.append(detect(picture, module, None if _negative(res) else res,
-                              None if _negative(a) else a, None if _negative(b) else b))  # fmt: skip
+            out.append(detect(picture, module, res, a, b))
         except PreprocessorError as exc:
             raise WireError(("controlnet_module",), str(exc)) from None
     return out
