@@ -68,6 +68,21 @@ def progress(total: int, start: int, desc: str) -> tqdm:
     return tqdm(total=total, initial=start, desc=desc, unit="step", dynamic_ncols=True, smoothing=0.05)
 
 
+def noised(scheduler, latents: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(noisy latents, timesteps, v-prediction target) of a training step; noise drawn before timesteps."""
+    noise = torch.randn(latents.shape, generator=generator)
+    t = torch.randint(0, scheduler.config.num_train_timesteps, (latents.shape[0],), generator=generator)
+    return scheduler.add_noise(latents, noise, t), t, scheduler.get_velocity(latents, noise, t)
+
+
+def min_snr_loss(pred: torch.Tensor, target: torch.Tensor, scheduler, t: torch.Tensor) -> torch.Tensor:
+    """Mean squared error with min-SNR-5 weighting (Hang et al. 2023) for faster convergence."""
+    alphas = scheduler.alphas_cumprod[t]
+    snr = alphas / (1 - alphas)
+    weight = snr.clamp(max=5.0) / (snr + 1)
+    return ((pred - target).pow(2).mean(dim=(1, 2, 3)) * weight).mean()
+
+
 # --------------------------------------------------------------------------- stage 1: VAE
 
 

@@ -31,6 +31,8 @@ from .common import (
     SEED,
     load_checkpoint,
     lr_at,
+    min_snr_loss,
+    noised,
     progress,
     save_checkpoint,
     to_tensor,
@@ -75,18 +77,12 @@ def make_batch(step: int) -> tuple[list[Scene], np.ndarray, np.ndarray]:
 
 def control_loss(controlnet, pipe, scheduler, latents, ids, cond, generator) -> torch.Tensor:
     """The base model's v-prediction loss with min-SNR-5 weighting, the ControlNet's residuals added."""
-    noise = torch.randn(latents.shape, generator=generator)
-    t = torch.randint(0, scheduler.config.num_train_timesteps, (latents.shape[0],), generator=generator)
-    noisy = scheduler.add_noise(latents, noise, t)
-    target = scheduler.get_velocity(latents, noise, t)
+    noisy, t, target = noised(scheduler, latents, generator)
     with torch.no_grad():
         hidden = pipe.text_encoder(ids)[0]
     down, mid = controlnet(noisy, t, encoder_hidden_states=hidden, controlnet_cond=cond, return_dict=False)
     pred = pipe.unet(noisy, t, hidden, down_block_additional_residuals=down, mid_block_additional_residual=mid).sample
-    alphas = scheduler.alphas_cumprod[t]
-    snr = alphas / (1 - alphas)
-    weight = snr.clamp(max=5.0) / (snr + 1)
-    return ((pred - target).pow(2).mean(dim=(1, 2, 3)) * weight).mean()
+    return min_snr_loss(pred, target, scheduler, t)
 
 
 def train_control(steps: int) -> None:

@@ -34,6 +34,8 @@ from .common import (  # shared with the editor's training (models/train/edit.py
     SEED,
     load_checkpoint,
     lr_at,
+    min_snr_loss,
+    noised,
     progress,
     save_checkpoint,
     to_tensor,
@@ -128,18 +130,9 @@ def encode_dataset(vae, n: int, tag: str, outline: bool) -> dict:
 
 
 def diffusion_loss(unet, text_encoder, scheduler, latents, ids, generator) -> torch.Tensor:
-    """v-prediction loss with min-SNR-5 weighting (Hang et al. 2023) for faster convergence."""
-    noise = torch.randn(latents.shape, generator=generator)
-    t = torch.randint(0, scheduler.config.num_train_timesteps, (latents.shape[0],), generator=generator)
-    noisy = scheduler.add_noise(latents, noise, t)
-    target = scheduler.get_velocity(latents, noise, t)
-    hidden = text_encoder(ids)[0]
-    pred = unet(noisy, t, hidden).sample
-    alphas = scheduler.alphas_cumprod[t]
-    snr = alphas / (1 - alphas)
-    weight = snr.clamp(max=5.0) / (snr + 1)
-    per_sample = (pred - target).pow(2).mean(dim=(1, 2, 3))
-    return (per_sample * weight).mean()
+    """v-prediction loss with min-SNR-5 weighting (common.min_snr_loss)."""
+    noisy, t, target = noised(scheduler, latents, generator)
+    return min_snr_loss(unet(noisy, t, text_encoder(ids)[0]).sample, target, scheduler, t)
 
 
 def load_vae():
