@@ -472,6 +472,7 @@ class Spec:
             return " | ".join(v.options)
         if isinstance(v, Scales):
             return f"name -> {v.scale.describe()}"
+        if isinstance(v, Units):
+            return f"a list of at most {v.most} units"
         return {"text": "text", "prompt": "text, or a list of texts", "flag": "true | false", "names": "a list of names",
-                "image": "an image", "images": "a list of images",
-                "units": f"a list of at most {getattr(v, 'most', 0)} units"}[self.kind]  # fmt: skip
+                "image": "an image", "images": "a list of images"}[self.kind]  # fmt: skip

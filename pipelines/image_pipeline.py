@@ -423,8 +423,9 @@ class ImagePipeline:
         return self._inpaint
 
     def _control_pipeline(self, request: GenerationRequest) -> Any:
-        """The family's ControlNet twin for the task and the units' models (pipelines.control): built with
-        `from_pipe` (the model's weights shared), kept while the next request asks for the same."""
+        """The family's ControlNet twin for the task and the units' models (pipelines.control): built over
+        this model's own components (`control.shared_twin`: no weights copied, none cast), kept while the
+        next request asks for the same."""
         key = (request.task, *(unit.model_name for unit in request.controlnet))
         if self._control is None or self._control[0] != key:
             models = [self.controlnets.get(unit.model) for unit in request.controlnet]

@@ -228,3 +228,27 @@ def test_send_to_generate_restores_a_pngs_units_settings(pipeline):
                                      "processor_res": 64, "threshold_a": 50.0, "threshold_b": 150.0, "guidance_start": 0.1,
                                      "guidance_end": 0.9, "control_mode": "My prompt is more important"}]  # fmt: skip
     assert any("add their control images" in note for note in notes)
+
+
+def test_an_endpoints_base64_unit_image_is_checked_before_it_is_decoded():
+    """`/generate`'s `controlnet` arrives as JSON: base64 images are decoded after the pixel check, and a
+    path is never opened (a caller does not name files on the server)."""
+    import base64
+    import io
+
+    from engine.inputs import Limits
+    from tests.test_fields import MODEL
+    from ui.uploads import InputError, unit_images
+
+    def b64(image: Image.Image) -> str:
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        return base64.b64encode(buffer.getvalue()).decode()
+
+    limits = Limits(MODEL, 2000, 16, 100 * 100)
+    (got,) = unit_images([{"image": "data:image/png;base64," + b64(Image.new("RGB", (64, 48), "red")), "model": MODEL}], limits)
+    assert got["image"].size == (64, 48) and got["image"].getpixel((0, 0)) == (255, 0, 0)
+    with pytest.raises(InputError, match=r"controlnet\[0\].image: 200x200 = 40000 pixels, more than the limit of 10000"):
+        unit_images([{"image": b64(Image.new("RGB", (200, 200))), "model": MODEL}], limits)
+    with pytest.raises(InputError, match="expected a base64-encoded image"):
+        unit_images([{"image": str(DEFAULT_MODEL / "samples.png"), "model": MODEL}], limits)

@@ -7,6 +7,9 @@ fields themselves are the schema's to check (`engine.inputs.read`).
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +108,6 @@ def check_pixels(image: Image.Image, name: str, limits: Limits) -> None:
         )
 
 
-
-
 def unit_images(units: Any, limits: Limits) -> Any:
     """ControlNet units as an endpoint receives them in JSON: each image as base64 (or a data URL; never a
     path: a caller does not name files on this server), decoded only after its header passed the pixel
@@ -122,10 +123,6 @@ def unit_images(units: Any, limits: Limits) -> Any:
 
 
 def _base64_image(text: str, name: str, limits: Limits) -> Image.Image:
-    import base64
-    import binascii
-    import io
-
     try:
         data = base64.b64decode(text.split(",", 1)[1] if text.startswith("data:") else text, validate=True)
     except (binascii.Error, ValueError):
@@ -133,12 +130,13 @@ def _base64_image(text: str, name: str, limits: Limits) -> Image.Image:
     try:
         with Image.open(io.BytesIO(data)) as im:  # the header only
             w, h = im.size
-        if w * h > limits.max_upload_pixels:
-            raise InputError(f"{name}: {w}x{h} = {w * h} pixels, more than the limit of {limits.max_upload_pixels} (MAX_UPLOAD_PIXELS)")
+    except (OSError, Image.DecompressionBombError, ValueError):
+        raise InputError(f"{name}: not an image this server can read") from None
+    if w * h > limits.max_upload_pixels:
+        raise InputError(f"{name}: {w}x{h} = {w * h} pixels, more than the limit of {limits.max_upload_pixels} (MAX_UPLOAD_PIXELS)")
+    try:
         with Image.open(io.BytesIO(data)) as im:
             im.load()
             return im.convert("RGB")
-    except (OSError, Image.DecompressionBombError, ValueError) as exc:
-        if isinstance(exc, InputError):
-            raise
-        raise InputError(f"{name}: not an image this server can read") from None
+    except (OSError, ValueError):
+        raise InputError(f"{name}: the image is damaged") from None
