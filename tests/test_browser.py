@@ -676,7 +676,10 @@ def test_controlnet_places_the_shape_of_an_uploaded_picture_in_the_browser(brows
     page = _one_image_form(browser, url, corner.prompt)
     page.get_by_role("button", name="ControlNet").first.click()
     page.locator("#controlnet-0-image input[type=file]").set_input_files(str(upload))
+    _choose(page, "controlnet-0-module", "tile")
+    expect(page.locator("#controlnet-0-threshold-a input[type=number]")).to_have_value("4")  # the tile factor's default
     _choose(page, "controlnet-0-module", "canny")
+    expect(page.locator("#controlnet-0-threshold-a input[type=number]")).to_have_value("100")
     page.locator("#controlnet-0-preview-button").click()
     expect(page.locator("#controlnet-0-preview img")).to_have_count(1, timeout=30_000)
     page.get_by_role("button", name="Generate").click()

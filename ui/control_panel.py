@@ -71,6 +71,15 @@ def _with_b() -> set[str]:
     return {n for n, p in PREPROCESSORS.items() if p.threshold_b}
 
 
+def _thresholds(module: str) -> tuple[Any, Any]:
+    """The sliders at the preprocessor's own defaults (canny 100/200, scribble 127, tile 4), labelled by it."""
+    pre = PREPROCESSORS.get(module)
+    out = []
+    for slider in (pre.threshold_a, pre.threshold_b) if pre else (None, None):
+        out.append(gr.update(value=slider[1], label=slider[0], interactive=True) if slider else gr.update(interactive=False))
+    return out[0], out[1]
+
+
 def preview(image: Any, module: str, a: float, b: float, res: int) -> Any:
     """The map a unit's preprocessor makes of its image (at its resolution; 0: the image's own)."""
     if image is None:
@@ -107,8 +116,8 @@ def _unit(eid: str, models: list[str], fields: dict[str, Any]) -> UnitControls:
         s["module"] = gr.Dropdown(list(PREPROCESSORS), value=d("module"), label="Preprocessor", elem_id=eid + "module")
         s["model"] = gr.Dropdown(models, value=models[0] if models else None, label="Model", elem_id=eid + "model")
     with gr.Row():
-        s["threshold_a"] = gr.Slider(0, 255, value=100, step=1, label="Threshold A (canny low, scribble, tile factor)")
-        s["threshold_b"] = gr.Slider(0, 255, value=200, step=1, label="Threshold B (canny high)")
+        s["threshold_a"] = gr.Slider(0, 255, value=100, step=1, label="Threshold A", elem_id=eid + "threshold-a", interactive=False)
+        s["threshold_b"] = gr.Slider(0, 255, value=200, step=1, label="Threshold B", elem_id=eid + "threshold-b", interactive=False)
         s["processor_res"] = gr.Slider(0, 2048, value=d("processor_res"), step=8, label="Preprocessor resolution (0: the output's)")
     with gr.Row():
         s["weight"] = gr.Slider(0, 2, value=d("weight"), step=0.05, label="Control weight", elem_id=eid + "weight")
@@ -116,6 +125,7 @@ def _unit(eid: str, models: list[str], fields: dict[str, Any]) -> UnitControls:
         s["guidance_end"] = gr.Slider(0, 1, value=d("guidance_end"), step=0.01, label="Ending control step")
     s["control_mode"] = gr.Radio(list(CONTROL_MODES), value=d("control_mode"), label="Control mode")
     s["resize_mode"] = gr.Radio(list(RESIZE_MODES), value=d("resize_mode"), label="Resize mode")
+    s["module"].change(_thresholds, s["module"], [s["threshold_a"], s["threshold_b"]], api_visibility="private", queue=False)
     button = gr.Button("Preview map", size="sm", elem_id=eid + "preview-button")
     inputs = [image, s["module"], s["threshold_a"], s["threshold_b"], s["processor_res"]]
     button.click(preview, inputs, shown, api_visibility="private", queue=False)
