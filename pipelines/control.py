@@ -6,8 +6,8 @@ What this module owns:
   with A1111's ControlNet extension's names and defaults, since its clients send those;
 - the models (`ControlNets`): folders and single files in CONTROLNET_DIR and the embedded
   `models/controlnets`, loaded once on the pipeline's device and dtype;
-- the pipeline that runs them: the family's ControlNet twin built with `from_pipe` (every weight of
-  the model shared, the ControlNet added), by task (`TWINS`);
+- the pipeline that runs them: the family's ControlNet twin built over the model's own components
+  (`shared_twin`: every weight shared, none cast, the ControlNet added), by task (`TWINS`);
 - each unit's map at the output size (`prepare`) and the call's arguments (`call_kwargs`);
 - the infotext lines A1111 writes (`infotext`), read back by pipelines.pnginfo.
 
@@ -213,8 +213,7 @@ def twin_class(family: str, task: str) -> str:
         raise ControlError(f"{family} has no ControlNet pipeline in diffusers; families with ControlNet: {families()}")
     name = twins[TASK_INDEX[task]]
     if name is None:
-        can = [t for t, i in TASK_INDEX.items() if twins[i]]
-        raise ControlError(f"{family} has no ControlNet pipeline for {task} in diffusers; with units it can do: {', '.join(can)}")
+        raise ControlError(f"{family} has no ControlNet pipeline for {task} in diffusers; with units it can do: {', '.join(tasks(family))}")
     return name
 
 
@@ -314,17 +313,21 @@ def _text(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def setting(name: str, value: Any) -> Any:
+    """One of a unit's settings (not its image) from a caller's raw value, by its field's value type;
+    PydanticCustomError (a ValueError) naming the problem when refused."""
+    return ControlUnit.model_fields[name].metadata[0].parse(value)
+
+
 def settings_of(raw: dict[str, Any]) -> dict[str, Any]:
     """A unit's settings as read from text (PNG info), each by its field's own rules; a value the field
     refuses is left out (the form keeps its own)."""
     out = {}
     for name, value in raw.items():
-        info = ControlUnit.model_fields.get(name)
-        parser = next((m for m in info.metadata if hasattr(m, "parse")), None) if info else None
-        if parser is None or name == "image":
+        if name not in dict(INFOTEXT_KEYS).values():
             continue
         try:
-            out[name] = parser.parse(value)
+            out[name] = setting(name, value)
         except ValueError:
             continue  # malformed in the PNG: the form keeps its value
     return out

@@ -101,12 +101,13 @@ PREPROCESSORS: dict[str, Preprocessor] = {
 }
 # A1111's names for the same maps (its clients send these); value: ours.
 ALIASES = {
-    "canny": "canny", "none": "none", "softedge_pidinet": "softedge", "softedge_hed": "softedge",
+    "softedge_pidinet": "softedge", "softedge_hed": "softedge",
     "scribble_xdog": "scribble", "scribble_hed": "scribble", "invert (from white bg & black line)": "invert",
     "tile_resample": "tile", "blur_gaussian": "tile", "recolor_luminance": "grayscale",
 }  # fmt: skip
-# Preprocessors that need an annotator model we do not ship: refused with this reason.
-NEEDS_WEIGHTS = ("depth", "depth_midas", "depth_anything", "openpose", "openpose_full", "seg_ofade20k", "lineart", "normal_bae")
+# Preprocessors that need an annotator model we do not ship (A1111's names start so: depth_midas,
+# openpose_full, seg_ofade20k, lineart_realistic, normal_bae): refused with this reason.
+NEEDS_WEIGHTS = ("depth", "openpose", "seg", "lineart", "normal")
 
 
 def resolve(name: str | None) -> Preprocessor:
@@ -114,7 +115,7 @@ def resolve(name: str | None) -> Preprocessor:
     key = ALIASES.get(key, key)
     if key in PREPROCESSORS:
         return PREPROCESSORS[key]
-    if key in NEEDS_WEIGHTS or key.split("_")[0] in {n.split("_")[0] for n in NEEDS_WEIGHTS}:
+    if key.split("_")[0] in NEEDS_WEIGHTS:
         raise PreprocessorError(
             f"preprocessor {name!r} needs an annotator model that is not installed (nothing is downloaded "
             f"at run time); run it elsewhere and send the map with preprocessor 'none', or use one of: "

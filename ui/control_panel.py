@@ -57,35 +57,26 @@ class ControlPanel:
             if not v[unit.enabled] or v[unit.image] is None:
                 continue
             values = {name: v[c] for name, c in unit.settings.items()}
-            values["threshold_a"] = values["threshold_a"] if values["module"] in _with_a() else None
-            values["threshold_b"] = values["threshold_b"] if values["module"] in _with_b() else None
+            pre = PREPROCESSORS[values["module"]]  # a threshold is recorded only where the preprocessor has it
+            values["threshold_a"] = values["threshold_a"] if pre.threshold_a else None
+            values["threshold_b"] = values["threshold_b"] if pre.threshold_b else None
             out.append({"image": v[unit.image], **values})
         return out
 
 
-def _with_a() -> set[str]:
-    return {n for n, p in PREPROCESSORS.items() if p.threshold_a}
-
-
-def _with_b() -> set[str]:
-    return {n for n, p in PREPROCESSORS.items() if p.threshold_b}
-
-
 def _thresholds(module: str) -> tuple[Any, Any]:
     """The sliders at the preprocessor's own defaults (canny 100/200, scribble 127, tile 4), labelled by it."""
-    pre = PREPROCESSORS.get(module)
-    out = []
-    for slider in (pre.threshold_a, pre.threshold_b) if pre else (None, None):
-        out.append(gr.update(value=slider[1], label=slider[0], interactive=True) if slider else gr.update(interactive=False))
-    return out[0], out[1]
+    pre = PREPROCESSORS[module]
+    slider_a, slider_b = pre.threshold_a, pre.threshold_b
+    return tuple(gr.update(value=s[1], label=s[0]) if s else gr.update(label="(not used)") for s in (slider_a, slider_b))
 
 
 def preview(image: Any, module: str, a: float, b: float, res: int) -> Any:
     """The map a unit's preprocessor makes of its image (at its resolution; 0: the image's own)."""
     if image is None:
         return None
-    try:
-        return detect(image, module, res or None, a if module in _with_a() else None, b if module in _with_b() else None)
+    try:  # a preprocessor without thresholds ignores them
+        return detect(image, module, res or None, a, b)
     except PreprocessorError as exc:
         raise gr.Error(str(exc)) from None
 
@@ -116,8 +107,8 @@ def _unit(eid: str, models: list[str], fields: dict[str, Any]) -> UnitControls:
         s["module"] = gr.Dropdown(list(PREPROCESSORS), value=d("module"), label="Preprocessor", elem_id=eid + "module")
         s["model"] = gr.Dropdown(models, value=models[0] if models else None, label="Model", elem_id=eid + "model")
     with gr.Row():
-        s["threshold_a"] = gr.Slider(0, 255, value=100, step=1, label="Threshold A", elem_id=eid + "threshold-a", interactive=False)
-        s["threshold_b"] = gr.Slider(0, 255, value=200, step=1, label="Threshold B", elem_id=eid + "threshold-b", interactive=False)
+        s["threshold_a"] = gr.Slider(0, 255, value=100, step=1, label="Threshold A", elem_id=eid + "threshold-a")
+        s["threshold_b"] = gr.Slider(0, 255, value=200, step=1, label="Threshold B", elem_id=eid + "threshold-b")
         s["processor_res"] = gr.Slider(0, 2048, value=d("processor_res"), step=8, label="Preprocessor resolution (0: the output's)")
     with gr.Row():
         s["weight"] = gr.Slider(0, 2, value=d("weight"), step=0.05, label="Control weight", elem_id=eid + "weight")
@@ -125,7 +116,8 @@ def _unit(eid: str, models: list[str], fields: dict[str, Any]) -> UnitControls:
         s["guidance_end"] = gr.Slider(0, 1, value=d("guidance_end"), step=0.01, label="Ending control step")
     s["control_mode"] = gr.Radio(list(CONTROL_MODES), value=d("control_mode"), label="Control mode")
     s["resize_mode"] = gr.Radio(list(RESIZE_MODES), value=d("resize_mode"), label="Resize mode")
-    s["module"].change(_thresholds, s["module"], [s["threshold_a"], s["threshold_b"]], api_visibility="private", queue=False)
+    # .input, not .change: Send to Generate sets the module and the PNG's thresholds together
+    s["module"].input(_thresholds, s["module"], [s["threshold_a"], s["threshold_b"]], api_visibility="private", queue=False)
     button = gr.Button("Preview map", size="sm", elem_id=eid + "preview-button")
     inputs = [image, s["module"], s["threshold_a"], s["threshold_b"], s["processor_res"]]
     button.click(preview, inputs, shown, api_visibility="private", queue=False)

@@ -25,7 +25,7 @@ from typing import Any
 
 from PIL import Image
 
-from pipelines.control import CONTROL_MODES, RESIZE_MODES, ControlUnit
+from pipelines.control import CONTROL_MODES, RESIZE_MODES, setting
 from pipelines.control_maps import ALIASES, PREPROCESSORS, PreprocessorError, detect
 
 from . import images
@@ -119,7 +119,7 @@ def _setting(payload: dict[str, Any], name: str) -> Any:
     if value is None or _negative(value):
         return None
     try:
-        return ControlUnit.model_fields[name].metadata[0].parse(value)
+        return setting(name, value)
     except ValueError as exc:
         raise WireError((f"controlnet_{name}",), str(exc)) from None
 
