@@ -36,6 +36,7 @@ from pydantic import Field, model_validator
 
 from .control_maps import PreprocessorError, detect, resolve
 from .fields import About, Choice, Picture, Range, Schema, Text, refuse
+from .one_load import ONE_LOAD
 
 log = logging.getLogger(__name__)
 
@@ -172,11 +173,12 @@ class ControlNets:
     def _load(self, path: Path) -> Any:
         import diffusers
 
-        if path.is_file():  # A1111-style single files are SD 1.5 / SDXL ControlNets
-            model = diffusers.ControlNetModel.from_single_file(str(path), torch_dtype=self.dm.dtype)
-        else:
-            cls_name = json.loads((path / "config.json").read_text())["_class_name"]
-            model = getattr(diffusers, cls_name).from_pretrained(path, torch_dtype=self.dm.dtype)
+        with ONE_LOAD:  # each replica of a pool loads its own copy; one at a time (pipelines.one_load)
+            if path.is_file():  # A1111-style single files are SD 1.5 / SDXL ControlNets
+                model = diffusers.ControlNetModel.from_single_file(str(path), torch_dtype=self.dm.dtype)
+            else:
+                cls_name = json.loads((path / "config.json").read_text())["_class_name"]
+                model = getattr(diffusers, cls_name).from_pretrained(path, torch_dtype=self.dm.dtype)
         model.to(self.dm.device).eval()
         log.info("loaded ControlNet %s (%s) on %s in %s", path.name, type(model).__name__, self.dm.device, self.dm.dtype_name)
         return model

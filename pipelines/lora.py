@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import LoraError
+from .one_load import ONE_LOAD
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +83,11 @@ class LoraManager:
         if name in self._loaded:
             self.unload(name)
         try:
-            self.pipe.load_lora_weights(
-                str(resolved.parent), weight_name=resolved.name, adapter_name=name,
-                use_safetensors=True, local_files_only=True,
-            )  # fmt: skip
+            with ONE_LOAD:  # peft builds the adapter's layers under a process-wide meta swap
+                self.pipe.load_lora_weights(
+                    str(resolved.parent), weight_name=resolved.name, adapter_name=name,
+                    use_safetensors=True, local_files_only=True,
+                )  # fmt: skip
         except Exception as exc:
             self._discard(name)
             raise LoraError(f"{resolved.name} is not a LoRA for this model: {str(exc).splitlines()[0]}") from exc

@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
+from .one_load import ONE_LOAD
+
 log = logging.getLogger(__name__)
 
 EMBEDDED_DIR = Path(__file__).resolve().parents[1] / "models" / "upscalers"
@@ -146,7 +148,8 @@ class Upscalers:
         except ImportError as exc:  # pragma: no cover - spandrel is in requirements.txt
             raise UpscalerError("upscaler models need spandrel (pip install -r requirements.txt)") from exc
         try:
-            model = ModelLoader(device="cpu").load_from_file(str(path))
+            with ONE_LOAD:  # built beside another thread's diffusers load, its weights would land on meta
+                model = ModelLoader(device="cpu").load_from_file(str(path))
         except Exception as exc:  # spandrel raises many kinds for a file it cannot read or detect
             raise UpscalerError(
                 f"{path.name}: not an upscaler spandrel can load ({type(exc).__name__}: {exc})"

@@ -12,6 +12,8 @@
   event the test waited for (a job leaves the engine's running set just after its answer is sent).
 - `AtOnce` wraps a backend's `generate` and records the most calls that ran at the same time (cells
   of a plot on a pool of replicas).
+- `Overlap` stands in for a context manager that swaps process-wide state (accelerate's and peft's
+  `init_empty_weights`) and makes two threads' first entries overlap in the worst order.
 - `send_and_leave` sends an HTTP request and returns the open connection, for the test to close
   (the client going away) when it chooses.
 """
@@ -19,6 +21,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import threading
@@ -47,6 +50,44 @@ class AtOnce:
         finally:
             with self._lock:
                 self._running.discard(threading.get_ident())
+
+
+class Overlap:
+    """Stands in for `init_empty_weights` (diffusers and peft build modules inside it; it swaps
+    `torch.nn.Module.register_parameter` for the whole process) and makes the first entries of two
+    threads overlap in the worst order: the first thread waits inside the swap until a second is inside
+    too, and the second stays inside until the first has left. Two loads at once then leave the swap in
+    place, and every module built afterwards has its weights on meta. With one load at a time the first
+    waits `patience` seconds for a second that cannot come; later entries pass straight through.
+    `threads`: how many threads entered."""
+
+    def __init__(self, real: Callable[..., Any], patience: float = 3.0):
+        self.real, self.patience = real, patience
+        self._order: list[int] = []
+        self._lock = threading.Lock()
+        self._second_inside, self._first_out = threading.Event(), threading.Event()
+
+    @property
+    def threads(self) -> int:
+        return len(self._order)
+
+    @contextlib.contextmanager
+    def __call__(self, *args: Any, **kwargs: Any):
+        me = threading.get_ident()
+        with self._lock:
+            new = me not in self._order
+            if new:
+                self._order.append(me)
+            first, second = new and self._order[0] == me, new and self._order[1:2] == [me]
+        with self.real(*args, **kwargs):
+            if first:
+                self._second_inside.wait(self.patience)
+            elif second:
+                self._second_inside.set()
+                self._first_out.wait(self.patience)
+            yield
+        if first:
+            self._first_out.set()
 
 
 def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image, ImageDraw
 
 from models.eval_control import foreground, iou
@@ -18,6 +19,7 @@ from pipelines.errors import UnsupportedTaskError
 from pipelines.fields import RequestError
 from pipelines.options import DEFAULT_MODEL
 from tests.families import build
+from tests.sync import Overlap
 
 MODEL = CONTROL_OUT.name
 # Shapes where the base model never puts them: a corner each (it draws them centred).
@@ -196,23 +198,33 @@ def test_every_family_with_a_diffusers_controlnet_runs_a_unit(name, family_root,
         assert apart(run(controlnet=[{**sent, "weight": 0}]), plain) == 0
 
 
-def test_a_pool_of_two_cpu_replicas_gives_the_single_replicas_images_with_a_unit(pipeline):
+def test_a_pool_of_two_cpu_replicas_gives_the_single_replicas_images_with_a_unit(pipeline, monkeypatch):
     """CPU_REPLICAS=2: a request of 4 images with a unit is split over the replicas (each loads the
-    ControlNet on its own device) and the seeds give the one-replica images."""
+    ControlNet on its own device, the two loads forced to overlap) and the seeds give the one-replica
+    images; after it, a module built anywhere in the process still has real weights."""
+    import accelerate
+
     from devices.options import DeviceSettings
     from pipelines.options import PipelineOptions
     from pipelines.pool import DevicePool
 
     pool = DevicePool.from_pretrained(str(DEFAULT_MODEL), "cpu", PipelineOptions(), DeviceSettings(cpu_replicas=2))
+    register = torch.nn.Module.register_parameter
+    overlap = Overlap(accelerate.init_empty_weights)
+    monkeypatch.setattr(accelerate, "init_empty_weights", overlap)
     try:
         scene = CORNERS[3]
         four = GenerationRequest(scene.prompt, steps=8, seed=21, num_images=4, controlnet=[unit(scene)])
-        pooled, single = pool.generate(four), pipeline.generate(four)
+        pooled = pool.generate(four)
+        assert overlap.threads == 2  # each replica built its ControlNet inside the swap
+        assert torch.nn.Linear(2, 2).weight.device.type == "cpu"  # not "meta": the swap was undone
+        single = pipeline.generate(four)
         assert pooled.seeds == single.seeds == [21, 22, 23, 24]
         for a, b in zip(pooled.images, single.images, strict=True):
             assert np.abs(np.asarray(a, np.int16) - np.asarray(b, np.int16)).max() <= 2
         assert placement(pooled.images[0], scene) >= 0.5
     finally:
+        torch.nn.Module.register_parameter = register  # a failure here must not break every later test
         pool.close()
 
 

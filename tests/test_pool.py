@@ -298,3 +298,30 @@ def test_the_app_serves_two_requests_at_once_on_a_pool(tmp_path, tiny_model_dir)
             assert sorted(j.result(timeout=300)[1]["seeds"][0] for j in jobs) == [0, 1]
     finally:
         torch.set_num_threads(threads)
+
+
+def test_two_replicas_loading_a_lora_at_once_leave_torch_building_real_weights(monkeypatch):
+    """Each replica loads the LoRA for its part (peft builds the adapter's layers inside its meta
+    swap); the two loads are forced to overlap. The pool's images are the one-replica images with
+    the LoRA, and a module built afterwards has real weights, not meta ones."""
+    from peft.tuners import tuners_utils
+
+    from pipelines.options import DEFAULT_MODEL
+    from tests.sync import Overlap
+
+    pool = DevicePool.from_pretrained(str(DEFAULT_MODEL), "cpu", device_settings=DeviceSettings(cpu_replicas=2))
+    register = torch.nn.Module.register_parameter
+    overlap = Overlap(tuners_utils.init_empty_weights)
+    monkeypatch.setattr(tuners_utils, "init_empty_weights", overlap)
+    try:
+        two = GenerationRequest("a red circle on a blue background", num_images=2, steps=6, seed=3, loras={"outline": 1})
+        pooled = pool.generate(two)
+        assert overlap.threads == 2  # each replica built its adapter inside the swap
+        assert torch.nn.Linear(2, 2).weight.device.type == "cpu"
+        monkeypatch.undo()
+        single = ImagePipeline.from_pretrained(DEFAULT_MODEL).generate(two)
+        for got, want in zip(pooled.images, single.images, strict=True):
+            assert np.abs(pixels(got) - pixels(want)).max() <= 2 / 255 + 1e-6
+    finally:
+        torch.nn.Module.register_parameter = register  # a failure here must not break every later test
+        pool.close()
