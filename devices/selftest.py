@@ -55,6 +55,7 @@ import torch.nn.functional as F
 
 from . import attention as _attention
 from . import backends
+from .one_load import ONE_LOAD
 from .options import parse_dtype
 
 if TYPE_CHECKING:
@@ -346,8 +347,9 @@ def load_models(model_dir: str | Path) -> Models:
     gets fixed-seed hidden states of the right width)."""
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
-    vae = AutoencoderKL.from_pretrained(str(model_dir), subfolder="vae").eval()
-    unet = UNet2DConditionModel.from_pretrained(str(model_dir), subfolder="unet").eval()
+    with ONE_LOAD:  # a pool's re-test runs beside the replicas' own loads
+        vae = AutoencoderKL.from_pretrained(str(model_dir), subfolder="vae").eval()
+        unet = UNet2DConditionModel.from_pretrained(str(model_dir), subfolder="unet").eval()
     gen = torch.Generator().manual_seed(SEED)
     size = unet.config.sample_size
     size = size[0] if isinstance(size, (list, tuple)) else size
@@ -380,7 +382,8 @@ def _generate(model_dir: str | Path, device: torch.device, dtype: torch.dtype, a
     """One image of the whole pipeline (as diffusers runs it) with a CPU generator: the picture in [0, 1]."""
     from diffusers import DiffusionPipeline
 
-    pipe = DiffusionPipeline.from_pretrained(str(model_dir), dtype=dtype)
+    with ONE_LOAD:
+        pipe = DiffusionPipeline.from_pretrained(str(model_dir), dtype=dtype)
     pipe.set_progress_bar_config(disable=True)
     for component in pipe.components.values():
         if isinstance(component, torch.nn.Module) and getattr(component, "attn_processors", None):

@@ -34,9 +34,10 @@ from typing import Annotated, Any
 from PIL import Image, ImageOps
 from pydantic import Field, model_validator
 
+from devices.one_load import ONE_LOAD
+
 from .control_maps import PreprocessorError, detect, resolve
 from .fields import About, Choice, Picture, Range, Schema, Text, refuse
-from .one_load import ONE_LOAD
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ class ControlNets:
     def _load(self, path: Path) -> Any:
         import diffusers
 
-        with ONE_LOAD:  # each replica of a pool loads its own copy; one at a time (pipelines.one_load)
+        with ONE_LOAD:  # each replica of a pool loads its own copy; one at a time (devices.one_load)
             if path.is_file():  # A1111-style single files are SD 1.5 / SDXL ControlNets
                 model = diffusers.ControlNetModel.from_single_file(str(path), torch_dtype=self.dm.dtype)
             else:

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devices.one_load import ONE_LOAD
+
 from .errors import LoraError
-from .one_load import ONE_LOAD
 
 log = logging.getLogger(__name__)
 

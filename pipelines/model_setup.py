@@ -22,11 +22,11 @@ from devices import compile as graph_compile
 from devices import runtime as runtimes
 from devices.attention import describe as describe_attention
 from devices.manager import OFFLOAD_SAVERS, weights_placement
+from devices.one_load import ONE_LOAD
 
 from . import control, hires, quantization, samplers
 from .backend import ModelInfo
 from .errors import ModelLoadError
-from .one_load import ONE_LOAD
 from .options import PipelineOptions
 from .recipes import Recipe, open_model
 from .request import GenerationRequest
@@ -70,7 +70,7 @@ def load(cls: type, source: str | Path | None, device_manager: DeviceManager | N
     dm = device_manager or DeviceManager()
     check_device(dm, source)  # before the weights are read
     start = time.perf_counter()
-    with ONE_LOAD:  # pipelines.one_load: module builds swap process-wide torch state
+    with ONE_LOAD:  # devices.one_load: module builds swap process-wide torch state
         pipe, recipe, weights = open_model(source, dm, opts.extra, opts.quantization, opts.base_model)
         self = cls.from_loaded(pipe, dm, opts, weights, start, recipe)
     self.model_id = source  # what MODEL_ID said (a recipe name stays a name)

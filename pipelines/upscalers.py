@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
-from .one_load import ONE_LOAD
+from devices.one_load import ONE_LOAD
 
 log = logging.getLogger(__name__)
 

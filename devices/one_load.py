@@ -8,7 +8,8 @@ and leave the swap in place: from then on every module built anywhere in the pro
 on `meta` ("Cannot copy out of meta tensor"), and a module built beside a load gets them too. Every
 load that can run beside another thread holds `ONE_LOAD`. It is re-entrant: a pipeline's load takes
 its recipe's LoRAs inside it. Process-wide because what it guards is: a lock per pipeline would not do.
-This module imports nothing of ours, so every loader can import it.
+It lives in the lowest layer, importing nothing of ours: the device self-test (a pool re-tests a
+retired replica on a thread of its own) loads too.
 """
 
 from __future__ import annotations
