@@ -8,6 +8,7 @@ test that is about another backend (Ray, a hand-made pool) passes its own.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,9 +55,25 @@ def running_app(model: Path, output_dir: Path, lora_dir: Path = DEFAULT_LORA_DIR
     try:
         yield demo, engine.backend
     finally:
+        stop_streams(demo)
         demo.close()
         if backend is None:
             engine.close()
+
+
+def stop_streams(demo) -> None:
+    """Set the app's stop event on the server's own event loop, before `demo.close()`.
+
+    gradio's close sets that asyncio.Event from the calling thread while the server's loop may be
+    adding or removing waiters on it (the open event streams of clients): "RuntimeError: deque mutated
+    during iteration" at a test module's teardown, seen once in CI after a 200-request soak. Set on
+    its loop, it is already set when close comes, which then touches no waiter."""
+
+    async def stop() -> None:
+        demo.app.stop_event.set()
+
+    loop = demo.server.servers[0].get_loop()  # uvicorn's listening socket, on the server thread's loop
+    asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout=30)
 
 
 def main_pipeline(backend):
