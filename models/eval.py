@@ -10,6 +10,7 @@
     python -m models.eval --upscale --n 100          # the embedded x2 upscaler against Lanczos (models/eval_hires.py)
     python -m models.eval --hires --n 64             # hires fix 64 -> 128 px against direct 128 (models/eval_hires.py)
     python -m models.eval --control --n 100          # the embedded ControlNet's placement and time (models/eval_control.py)
+    python -m models.eval --ip-adapter --n 100       # the embedded IP-Adapter: the reference's colour carried (models/eval_ip_adapter.py)
 
 Each generated image is judged by models.scoring's classifier (no learned model), which is
 100 % correct on the procedural training images themselves, so errors it reports are the model's.
@@ -147,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--upscale", action="store_true", help="the embedded upscaler's PSNR (models/eval_hires.py)")
     parser.add_argument("--hires", action="store_true", help="hires fix's adherence and time (models/eval_hires.py)")
     parser.add_argument("--control", action="store_true", help="the embedded ControlNet (models/eval_control.py)")
+    parser.add_argument("--ip-adapter", action="store_true", help="the embedded IP-Adapter (models/eval_ip_adapter.py)")
     parser.add_argument("--upscalers", default="Lanczos,shapes-compact-x2,Latent", help="--hires: the upscalers compared")
     parser.add_argument("--strength", type=float, default=None, help="--inpaint/--outpaint: (DEFAULT_STRENGTH); --hires: 0.3")
     parser.add_argument("--masked-content", default=None, help="--inpaint/--outpaint: original or fill")
@@ -171,9 +173,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.edit or args.inpaint or args.outpaint or args.prompts or args.upscale or args.hires or args.control:
+    if args.edit or args.inpaint or args.outpaint or args.prompts or args.upscale or args.hires or args.control or args.ip_adapter:
         if args.control:
             from models.eval_control import run_control as run
+        elif args.ip_adapter:
+            from models.eval_ip_adapter import run_ip_adapter as run
         elif args.upscale or args.hires:
             from models.eval_hires import run_hires, run_upscale
 

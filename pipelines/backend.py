@@ -124,6 +124,7 @@ class ModelInfo:
     upscalers: tuple[str, ...] = tuple(PIXEL)  # what hires fix may enlarge with (pipelines.upscalers), latent modes last
     controlnets: tuple[str, ...] = ()  # the ControlNets units may name (pipelines.control)
     controlnet_tasks: tuple[str, ...] = ()  # the tasks this family runs units for (pipelines.control.TWINS)
+    ip_adapters: tuple[str, ...] = ()  # the IP-Adapters image prompts may name; none where the family takes none
     editor: ModelInfo | None = None  # the model serving edits, when it is another one (pipelines.editing)
 
     @property
@@ -163,6 +164,10 @@ class ModelInfo:
             hires.check(request, self)
         if request.controlnet:
             self._accept_units(request)
+        for i, prompt in enumerate(request.ip_adapter):
+            if prompt.model_name not in self.ip_adapters:
+                offered = ", ".join(self.ip_adapters) or f"none for {self.pipeline_class or self.model_name} (IPADAPTER_DIR)"
+                raise RequestError("ip_adapter", f"model: no IP-Adapter named {shown(prompt.model, 80)}; available: {offered}", (i,))
         if request.sampler is not None and request.sampler == self.scheduler:
             request = request.model_copy(update={"sampler": None})  # the model's own: nothing to swap
         return request

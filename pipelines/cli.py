@@ -12,7 +12,8 @@ Kinds that a command line writes its own way:
 - LoRAs are `--lora NAME_OR_FILE[:SCALE]`, repeatable (each CLI resolves a name or a file);
 - images are file paths (`--init-image`, repeatable; `--mask`);
 - a switch (`--invert-mask`) is present or not;
-- a ControlNet unit is `--controlnet image=FILE,model=NAME[,module=canny,weight=0.8,...]`, repeatable
+- a ControlNet unit is `--controlnet image=FILE,model=NAME[,module=canny,weight=0.8,...]`, repeatable;
+  an image prompt `--ip-adapter image=FILE,model=NAME[,scale=0.7]`, repeatable
   (the unit's fields by name, pipelines.control).
 """
 

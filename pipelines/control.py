@@ -181,6 +181,9 @@ class ControlNets:
                 cls_name = json.loads((path / "config.json").read_text())["_class_name"]
                 model = getattr(diffusers, cls_name).from_pretrained(path, torch_dtype=self.dm.dtype)
         model.to(self.dm.device).eval()
+        # Vanilla attention on NPU/MPS covers the ControlNet too. The model alone: the twin's other parts
+        # are the pipeline's, set at its load (and its UNet may run an IP-Adapter's processors now).
+        self.dm.apply_attention(model)
         log.info("loaded ControlNet %s (%s) on %s in %s", path.name, type(model).__name__, self.dm.device, self.dm.dtype_name)
         return model
 
@@ -303,10 +306,11 @@ def describe(unit: ControlUnit) -> dict[str, Any]:
     return {field: getattr(unit, field) for _, field in INFOTEXT_KEYS}
 
 
-def infotext(meta: dict[str, Any]) -> list[tuple[str, str]]:
-    """A1111's lines: `ControlNet 0: "Module: canny, Model: ..., Weight: 1, ..."`."""
+def infotext(units: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """A1111's lines: `ControlNet 0: "Module: canny, Model: ..., Weight: 1, ..."`, for the units'
+    settings (metadata's `controlnet`, then its image prompts as IP-Adapter units)."""
     out = []
-    for i, unit in enumerate(meta.get("controlnet") or []):
+    for i, unit in enumerate(units):
         parts = [f"{label}: {_text(unit.get(field))}" for label, field in INFOTEXT_KEYS if unit.get(field) is not None]
         out.append((f"ControlNet {i}", ", ".join(parts)))  # quoted as A1111 quotes a value with commas
     return out

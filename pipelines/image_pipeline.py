@@ -28,7 +28,19 @@ import torch
 
 from devices import DeviceManager
 
-from . import control, hashing, hires, inpaint, model_setup, quantization, samplers, step_cache, styles, vae_tiling
+from . import (
+    control,
+    hashing,
+    hires,
+    inpaint,
+    ip_adapter,
+    model_setup,
+    quantization,
+    samplers,
+    step_cache,
+    styles,
+    vae_tiling,
+)
 from .backend import Capabilities, ModelInfo, ReplicaStatus
 from .callbacks import CallMonitor, CancelFn, Chained, Interrupted, LegacyCallback, PreviewFn, Previews, ProgressFn
 from .calls import call_kwargs, size_for
@@ -102,7 +114,7 @@ class _Plan:
     prepared: dict[int, inpaint.Prepared] = dataclasses.field(default_factory=dict)  # by id(input image)
     cache: StepCache | None = None  # the step cache it runs with (pipelines.step_cache)
     texts: PromptPlan | None = None  # weighted and long prompts (pipelines.prompt_weights)
-    control: dict[str, Any] = dataclasses.field(default_factory=dict)  # the ControlNet units' arguments
+    control: dict[str, Any] = dataclasses.field(default_factory=dict)  # the units' and image prompts' arguments
 
     def finish(self, item: dict[str, Any], image: Any) -> Any:
         """An output as the user gets it: an inpaint pasted back into its original (pipelines.inpaint)."""
@@ -165,6 +177,16 @@ class ImagePipeline:
         self.upscalers = Upscalers([options.upscaler_dir], device_manager)  # hires fix's (pipelines.upscalers)
         self.controlnets = control.ControlNets([options.controlnet_dir], device_manager)
         self._control: tuple[tuple[str, ...], Any] | None = None  # (task and models, the ControlNet twin)
+        self.ip_adapters = ip_adapter.IpAdapters([options.ipadapter_dir])
+        self._ip = ip_adapter.Loaded(pipe, self.ip_adapters, self._reset_attention)  # in the UNet every task shares
+
+    def _reset_attention(self, slicing: bool) -> None:
+        """The device's attention on every processor again, sliced too if `slicing` and the memory mode
+        slices it. Around IP-Adapter loads: diffusers' load re-creates each processor's class without
+        arguments (a sliced one cannot be), and its unload puts diffusers' default back."""
+        self.dm.apply_attention(self.pipe)
+        if slicing and "attention_slicing" in self.memory_savers:
+            self.pipe.enable_attention_slicing()
 
     @property
     def _tiled_vae_pixels(self) -> int:
@@ -306,7 +328,7 @@ class ImagePipeline:
 
     def close(self) -> None:
         """Drop the weights (and OpenVINO's compiled graphs) and give the device memory back."""
-        self.pipe = self._img2img = self._inpaint = self._control = None
+        self.pipe = self._img2img = self._inpaint = self._control = self._ip = None
         self.controlnets.close()
         self.runtime = None
         self.dm.empty_cache()
@@ -353,6 +375,8 @@ class ImagePipeline:
             )
         if request.controlnet:
             self._check_control(request)
+        if request.ip_adapter:
+            self._check_image_prompts(request)
         if request.inpaint is not None or t.inpaint_native:
             return self._check_inpaint(request)
         if request.init_images is None and not t.text_to_image:
@@ -379,6 +403,18 @@ class ImagePipeline:
                 self.controlnets.check(unit.model)
             except control.ControlError as exc:
                 raise RequestError("controlnet", str(exc), (i,)) from None
+
+    def _check_image_prompts(self, request: GenerationRequest) -> None:
+        """Image prompts need a family diffusers loads IP-Adapters into and adapters this server has."""
+        try:
+            ip_adapter.check_family(self.traits.class_name)
+        except ip_adapter.IpAdapterError as exc:
+            raise UnsupportedTaskError(f"{self.model_name}: {exc}") from None
+        for i, prompt in enumerate(request.ip_adapter):
+            try:
+                self.ip_adapters.check(prompt.model)
+            except ip_adapter.IpAdapterError as exc:
+                raise RequestError("ip_adapter", str(exc), (i,)) from None
 
     def _check_inpaint(self, request: GenerationRequest) -> None:
         """An inpaint needs a model that inpaints; a model that only inpaints needs a mask."""
@@ -430,7 +466,6 @@ class ImagePipeline:
         if self._control is None or self._control[0] != key:
             models = [self.controlnets.get(unit.model) for unit in request.controlnet]
             twin = control.build_twin(self.pipe, self.traits.class_name, request.task, models)
-            self.dm.apply_attention(twin)  # vanilla attention on NPU/MPS covers the ControlNet too
             self._control = (key, twin)
         return self._control[1]
 
@@ -565,11 +600,15 @@ class ImagePipeline:
         """Steps 2-4: the pipeline and its LoRAs, one seed per image, and what this pipeline takes,
         all fixed before the first diffusers call."""
         # 2-3. pipeline and LoRAs
+        self._ip.use(request.ip_adapter)  # into the shared UNet (before a twin is built over it), or out
         pipe = self._pipeline_for(request)
         scales = {**self.base_loras, **request.loras}
         self.loras.activate(scales)
-        if self.runtime is not None:  # a new LoRA set gets its own graphs (pipelines.openvino)
+        if request.ip_adapter:
+            self._ip.lend(pipe)
+        if self.runtime is not None:  # a new LoRA or IP-Adapter set gets its own graphs (pipelines.openvino)
             self.runtime.use_loras(self.loras.key(scales))
+            self.runtime.use_ip_adapters(self._ip.key(request.ip_adapter))
         # 4. one seed per image
         size = size_for(request, self.traits)
         if items is None:
@@ -591,6 +630,7 @@ class ImagePipeline:
             maps = [control.prepare(unit, plan.size) for unit in request.controlnet]
             plan.control, said = control.call_kwargs(request.controlnet, maps, accepted, request.task)
             plan.warnings += said
+        plan.control.update(ip_adapter.call_kwargs(request.ip_adapter))
         return plan
 
     def _plan_inpaint(self, plan: _Plan) -> None:
@@ -841,6 +881,8 @@ class ImagePipeline:
             meta.update(inpaint.metadata(request.inpaint))
         if request.controlnet:
             meta["controlnet"] = [control.describe(unit) for unit in request.controlnet]
+        if request.ip_adapter:
+            meta["ip_adapter"] = [ip_adapter.describe(prompt) for prompt in request.ip_adapter]
         quantized = quantization.applied(self.pipe)
         if quantized:  # which weights made the image: a quantized model's output differs from the plain one's
             meta["quantization"] = quantized

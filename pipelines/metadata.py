@@ -27,7 +27,7 @@ from typing import Any
 
 from PIL import Image, PngImagePlugin
 
-from . import control, hires
+from . import control, hires, ip_adapter
 from .pnginfo import JSON_KEY
 from .pnginfo import read_metadata as read_metadata  # re-exported: callers read our PNGs back from here
 from .request import GenerationResult
@@ -64,7 +64,8 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         *inpaint_fields(meta),
         *hires.infotext(meta)[1:],  # A1111's order: the strength, then the Hires fields
         ("Step cache", step_cache_text(meta)),  # ours (A1111 has none): keeps the image reproducible
-        *control.infotext(meta),  # sd-webui-controlnet's "ControlNet 0" lines
+        # sd-webui-controlnet's "ControlNet 0" lines: the units, then the image prompts as IP-Adapter units
+        *control.infotext([*(meta.get("controlnet") or []), *ip_adapter.infotext_units(meta)]),
     ]
     fields += _schema_fields(meta, {key for key, _ in fields})
     hashes = meta.get("lora_hashes") or {}

@@ -24,7 +24,7 @@ from devices.attention import describe as describe_attention
 from devices.manager import OFFLOAD_SAVERS, weights_placement
 from devices.one_load import ONE_LOAD
 
-from . import control, hires, quantization, samplers
+from . import control, hires, ip_adapter, quantization, samplers
 from .backend import ModelInfo
 from .errors import ModelLoadError
 from .options import PipelineOptions
@@ -372,4 +372,5 @@ def describe(self: Any) -> ModelInfo:
         upscalers=tuple(self.upscalers.names(latent=traits.class_name in hires.LATENT_FAMILIES)),
         controlnets=tuple(self.controlnets.names()),
         controlnet_tasks=control.tasks(traits.class_name),
+        ip_adapters=tuple(self.ip_adapters.names()) if traits.class_name in ip_adapter.FAMILIES else (),
     )

@@ -142,6 +142,7 @@ class OpenVinoHook(ModelHook):
         self.dynamic = self.kind in DYNAMIC_SAFE  # one graph for every shape, else one per input shapes
         self.weights = weights_hash(module)
         self.lora = ""  # the active LoRA set where the module has LoRA layers (OpenVinoRuntime.use_loras)
+        self.ip_adapter = ""  # the UNet's IP-Adapters and scales (OpenVinoRuntime.use_ip_adapters)
         self.graphs: OrderedDict[str, _Entry] = OrderedDict()
         self.seen: set[str] = set()
         self.last: _Entry | None = None
@@ -166,6 +167,7 @@ class OpenVinoHook(ModelHook):
             "module": self.kind,
             "weights": self.weights,
             "lora": self.lora,
+            "ip_adapter": self.ip_adapter,
             "runtime": self.runtime.identity,
             "tensors": [
                 [str(leaves[i].dtype), leaves[i].ndim if self.dynamic else list(leaves[i].shape)] for i in tensor_at
@@ -235,6 +237,13 @@ class OpenVinoRuntime:
         that hold LoRA layers, so each set gets (and caches) its own graphs."""
         for name, hook in self.hooks.items():
             hook.lora = key if key and has_lora_layers(self.modules[name]) else ""
+
+    def use_ip_adapters(self, key: str) -> None:
+        """The IP-Adapters in the UNet and their scales for the next calls (pipelines.ip_adapter): their
+        processors and scales are traced into the UNet's graph, so each set gets its own graphs, as a
+        LoRA set does. They go into the UNet only (every family that takes them has one)."""
+        if "unet" in self.hooks:
+            self.hooks["unet"].ip_adapter = key
 
     def describe(self) -> str:
         parts = [f"{name} {hook.describe()}" for name, hook in self.hooks.items()]

@@ -24,11 +24,13 @@ DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-shapes"
 DEFAULT_LORA_DIR = REPO_ROOT / "models" / "loras"
 DEFAULT_UPSCALER_DIR = REPO_ROOT / "models" / "upscalers"
 DEFAULT_CONTROLNET_DIR = REPO_ROOT / "models" / "controlnets"
+DEFAULT_IPADAPTER_DIR = REPO_ROOT / "models" / "ip_adapters"
 DEFAULT_EMBEDDINGS_DIR = REPO_ROOT / "embeddings"  # where A1111 keeps them
 DEFAULT_STYLES_FILE = REPO_ROOT / "styles.csv"  # where A1111 keeps it
 DEFAULT_OPENVINO_CACHE = Path.home() / ".cache" / "diffusion-anywhere" / "openvino"
 PATH_FIELDS = (
-    "model_id", "lora_dir", "upscaler_dir", "controlnet_dir", "embeddings_dir", "styles_file", "base_model", "openvino_cache"
+    "model_id", "lora_dir", "upscaler_dir", "controlnet_dir", "ipadapter_dir", "embeddings_dir", "styles_file",
+    "base_model", "openvino_cache",
 )  # fmt: skip  # files or folders here
 
 
@@ -97,6 +99,12 @@ class PipelineOptions(Section, title="Pipeline"):
         "folder of ControlNets for ControlNet units: diffusers folders (config.json + weights) or A1111-style single "
         "SD/SDXL files, beside the embedded ones (docs/controlnet.md)",
         shown="`models/controlnets`",
+    )  # fmt: skip
+    ipadapter_dir: Path = setting(
+        "IPADAPTER_DIR", DEFAULT_IPADAPTER_DIR,
+        "folder of IP-Adapters for image prompts: one folder each, its weights (ip_adapter.safetensors) beside an "
+        "image_encoder/ folder, beside the embedded ones (docs/controlnet.md)",
+        shown="`models/ip_adapters`",
     )  # fmt: skip
     tiled_vae_pixels: int | None = setting(
         "TILED_VAE_PIXELS", None,

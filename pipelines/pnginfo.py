@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from PIL import Image
 
-from . import control, hires
+from . import control, hires, ip_adapter
 from . import pnginfo_tools as tools
 from .inpaint import MASKED_CONTENT
 from .pnginfo_comfy import parse_comfyui, workflow_to_graph
@@ -126,9 +126,11 @@ def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
         out["step_cache"], out["step_cache_threshold"] = cache.method, cache.threshold
     _inpaint_fields(out, extra)
     hires.read_infotext(out, extra)
-    units = control.read_infotext(extra)
-    if units:  # their settings: a PNG does not hold the control images
-        out["controlnet"] = units
+    units = control.read_infotext(extra)  # their settings: a PNG holds neither kind of picture
+    if any(not ip_adapter.is_ip_unit(u) for u in units):
+        out["controlnet"] = [u for u in units if not ip_adapter.is_ip_unit(u)]
+    if any(ip_adapter.is_ip_unit(u) for u in units):
+        out["ip_adapter"] = [ip_adapter.from_unit(u) for u in units if ip_adapter.is_ip_unit(u)]
 
 
 def _inpaint_fields(out: dict[str, Any], extra: dict[str, str]) -> None:

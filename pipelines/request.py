@@ -60,6 +60,7 @@ __all__ = ["RequestError", "dotted", "request_error"]  # re-exported: the schema
 from .control import ControlUnit
 from .hires import Hires
 from .inpaint import DEFAULT_STRENGTH, Inpaint
+from .ip_adapter import ImagePrompt
 
 SEED_SPACE = 2**64  # torch.Generator.manual_seed takes 0..2^64-1
 RANDOM_SEED_SPACE = 2**32  # random seeds: short, and valid in tools that keep 32-bit seeds
@@ -181,6 +182,9 @@ class GenerationRequest(Schema):
     controlnet: Annotated[tuple[ControlUnit, ...], Units(ControlUnit), About("ControlNet", a1111="alwayson_scripts")] = Field(
         (), description="ControlNet units: each a control image, its preprocessor, a model, weight, start/end (pipelines.control)"
     )  # fmt: skip
+    ip_adapter: Annotated[tuple[ImagePrompt, ...], Units(ImagePrompt, most=4), About("Image prompt", a1111="alwayson_scripts")] = Field(
+        (), description="IP-Adapter image prompts: each a reference picture, an adapter and a scale (pipelines.ip_adapter)"
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _one_task(self) -> GenerationRequest:
@@ -275,6 +279,12 @@ def fields(task: str | None = None) -> list[Spec]:
     """Every field of a request, flat and in the schema's order (what front ends derive from);
     `task`: only those a request of that kind uses."""
     return [spec for spec in _specs().values() if task is None or task in spec.about.tasks]
+
+
+def unit_fields() -> tuple[str, ...]:
+    """The request's lists of parts with a picture each (ControlNet units, image prompts): the front
+    ends decode, and the Ray wire carries, the pictures of exactly these."""
+    return tuple(s.name for s in fields() if s.kind == "units")
 
 
 def spec(name: str) -> Spec:

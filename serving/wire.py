@@ -16,7 +16,7 @@ from typing import Any
 from PIL import Image
 
 from pipelines import errors
-from pipelines.request import GenerationRequest, GenerationResult
+from pipelines.request import GenerationRequest, GenerationResult, unit_fields
 
 PNG_LEVEL = 1  # lossless at any level; level 1 keeps encoding cheap next to the denoising
 
@@ -41,8 +41,9 @@ def request_to_wire(request: GenerationRequest) -> dict[str, Any]:
         data["init_images"] = [png_bytes(image) for image in request.init_images]
     if request.inpaint is not None:
         data["inpaint"]["mask"] = png_bytes(request.inpaint.mask)
-    for unit, sent in zip(request.controlnet, data["controlnet"], strict=True):
-        sent["image"] = png_bytes(unit.image)
+    for name in unit_fields():  # ControlNet units, image prompts
+        for unit, sent in zip(getattr(request, name), data[name], strict=True):
+            sent["image"] = png_bytes(unit.image)
     return data
 
 
@@ -53,7 +54,8 @@ def request_from_wire(data: dict[str, Any]) -> GenerationRequest:
         data["init_images"] = [png_image(b) for b in data["init_images"]]
     if data.get("inpaint") is not None:
         data["inpaint"] = {**data["inpaint"], "mask": png_image(data["inpaint"]["mask"])}
-    data["controlnet"] = [{**unit, "image": png_image(unit["image"])} for unit in data.get("controlnet") or ()]
+    for name in unit_fields():
+        data[name] = [{**unit, "image": png_image(unit["image"])} for unit in data.get(name) or ()]
     return GenerationRequest(**data)
 
 

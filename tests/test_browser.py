@@ -658,6 +658,37 @@ def test_hires_fix_and_the_upscale_tab_in_the_browser(browser, served, tmp_path)
     page.close()
 
 
+def test_an_image_prompt_gives_the_reference_colour_in_the_browser(browser, served, tmp_path):
+    """Open Image prompt, upload a reference picture, generate with a prompt naming no colour: the shape
+    has the reference's colour, and the PNG records the image prompt as A1111 writes an IP-Adapter unit."""
+    from PIL import Image
+    from playwright.sync_api import expect
+
+    from models.scoring import classify
+    from models.train.world import Scene, draw
+
+    url, out = served
+    reference = Scene("yellow", "triangle", "purple", 0.5, 0.5, 0.5, 0.0)
+    upload = tmp_path / "reference.png"
+    draw(reference).save(upload)
+    before = set(out.rglob("*.png"))
+    page = _one_image_form(browser, url, "a circle")
+    page.locator("#random-seed input").uncheck()  # seed 0: the same image on every run
+    page.get_by_role("button", name="Image prompt").first.click()
+    page.locator("#ip-adapter-0-image input[type=file]").set_input_files(str(upload))
+    expect(page.locator("#ip-adapter-0-image img")).to_have_count(1, timeout=30_000)
+    page.get_by_role("button", name="Generate").click()
+    expect(page.locator("#info-line")).to_contain_text("1 image(s) in", timeout=120_000)
+    made = sorted(set(out.rglob("*.png")) - before)
+    assert len(made) == 1, made
+    png = Image.open(made[0])
+    assert 'ControlNet 0: "Module: ip-adapter, Model: shapes-colour, Weight: 1"' in png.text["parameters"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "app-image-prompt.png"), full_page=True)
+    assert classify(png).color == "yellow", png.text["parameters"]
+    page.close()
+
+
 def test_controlnet_places_the_shape_of_an_uploaded_picture_in_the_browser(browser, served, tmp_path):
     """Upload a picture into a ControlNet unit, see its canny map, generate: the shape lands where the
     picture has it (the base model alone draws it centred), and the PNG records the unit."""

@@ -258,9 +258,9 @@ def test_an_endpoints_base64_unit_image_is_checked_before_it_is_decoded():
         return base64.b64encode(buffer.getvalue()).decode()
 
     limits = Limits(MODEL, 2000, 16, 100 * 100)
-    (got,) = unit_images([{"image": "data:image/png;base64," + b64(Image.new("RGB", (64, 48), "red")), "model": MODEL}], limits)
+    (got,) = unit_images([{"image": "data:image/png;base64," + b64(Image.new("RGB", (64, 48), "red")), "model": MODEL}], "controlnet", limits)
     assert got["image"].size == (64, 48) and got["image"].getpixel((0, 0)) == (255, 0, 0)
     with pytest.raises(InputError, match=r"controlnet\[0\].image: 200x200 = 40000 pixels, more than the limit of 10000"):
-        unit_images([{"image": b64(Image.new("RGB", (200, 200))), "model": MODEL}], limits)
+        unit_images([{"image": b64(Image.new("RGB", (200, 200))), "model": MODEL}], "controlnet", limits)
     with pytest.raises(InputError, match="expected a base64-encoded image"):
-        unit_images([{"image": str(DEFAULT_MODEL / "samples.png"), "model": MODEL}], limits)
+        unit_images([{"image": str(DEFAULT_MODEL / "samples.png"), "model": MODEL}], "controlnet", limits)

@@ -25,6 +25,7 @@ from PIL import Image
 from engine.inputs import Limits, read
 from pipelines.backend import ModelInfo
 from pipelines.fields import TASKS, Choice, Range, Seed, Spec
+from pipelines.ip_adapter import ImagePrompt
 from pipelines.request import GenerationRequest, fields, nest, spec
 
 SIZE = (64, 64)
@@ -39,10 +40,13 @@ LIMITS = Limits(MODEL, 2000, 16, 4096 * 4096)
 SAMPLES: dict[str, Any] = {"sampler": "Euler a", "hires_sampler": "DDIM", "hires_upscaler": "Nearest", "loras": {"outline": 0.5}, "width": 48, "height": 40, "num_images": 2}
 
 
-def unit_sample() -> list[dict[str, Any]]:
-    """ControlNet units (their fields: pipelines.control.ControlUnit), each unlike the defaults."""
+def unit_sample(item: Spec) -> list[dict[str, Any]]:
+    """ControlNet units (pipelines.control.ControlUnit) or image prompts (pipelines.ip_adapter.ImagePrompt),
+    each field unlike its default."""
     image = Image.new("RGB", SIZE, "white")
     image.paste((0, 0, 0), (10, 10, 30, 50))
+    if item.value.part is ImagePrompt:
+        return [{"image": image, "model": "shapes-colour", "scale": 0.5}]
     return [{"image": image, "model": "shapes-silhouette", "module": "canny", "weight": 0.5, "guidance_start": 0.1,
              "guidance_end": 0.8, "control_mode": "ControlNet is more important", "resize_mode": "Just Resize",
              "processor_res": 64, "threshold_a": 50.0, "threshold_b": 150.0}]  # fmt: skip
@@ -51,7 +55,7 @@ def unit_sample() -> list[dict[str, Any]]:
 def sample(item: Spec) -> Any:
     """A value of `item` unlike its default, as a caller means it."""
     if item.kind == "units":
-        return unit_sample()
+        return unit_sample(item)
     if item.name in SAMPLES:
         return SAMPLES[item.name]
     value = item.value
@@ -156,6 +160,10 @@ A1111_ENCODED = {
     "init_images": lambda v: {"init_images": [b64(i) for i in v]},
     "mask": lambda v: {"mask": b64(v)},
     "controlnet": lambda v: {"alwayson_scripts": {"controlnet": {"args": [{**u, "image": b64(u["image"])} for u in v]}}},
+    # an IP-Adapter is a ControlNet unit to A1111's extension: its module names it, its weight is the scale
+    "ip_adapter": lambda v: {"alwayson_scripts": {"controlnet": {"args": [
+        {"image": b64(u["image"]), "module": "ip-adapter_clip_sd15", "model": u["model"], "weight": u["scale"]} for u in v
+    ]}}},
 }
 
 

@@ -163,6 +163,24 @@ def test_a_lora_set_gets_its_own_graph_and_its_effect(ov_pipeline, torch_pipelin
     assert_close(ov_pipeline.generate(request()), plain, floor=99)  # back to the LoRA-free graph, same pixels
 
 
+def test_an_image_prompt_set_and_its_scales_get_their_own_graphs(ov_pipeline, torch_pipeline):
+    """The IP-Adapter's processors and scales are traced into the UNet: each set and scale converts its
+    own graph, so a second scale is not run with the first one's graph."""
+    from models.train.world import Scene, draw
+
+    reference = draw(Scene("yellow", "triangle", "purple", 0.5, 0.5, 0.5, 0.0))
+
+    def prompted(scale: float) -> GenerationRequest:
+        return request(prompt="a circle", ip_adapter=[{"image": reference, "model": "shapes-colour", "scale": scale}])
+
+    plain = ov_pipeline.generate(request(prompt="a circle"))
+    for scale in (1.0, 0.4):
+        assert_close(ov_pipeline.generate(prompted(scale)), torch_pipeline.generate(prompted(scale)))
+    assert "shapes-colour:" in ov_pipeline.runtime.hooks["unet"].ip_adapter
+    assert ov_pipeline.runtime.hooks["unet"].ip_adapter.endswith("@0.4")
+    assert_close(ov_pipeline.generate(request(prompt="a circle")), plain, floor=99)  # the adapter-free graph again
+
+
 def test_static_shapes_compile_one_graph_per_batch_and_size(ov_cache, torch_pipeline):
     """OPENVINO_SHAPES=static (the NPU's rule, here on the CPU plugin): a new batch or size compiles the same
     converted graph for its shapes, and the images stay torch's."""

@@ -49,7 +49,24 @@ def control_dir(tiny_model_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def backend(tiny_model_dir, control_dir):
+def adapter_dir(tiny_model_dir, tmp_path_factory):
+    """A random IP-Adapter for the tiny model, in the folder layout IPADAPTER_DIR takes."""
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    from models.train.ip_adapter import build_encoder, initial_adapter, write_adapter
+
+    folder = tmp_path_factory.mktemp("ip_adapters")
+    unet = UNet2DConditionModel.from_pretrained(tiny_model_dir, subfolder="unet")
+    state = initial_adapter(unet, torch.Generator().manual_seed(0))
+    state["image_proj"]["proj.weight"].normal_(std=1.0)  # so that it visibly steers
+    write_adapter(folder / "tiny", state, build_encoder()[0])
+    OPTIONS["ipadapter_dir"] = str(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir, control_dir, adapter_dir):
     from ray import serve
 
     from serving.ray_backend import RayBackend
@@ -75,7 +92,7 @@ def backend(tiny_model_dir, control_dir):
 
 
 @pytest.fixture(scope="module")
-def local(tiny_model_dir, control_dir):
+def local(tiny_model_dir, control_dir, adapter_dir):
     return ImagePipeline.from_pretrained(tiny_model_dir, DeviceManager("cpu"), **OPTIONS)
 
 
@@ -112,6 +129,14 @@ def test_a_controlnet_unit_travels_with_its_image_and_gives_the_in_process_image
     assert_same(remote, local.generate(sent))
     assert remote.metadata[0]["controlnet"][0]["module"] == "canny"
     assert remote.images[0].tobytes() != local.generate(request()).images[0].tobytes()  # the unit did something
+
+
+def test_an_image_prompt_travels_with_its_picture_and_gives_the_in_process_images(backend, local):
+    sent = request(ip_adapter=[{"image": Image.new("RGB", (32, 32), (240, 210, 40)), "model": "tiny", "scale": 0.8}])
+    remote = backend.generate(sent)
+    assert_same(remote, local.generate(sent))
+    assert remote.metadata[0]["ip_adapter"] == [{"model": "tiny", "scale": 0.8}]
+    assert remote.images[0].tobytes() != local.generate(request()).images[0].tobytes()  # the picture did something
 
 
 def test_an_inpaint_travels_with_its_mask_and_keeps_the_unmasked_pixels(backend, local):

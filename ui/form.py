@@ -20,10 +20,15 @@ from typing import Any
 import gradio as gr
 
 from pipelines.backend import ModelInfo
+from pipelines.control import ControlUnit
 from pipelines.fields import Choice, Range, Seed, Spec
+from pipelines.ip_adapter import ImagePrompt
 from pipelines.request import STEP_CACHE_THRESHOLDS, STRENGTH, fields, spec
 from pipelines.step_cache import FAMILIES
-from ui import control_panel
+from ui import control_panel, image_prompt_panel
+
+# The panels of the request's lists of parts (kind "units"): components, read, fill.
+PANELS = (control_panel.ControlPanel, image_prompt_panel.ImagePromptPanel)
 
 TASK = {"generate": "txt2img", "edit": "img2img", "inpaint": "inpaint"}
 PREFIX = {"generate": "", "edit": "edit-", "inpaint": "inpaint-"}  # of the elements' ids (browser tests find them)
@@ -169,7 +174,7 @@ class Form:
         """Every component the form's values are read from."""
         out = []
         for name in self.built:
-            if isinstance(self.c[name], control_panel.ControlPanel):
+            if isinstance(self.c[name], PANELS):
                 out += self.c[name].components
                 continue
             out += self.c["scales"] if name == "loras" else []
@@ -179,7 +184,7 @@ class Form:
 
     def read(self, v: dict[Any, Any]) -> dict[str, Any]:
         """The flat values of an event's inputs (`v`: component -> value)."""
-        panels = {name for name in self.built if isinstance(self.c[name], control_panel.ControlPanel)}
+        panels = {name for name in self.built if isinstance(self.c[name], PANELS)}
         flat = {name: v[self.c[name]] for name in self.built if name not in ("seed", "loras", *panels)}
         flat.update({name: self.c[name].read(v) for name in panels})
         if "seed" in self.built:
@@ -273,8 +278,12 @@ def _loras(form: Form, item: Spec, props: dict[str, Any]) -> Any:
 
 
 def _units(form: Form, item: Spec, props: dict[str, Any]) -> Any:
-    """ControlNet units: an accordion of unit tabs (ui.control_panel)."""
-    return control_panel.build(PREFIX[form.tab], list(form.info.controlnets), props["label"])
+    """ControlNet units (ui.control_panel) or image prompts (ui.image_prompt_panel): an accordion each."""
+    if item.value.part is ImagePrompt:
+        return image_prompt_panel.build(PREFIX[form.tab], list(form.info.ip_adapters), props["label"])
+    if item.value.part is ControlUnit:
+        return control_panel.build(PREFIX[form.tab], list(form.info.controlnets), props["label"])
+    raise TypeError(f"no panel for {item.value.part.__name__} ({item.name})")
 
 
 def _register(builder: Callable[[Form, Spec, dict[str, Any]], Any]) -> Callable[[Form, Spec, dict[str, Any]], Any]:

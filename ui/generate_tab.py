@@ -72,6 +72,7 @@ def build(studio: Studio) -> dict[str, Any]:
                 form.add("hires_prompt", placeholder="empty: the first pass's prompt")
                 form.add("hires_negative_prompt", placeholder="empty: the first pass's negative prompt")
             form.add("controlnet")  # its own accordion (ui.control_panel)
+            form.add("ip_adapter")  # its own accordion (ui.image_prompt_panel)
             with gr.Accordion("Advanced", open=False):
                 for name in ("sampler", "steps", "guidance_scale", "guidance_end", "width", "height"):
                     form.add(name)

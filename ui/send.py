@@ -28,7 +28,7 @@ from pipelines.inpaint import DEFAULT_STRENGTH
 from pipelines.request import IMG2IMG_STRENGTH, SEED_SPACE, fields, spec
 from pipelines.samplers import from_any
 from pipelines.step_cache import NONE, StepCache, canonical
-from ui.form import SLIDER_THRESHOLD_MIN, Form, slider_threshold
+from ui.form import PANELS, SLIDER_THRESHOLD_MIN, Form, slider_threshold
 
 
 def _fit_size(value: Any, info: ModelInfo, default: int) -> int:
@@ -71,6 +71,10 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
     values["controlnet"] = [control.settings_of(unit) for unit in params.get("controlnet") or []]
     if values["controlnet"]:
         notes.append(f"{len(values['controlnet'])} ControlNet unit(s): settings restored; add their control images")
+    values["ip_adapter"] = [p for p in params.get("ip_adapter") or [] if p.get("model") in info.ip_adapters]
+    if params.get("ip_adapter"):
+        notes.append(f"{len(params['ip_adapter'])} image prompt(s): {len(values['ip_adapter'])} restored "
+                     "(adapters this model has); add their reference images")  # fmt: skip
     return values, notes
 
 
@@ -200,7 +204,7 @@ def fill(form: Form, values: dict[str, Any]) -> dict[Any, Any]:
     for name in form.built:
         if name in NOT_SENT or name not in values:
             continue
-        if name == "controlnet":
+        if isinstance(c[name], PANELS):  # ControlNet units, image prompts
             out.update(c[name].fill(values[name]))
         elif name == "loras":
             chosen = values["loras"]

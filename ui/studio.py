@@ -18,6 +18,7 @@ from engine.inputs import Limits, read
 from engine.jobs import Job
 from pipelines import GenerationRequest, GenerationResult, OutOfMemoryError, PipelineError
 from pipelines.backend import ModelInfo
+from pipelines.request import unit_fields
 from pipelines.tokens import token_summary
 from ui import uploads
 from ui.callers import caller_of, user_of
@@ -46,8 +47,8 @@ class Studio:
 
     def request(self, flat: dict[str, Any], limits: Limits) -> GenerationRequest:
         """The request of a tab's or an endpoint's flat values; the forms take one prompt per line."""
-        units = uploads.unit_images(flat.get("controlnet"), limits)  # the API's base64 images, checked first
-        return read({**flat, "prompt": one_prompt_per_line(flat.get("prompt")), "controlnet": units}, limits)
+        units = {name: uploads.unit_images(flat.get(name), name, limits) for name in unit_fields()}  # base64, checked first
+        return read({**flat, "prompt": one_prompt_per_line(flat.get("prompt")), **units}, limits)
 
     def edit_request(self, raw: dict[str, Any], files: Any) -> GenerationRequest:
         """The Edit tab's request: its fields, and the uploaded images checked from their headers."""

@@ -108,16 +108,16 @@ def check_pixels(image: Image.Image, name: str, limits: Limits) -> None:
         )
 
 
-def unit_images(units: Any, limits: Limits) -> Any:
-    """ControlNet units as an endpoint receives them in JSON: each image as base64 (or a data URL; never a
-    path: a caller does not name files on this server), decoded only after its header passed the pixel
-    check. Anything else is left for the schema to refuse."""
+def unit_images(units: Any, field: str, limits: Limits) -> Any:
+    """ControlNet units or image prompts (`field`) as an endpoint receives them in JSON: each image as
+    base64 (or a data URL; never a path: a caller does not name files on this server), decoded only
+    after its header passed the pixel check. Anything else is left for the schema to refuse."""
     if not isinstance(units, list):
         return units
     out = []
     for i, unit in enumerate(units):
         if isinstance(unit, dict) and isinstance(unit.get("image"), str) and unit["image"]:
-            unit = {**unit, "image": _base64_image(unit["image"], f"controlnet[{i}].image", limits)}
+            unit = {**unit, "image": _base64_image(unit["image"], f"{field}[{i}].image", limits)}
         out.append(unit)
     return out
 

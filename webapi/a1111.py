@@ -381,7 +381,7 @@ def controlnet_routes(api: A1111) -> list[tuple[str, str, Handler]]:
     """sd-webui-controlnet's routes (webapi.a1111_controlnet), under /controlnet."""
     return [
         ("GET", "version", api.listing(lambda: {"version": controlnet.VERSION})),
-        ("GET", "model_list", api.listing(lambda: controlnet.model_list(api.engine.model_info().controlnets))),
+        ("GET", "model_list", api.listing(lambda: controlnet.model_list(api.engine.model_info()))),
         ("GET", "module_list", api.listing(controlnet.module_list)),
         ("POST", "detect", api.controlnet_detect),
     ]

@@ -25,6 +25,8 @@ from typing import Any
 
 from PIL import Image
 
+from pipelines import ip_adapter
+from pipelines.backend import ModelInfo
 from pipelines.control import CONTROL_MODES, RESIZE_MODES, setting
 from pipelines.control_maps import ALIASES, PREPROCESSORS, PreprocessorError, detect
 
@@ -81,6 +83,14 @@ def units(payload: dict[str, Any], fallback: Image.Image | None, limits: Any, ma
     return out
 
 
+def split(found: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The body's units as our two fields: ControlNet units, and IP-Adapter units (module "ip-adapter*",
+    as the extension and Forge send them) as image prompts, their weight the scale (the schema checks it)."""
+    prompts = [{**{k: u[k] for k in ("image", "model") if k in u}, **({"scale": u["weight"]} if "weight" in u else {})}
+               for u in found if ip_adapter.is_ip_unit(u)]  # fmt: skip
+    return {"controlnet": [u for u in found if not ip_adapter.is_ip_unit(u)], "ip_adapter": prompts}
+
+
 def _image(raw: dict[str, Any], where: tuple, fallback: Image.Image | None, limits: Any, max_bytes: int) -> Image.Image:
     value = raw.get("image") or raw.get("input_image")
     if isinstance(value, dict):
@@ -129,8 +139,9 @@ def _negative(value: Any) -> bool:
 
 
 # ------------------------------------------------------------------ the /controlnet routes
-def model_list(names: tuple[str, ...]) -> dict[str, Any]:
-    return {"model_list": list(names)}
+def model_list(info: ModelInfo) -> dict[str, Any]:
+    """The ControlNets, then the IP-Adapters (the extension lists both; a unit picks either)."""
+    return {"model_list": [*info.controlnets, *info.ip_adapters]}
 
 
 def module_list() -> dict[str, Any]:
@@ -140,7 +151,9 @@ def module_list() -> dict[str, Any]:
         sliders = [{"name": slider[0], "value": slider[1], "min": 0, "max": 255 if name != "tile" else 8}
                    for slider in (pre.threshold_a, pre.threshold_b) if slider]  # fmt: skip
         detail[name] = {"model_free": name == "none", "sliders": sliders}
-    return {"module_list": [*PREPROCESSORS, *(a for a in ALIASES if a not in PREPROCESSORS)], "module_detail": detail}
+    detail[ip_adapter.MODULE] = {"model_free": False, "sliders": []}  # the adapter's own encoder reads the picture
+    names = [*PREPROCESSORS, *(a for a in ALIASES if a not in PREPROCESSORS), ip_adapter.MODULE]
+    return {"module_list": names, "module_detail": detail}
 
 
 def detect_maps(payload: dict[str, Any], limits: Any, max_bytes: int) -> list[Image.Image]:

@@ -285,7 +285,7 @@ CONVERTED: dict[str, Callable[..., None]] = {
     "inpaint_area": _inpaint_full_res,
 }
 _READ_APART = {"prompt", "loras", "num_images", "sampler", "hires_sampler", "width", "height", "init_images", "mask",
-               "controlnet"}  # fmt: skip
+               "controlnet", "ip_adapter"}  # fmt: skip
 SAME_SAMPLER = (None, "", "Use same sampler")  # A1111's hr_sampler_name for "the first pass's"
 
 
@@ -328,7 +328,7 @@ def common(payload: dict[str, Any], limits: Limits, task: str, images_in: int = 
 def txt2img(payload: dict[str, Any], limits: Limits, max_bytes: int = 0) -> Parsed:
     """A text-to-image request; ControlNet units' images decoded after header checks (`max_bytes`)."""
     flat, parsed = common(payload, limits, "txt2img")
-    flat["controlnet"] = a1111_controlnet.units(payload, None, limits, max_bytes, parsed.warnings)
+    flat.update(a1111_controlnet.split(a1111_controlnet.units(payload, None, limits, max_bytes, parsed.warnings)))
     model = limits.model  # A1111's txt2img always has a size: the model's where none was sent
     flat.update(width=flat["width"] or model.default_width, height=flat["height"] or model.default_height)
     parsed.request = read(flat, limits, blank_is_unset=False)
@@ -375,7 +375,7 @@ def img2img(payload: dict[str, Any], limits: Limits, max_bytes: int) -> Parsed:
     limits = limits.for_task(task)  # inpaints run on the main model, edits on the model serving edits
     flat, parsed = common(payload, limits, task, len(pictures))
     flat.update(init_images=pictures, mask=mask)
-    flat["controlnet"] = a1111_controlnet.units(payload, pictures[0], limits, max_bytes, parsed.warnings)
+    flat.update(a1111_controlnet.split(a1111_controlnet.units(payload, pictures[0], limits, max_bytes, parsed.warnings)))
     if task == "img2img":
         flat.setdefault("strength", A1111_IMG2IMG_STRENGTH)
         if not limits.model.image_guidance:

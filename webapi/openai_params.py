@@ -145,27 +145,27 @@ def _flat(raw: dict[str, Any], task: str, limits: Limits) -> dict[str, Any]:
             except ValueError:
                 raise RequestError(name, f"must be a JSON object of name -> scale, got {shown(value)}") from None
         if kinds[name] == "units":
-            value = _units(value, limits)
+            value = _units(name, value, limits)
         flat[name] = value
     return flat
 
 
-def _units(value: Any, limits: Limits) -> Any:
-    """ControlNet units as `extra_body` sends them: JSON (text in a form), each image base64, decoded after
-    its header passed the pixel check."""
+def _units(name: str, value: Any, limits: Limits) -> Any:
+    """ControlNet units or image prompts (`name`) as `extra_body` sends them: JSON (text in a form), each
+    image base64, decoded after its header passed the pixel check."""
     if isinstance(value, str) and value.strip().startswith("["):
         try:
             value = json.loads(value)
         except ValueError:
-            raise RequestError("controlnet", f"must be a JSON list of units, got {shown(value)}") from None
+            raise RequestError(name, f"must be a JSON list of units, got {shown(value)}") from None
     if not isinstance(value, list):
         return value
     out = []
     for i, unit in enumerate(value):
         if isinstance(unit, dict) and isinstance(unit.get("image"), str):
             cap = limits.max_upload_pixels * 4  # bytes: an uncompressed RGBA image at the pixel limit
-            data = images.from_base64(unit["image"], ("controlnet", i, "image"), cap)
-            unit = {**unit, "image": images.open_bytes(data, ("controlnet", i, "image"), limits.max_upload_pixels, cap)}
+            data = images.from_base64(unit["image"], (name, i, "image"), cap)
+            unit = {**unit, "image": images.open_bytes(data, (name, i, "image"), limits.max_upload_pixels, cap)}
         out.append(unit)
     return out
 

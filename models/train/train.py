@@ -5,6 +5,7 @@
     python -m models.train.train edit [--steps N]   # the instruction editor (models/train/edit.py)
     python -m models.train.train edit-from-export [--source DIR]   # then `edit` runs only its last phase
     python -m models.train.train control [--steps N]   # the embedded ControlNet (models/train/control.py)
+    python -m models.train.train ip-adapter [--steps N]   # the embedded IP-Adapter (models/train/ip_adapter.py)
 
 Each stage is seeded and checkpoints to `models/train/runs/<stage>/` (git-ignored) every few
 hundred steps; running the same command again resumes from the last checkpoint and, because
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 
 LORA_OUT = MODELS_DIR / "loras"
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 1500}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
@@ -329,6 +330,12 @@ def _train_control(steps: int) -> None:
     train_control(steps)
 
 
+def _train_ip_adapter(steps: int) -> None:
+    from .ip_adapter import train_ip_adapter  # needs tiny-shapes trained first
+
+    train_ip_adapter(steps)
+
+
 def _export_edit(_steps: int | None = None) -> None:
     from .edit import export_edit
 
@@ -343,7 +350,7 @@ def _edit_from_export(source: Path | None = None) -> None:
 
 STAGES = {
     "vae": train_vae, "unet": train_unet, "export": export_model, "lora": train_lora,
-    "edit": _train_edit, "control": _train_control, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
+    "edit": _train_edit, "control": _train_control, "ip-adapter": _train_ip_adapter, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
 }  # fmt: skip
 
 

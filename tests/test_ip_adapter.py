@@ -1,0 +1,145 @@
+"""IP-Adapter image prompts: the schema part, the embedded adapter carrying a reference's colour, scale 0
+and no image prompt exact, every task and ControlNet beside it, several adapters, PNG info, refusals,
+SDXL. The A1111 API (an IP-Adapter unit through webuiapi) is in tests/test_a1111_api.py; every front
+end's field in tests/test_fields.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from models.eval_control import foreground, iou
+from models.eval_ip_adapter import cases
+from models.scoring import classify
+from models.train.control import CONTROL_OUT, silhouette
+from models.train.ip_adapter import IP_ADAPTER_OUT, build_encoder, colourless_prompt, initial_adapter, write_adapter
+from models.train.world import draw
+from pipelines import GenerationRequest, ImagePipeline
+from pipelines.errors import UnsupportedTaskError
+from pipelines.fields import RequestError
+from pipelines.metadata import a1111_parameters
+from pipelines.options import DEFAULT_MODEL
+from pipelines.pnginfo import parse_a1111
+from tests.families import build
+
+ADAPTER = IP_ADAPTER_OUT.name
+PAIRS = cases(8, seed=41)  # (scene, reference of the scene's colour): a stream neither training nor the eval drew
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    return ImagePipeline.from_pretrained(DEFAULT_MODEL, runtime="torch")
+
+
+def prompt(reference, **fields) -> dict:
+    return {"image": draw(reference), "model": ADAPTER, **fields}
+
+
+def run(pipeline, scene, seed: int = 5, **fields):
+    return pipeline.generate(GenerationRequest(colourless_prompt(scene, False), steps=12, seed=seed, **fields))
+
+
+def same(a, b) -> bool:
+    return all(x.tobytes() == y.tobytes() for x, y in zip(a.images, b.images, strict=True))
+
+
+def test_an_image_prompt_is_checked_by_the_schema_and_the_refusal_names_it():
+    picture = Image.new("RGB", (64, 64))
+    with pytest.raises(RequestError, match=r"ip_adapter\[0\]: scale: 3 is out of range 0..2"):
+        GenerationRequest("a circle", ip_adapter=[{"image": picture, "model": ADAPTER, "scale": 3}])
+    with pytest.raises(RequestError, match=r"ip_adapter\[1\]: model: is required"):
+        GenerationRequest("a circle", ip_adapter=[{"image": picture, "model": ADAPTER}, {"image": picture}])
+    with pytest.raises(RequestError, match=r"ip_adapter\[0\]: module: is not a field of a unit"):
+        GenerationRequest("a circle", ip_adapter=[{"image": picture, "model": ADAPTER, "module": "canny"}])
+    with pytest.raises(RequestError, match="at most 4 units, got 5"):
+        GenerationRequest("a circle", ip_adapter=[{"image": picture, "model": ADAPTER}] * 5)
+
+
+def test_the_references_colour_carries_over_and_scale_0_or_none_changes_nothing(pipeline):
+    """A prompt naming no colour: the shape takes the reference's colour; scale 0 is the image of no
+    image prompt bit for bit, and so is a plain request after one (the adapter is unloaded)."""
+    carried = [run(pipeline, s, ip_adapter=[prompt(r)]).images[0] for s, r in PAIRS]
+    assert sum(classify(image).color == s.color for image, (s, _) in zip(carried, PAIRS, strict=True)) >= 6
+    scene, reference = PAIRS[0]
+    plain = run(pipeline, scene)
+    assert same(run(pipeline, scene, ip_adapter=[prompt(reference, scale=0)]), plain)
+    assert same(run(pipeline, scene), plain)
+    assert pipeline._ip.names == () and pipeline.pipe.image_encoder is None  # nothing left in the UNet
+
+
+def test_two_image_prompts_run_two_adapters_each_at_its_own_scale(pipeline):
+    (scene, first), (_, second) = PAIRS[1], PAIRS[2]
+    one = run(pipeline, scene, ip_adapter=[prompt(first)])
+    assert same(run(pipeline, scene, ip_adapter=[prompt(first), prompt(second, scale=0)]), one)
+    assert not same(run(pipeline, scene, ip_adapter=[prompt(first), prompt(second, scale=1)]), one)
+
+
+def test_image_prompts_run_in_img2img_and_inpaint_and_beside_controlnet_units(pipeline):
+    scene, reference = PAIRS[3]
+    start = draw(scene)
+    for fields in ({"init_images": [start], "strength": 0.9},
+                   {"init_images": [start], "inpaint": {"mask": Image.new("L", (64, 64), 255)}}):  # fmt: skip
+        plain = run(pipeline, scene, **fields)
+        assert not same(run(pipeline, scene, ip_adapter=[prompt(reference)], **fields), plain)
+    hits = 0
+    for s, r in PAIRS[:4]:  # colour from the picture, place from the map
+        image = run(pipeline, s, ip_adapter=[prompt(r)], controlnet=[{"image": Image.fromarray(silhouette(s)), "model": CONTROL_OUT.name}]).images[0]
+        judged = classify(image)
+        hits += judged.color == s.color and iou(foreground(image, judged.background), silhouette(s)[..., 0] > 127) >= 0.5
+    assert hits >= 3
+
+
+def test_image_prompts_are_written_as_a1111s_ip_adapter_units_and_read_back(pipeline):
+    scene, reference = PAIRS[4]
+    result = run(pipeline, scene, ip_adapter=[prompt(reference, scale=0.7)])
+    assert result.metadata[0]["ip_adapter"] == [{"model": ADAPTER, "scale": 0.7}]
+    text = a1111_parameters(result.metadata[0])
+    assert 'ControlNet 0: "Module: ip-adapter, Model: shapes-colour, Weight: 0.7"' in text
+    read = parse_a1111(text)
+    assert read["ip_adapter"] == [{"model": ADAPTER, "scale": 0.7}] and "controlnet" not in read
+
+
+def test_refusals_name_what_can(pipeline, family_root):
+    scene, reference = PAIRS[5]
+    with pytest.raises(RequestError, match=f"no IP-Adapter named 'nope'; this server has: {ADAPTER}"):
+        run(pipeline, scene, ip_adapter=[prompt(reference, model="nope")])
+    info = pipeline.model_info()
+    assert info.ip_adapters == (ADAPTER,)
+    pixart = ImagePipeline.from_pretrained(build("pixart-sigma", family_root / "pixart-sigma"))
+    assert pixart.model_info().ip_adapters == ()
+    with pytest.raises(UnsupportedTaskError, match="takes no image prompts here; families with IP-Adapter: StableDiffusion, StableDiffusionXL"):
+        pixart.generate(GenerationRequest("a circle", steps=2, ip_adapter=[prompt(reference)]))
+
+
+def test_sdxl_runs_an_image_prompt_from_an_adapter_folder(family_root, tmp_path):
+    """A random adapter for a tiny SDXL in IPADAPTER_DIR (the layout h94's files take beside their
+    encoder): it changes the image, scale 0 does not."""
+    pipeline = ImagePipeline.from_pretrained(build("sdxl", family_root / "sdxl"), ipadapter_dir=tmp_path, runtime="torch")
+    encoder, _ = build_encoder()
+    state = initial_adapter(pipeline.pipe.unet, torch.Generator().manual_seed(0))
+    state["image_proj"]["proj.weight"].normal_(std=1.0)  # a random adapter that visibly steers
+    write_adapter(tmp_path / "tiny-xl", state, encoder)
+    assert pipeline.model_info().ip_adapters == ("shapes-colour", "tiny-xl")
+    reference = draw(PAIRS[6][1])
+
+    def go(**fields):
+        return pipeline.generate(GenerationRequest("a red circle", steps=2, seed=3, width=64, height=64, **fields))
+
+    plain = go()
+    steered = go(ip_adapter=[{"image": reference, "model": "tiny-xl"}])
+    assert np.abs(np.asarray(steered.images[0], float) - np.asarray(plain.images[0], float)).mean() > 1
+    assert same(go(ip_adapter=[{"image": reference, "model": "tiny-xl", "scale": 0}]), plain)
+
+
+def test_the_evaluation_command_writes_its_figures(tmp_path):
+    """`python -m models.eval --ip-adapter` as docs/controlnet.md runs it, on 2 cases and 4 steps."""
+    import json
+
+    from models.eval import main
+
+    assert main(["--ip-adapter", "--n", "2", "--steps", "4", "--json", str(tmp_path / "ip.json")]) == 0
+    report = json.loads((tmp_path / "ip.json").read_text())
+    assert report["n"] == 2 and report["scale_0_identical"] is True
+    assert 0 <= report["colour_match"] <= 1 and report["time_ratio"] > 0
