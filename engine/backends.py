@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from devices import DeviceManager
+from pipelines.annotators import Annotators
 from pipelines.backend import GenerationBackend
 from pipelines.editing import EditRouter, default_editor
 from pipelines.pool import DevicePool
@@ -67,13 +68,15 @@ def build_engine(settings: AppSettings, backend: GenerationBackend | None = None
     backend = backend or build_backend(settings, **overrides)
     admission = Admission(settings.queue_size, settings.queue_per_user, settings.effective_time_budget)
     switching = Switching(settings.model_switch_allowed, settings.models_dir)
-    return Engine(backend, admission, switching, standalone_upscalers(settings, backend))
+    dm = standalone_device(settings, backend)
+    upscalers = Upscalers([settings.pipeline.upscaler_dir], dm)
+    return Engine(backend, admission, switching, upscalers, Annotators(settings.pipeline.annotator_dir, dm))
 
 
-def standalone_upscalers(settings: AppSettings, backend: GenerationBackend) -> Upscalers:
-    """The Upscale tab's upscalers, on the first replica's device: on CPU where the generations run
-    elsewhere (Ray replicas, ZeroGPU's workers: the main process has no GPU of its own)."""
+def standalone_device(settings: AppSettings, backend: GenerationBackend) -> DeviceManager:
+    """Where the engine's own model passes run (the Upscale tab's upscalers, map previews' annotators):
+    the first replica's device; the CPU where the generations run elsewhere (Ray replicas, ZeroGPU's
+    workers: the main process has no GPU of its own)."""
     remote = settings.generation_backend == "ray" or settings.zero_gpu
     device = "cpu" if remote else backend.status()[0].device
-    dm = DeviceManager(options=settings.devices.options_for(device))
-    return Upscalers([settings.pipeline.upscaler_dir], dm)
+    return DeviceManager(options=settings.devices.options_for(device))

@@ -39,7 +39,9 @@ from PIL import Image
 
 from pipelines import catalog
 from pipelines import upscalers as upscaling
+from pipelines.annotators import Annotators
 from pipelines.backend import Capabilities, GenerationBackend, ModelInfo, ReplicaStatus
+from pipelines.control_maps import detect
 from pipelines.errors import PipelineError
 from pipelines.request import GenerationRequest, GenerationResult, pin_seed
 from pipelines.upscalers import Upscalers
@@ -200,12 +202,14 @@ class Engine:
         admission: Admission | None = None,
         switching: Switching | None = None,
         upscalers: Upscalers | None = None,
+        annotators: Annotators | None = None,
     ):
         self.backend = backend
         self.admission = admission or Admission()
         self.switching = switching or Switching()
         self.upscalers = upscalers  # the Upscale tab's and A1111 extras' (pipelines.upscalers)
-        self._upscaling = threading.Lock()  # one upscale at a time: a model pass fills the device
+        self.annotators = annotators  # the map previews' and A1111 detect's (pipelines.annotators)
+        self._model_pass = threading.Lock()  # one upscale or annotator pass at a time: each fills the device
         self._changed = threading.Condition()
         self._waiting: deque[Job] = deque()
         self._running: set[Job] = set()
@@ -243,11 +247,18 @@ class Engine:
             if name and name != "None":
                 self.upscalers.check(name, latent=False)
         sizes = [upscaling.extras_size(image, factor, size) for image in images]  # all checked before any work
-        with self._upscaling:
+        with self._model_pass:
             return [
                 upscaling.extras(self.upscalers, image, s, upscaler, second, visibility)
                 for image, s in zip(images, sizes, strict=True)
             ]
+
+    def detect(self, image: Image.Image, module: str | None, resolution: int | None = None,
+               a: float | None = None, b: float | None = None) -> Image.Image:  # fmt: skip
+        """A ControlNet preprocessor's map of `image` (the UI's preview, A1111's /controlnet/detect), the
+        model-based ones by this engine's annotators; PreprocessorError (a ValueError) naming what is usable."""
+        with self._model_pass:
+            return detect(image, module, resolution, a, b, self.annotators)
 
     def count_tokens(self, prompt: str) -> list:
         if not self.capabilities.count_tokens:

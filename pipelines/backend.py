@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from . import hires
+from .control_maps import missing, resolve
 from .fields import shown
 from .request import (
     FALLBACK_IMAGE_GUIDANCE,
@@ -123,6 +124,7 @@ class ModelInfo:
     component_bytes: dict[str, int] = field(default_factory=dict)  # per component, weights' real bytes
     upscalers: tuple[str, ...] = tuple(PIXEL)  # what hires fix may enlarge with (pipelines.upscalers), latent modes last
     controlnets: tuple[str, ...] = ()  # the ControlNets units may name (pipelines.control)
+    annotators: tuple[str, ...] = ()  # the model-based preprocessors units may name (pipelines.annotators)
     controlnet_tasks: tuple[str, ...] = ()  # the tasks this family runs units for (pipelines.control.TWINS)
     ip_adapters: tuple[str, ...] = ()  # the IP-Adapters image prompts may name; none where the family takes none
     editor: ModelInfo | None = None  # the model serving edits, when it is another one (pipelines.editing)
@@ -181,6 +183,9 @@ class ModelInfo:
             if unit.model_name not in self.controlnets:
                 offered = ", ".join(self.controlnets) or "none (CONTROLNET_DIR)"
                 raise RequestError("controlnet", f"model: no ControlNet named {shown(unit.model, 80)}; available: {offered}", (i,))
+            pre = resolve(unit.module)
+            if pre.model_based and pre.name not in self.annotators:
+                raise RequestError("controlnet", f"module: {missing(pre.name, None)}", (i,))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

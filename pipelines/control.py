@@ -79,7 +79,8 @@ class ControlUnit(Schema):
         description="the picture the map is made from (or the map itself, with preprocessor none)"
     )
     module: Annotated[str, Text(), About("Preprocessor", a1111="module")] = Field(
-        "none", description="canny, softedge, scribble, invert, tile, grayscale or none (pipelines.control_maps)"
+        "none", description="canny, softedge, scribble, invert, tile, grayscale or none (pipelines.control_maps); "
+        "depth, normal or seg with a model in ANNOTATOR_DIR (pipelines.annotators)"
     )
     model: Annotated[str, Text(required=True), About("Model", a1111="model")] = Field(
         description="a ControlNet of the server's (CONTROLNET_DIR, models/controlnets); A1111's \" [hash]\" suffix is ignored"
@@ -260,10 +261,12 @@ def fit(image: Image.Image, size: tuple[int, int], mode: str) -> Image.Image:
     return ImageOps.fit(image, size, Image.Resampling.LANCZOS)
 
 
-def prepare(unit: ControlUnit, size: tuple[int, int]) -> Image.Image:
-    """A unit's map at `size` (width, height): the preprocessor at its resolution, then fitted."""
+def prepare(unit: ControlUnit, size: tuple[int, int], annotators: Any = None) -> Image.Image:
+    """A unit's map at `size` (width, height): the preprocessor at its resolution (a model-based one by
+    `annotators`, pipelines.annotators), then fitted."""
     resolution = unit.processor_res or min(size)
-    control = detect(unit.image.convert("RGB"), unit.module, resolution, unit.threshold_a, unit.threshold_b)
+    image = unit.image.convert("RGB")
+    control = detect(image, unit.module, resolution, unit.threshold_a, unit.threshold_b, annotators)
     return fit(control, size, unit.resize_mode)
 
 

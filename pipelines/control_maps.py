@@ -15,14 +15,18 @@ ControlNet extension uses, so its API clients send them unchanged (`module` in a
 
 Every map comes back as an RGB image of the asked size (`processor_res` is the shorter side the
 image is resized to before detection, as in A1111; the pipeline then resizes the map to the
-output size). Model-based preprocessors (depth, pose, segmentation) are refused by name: their
-weights are not shipped and nothing here downloads at run time.
+output size). Model-based preprocessors (`depth`, `normal`, `seg`) run a transformers model the
+user puts in ANNOTATOR_DIR (pipelines.annotators); where it is absent they are refused, saying where
+it goes. The ones whose networks transformers does not have (openpose, lineart, mlsd, normal_bae)
+are refused by name. Nothing here downloads at run time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -35,9 +39,15 @@ class PreprocessorError(ValueError):
 @dataclass(frozen=True)
 class Preprocessor:
     name: str
-    run: Callable[[Image.Image, float, float], Image.Image]
+    run: Callable[[Image.Image, float, float], Image.Image] | None  # None: an annotator model's (`model_based`)
     threshold_a: tuple[str, float] | None = None  # (label, default)
     threshold_b: tuple[str, float] | None = None
+    folder: str | None = None  # a model-based one's: its model's folder in ANNOTATOR_DIR (a key of ANNOTATOR_TASKS)
+
+    @property
+    def model_based(self) -> bool:
+        """Made by an annotator model from ANNOTATOR_DIR (pipelines.annotators), not by code here."""
+        return self.run is None
 
 
 def _gray(image: Image.Image) -> np.ndarray:
@@ -99,39 +109,65 @@ PREPROCESSORS: dict[str, Preprocessor] = {
         Preprocessor("grayscale", grayscale),
     )
 }
+# Made by an annotator model the user supplies (run by pipelines.annotators): the folder in ANNOTATOR_DIR
+# it reads, and the transformers task of the model that goes there. normal is made from the depth model's depth.
+ANNOTATOR_TASKS = {"depth": "depth-estimation", "seg": "image-segmentation"}
+MODEL_BASED: dict[str, Preprocessor] = {
+    name: Preprocessor(name, None, folder=folder) for name, folder in (("depth", "depth"), ("normal", "depth"), ("seg", "seg"))
+}
 # A1111's names for the same maps (its clients send these); value: ours.
 ALIASES = {
     "softedge_pidinet": "softedge", "softedge_hed": "softedge",
     "scribble_xdog": "scribble", "scribble_hed": "scribble", "invert (from white bg & black line)": "invert",
     "tile_resample": "tile", "blur_gaussian": "tile", "recolor_luminance": "grayscale",
+    "depth_midas": "depth", "depth_leres": "depth", "depth_leres++": "depth", "depth_zoe": "depth",
+    "depth_anything": "depth", "depth_anything_v2": "depth", "normal_midas": "normal",
+    "seg_ofade20k": "seg", "seg_ufade20k": "seg", "seg_ofcoco": "seg",
 }  # fmt: skip
-# Preprocessors that need an annotator model we do not ship (A1111's names start so: depth_midas,
-# openpose_full, seg_ofade20k, lineart_realistic, normal_bae): refused with this reason.
-NEEDS_WEIGHTS = ("depth", "openpose", "seg", "lineart", "normal")
+# A1111's preprocessors whose networks transformers does not have (openpose_full, lineart_realistic,
+# mlsd, normal_bae, ...): refused with this reason.
+NOT_RUN = ("openpose", "dw", "lineart", "mlsd", "normal", "shuffle", "mediapipe", "densepose", "anime")
+
+
+def missing(name: str, root: Path | None) -> str:
+    """Why the model-based preprocessor `name` cannot run: where its model goes (`root`: ANNOTATOR_DIR's value)."""
+    folder = MODEL_BASED[name].folder
+    where = f"{root / folder}" if root else f"ANNOTATOR_DIR/{folder}"
+    return (
+        f"preprocessor {name!r} needs a transformers {ANNOTATOR_TASKS[folder]} model in {where} (ANNOTATOR_DIR; "
+        f"nothing is downloaded at run time): put one there (docs/controlnet.md#model-based-preprocessors), or send "
+        f"a ready map with preprocessor 'none'"
+    )
 
 
 def resolve(name: str | None) -> Preprocessor:
+    """The preprocessor `name` (ours or A1111's) names; PreprocessorError listing the usable ones."""
     key = (name or "none").strip().lower()
     key = ALIASES.get(key, key)
-    if key in PREPROCESSORS:
-        return PREPROCESSORS[key]
-    if key.split("_")[0] in NEEDS_WEIGHTS:
+    if key in PREPROCESSORS or key in MODEL_BASED:
+        return PREPROCESSORS.get(key) or MODEL_BASED[key]
+    usable = f"{', '.join(PREPROCESSORS)}, and with models in ANNOTATOR_DIR {', '.join(MODEL_BASED)}"
+    if key.split("_")[0] in NOT_RUN:
         raise PreprocessorError(
-            f"preprocessor {name!r} needs an annotator model that is not installed (nothing is downloaded "
-            f"at run time); run it elsewhere and send the map with preprocessor 'none', or use one of: "
-            f"{', '.join(PREPROCESSORS)}"
+            f"preprocessor {name!r} needs an annotator network this app does not run (nothing is downloaded at "
+            f"run time); run it elsewhere and send the map with preprocessor 'none', or use one of: {usable}"
         )
-    raise PreprocessorError(f"unknown preprocessor {name!r}; choose one of: {', '.join(PREPROCESSORS)}")
+    raise PreprocessorError(f"unknown preprocessor {name!r}; choose one of: {usable}")
 
 
 def detect(image: Image.Image, name: str | None, resolution: int | None = None, a: float | None = None,
-           b: float | None = None) -> Image.Image:
-    """The map for `image`: resized so its shorter side is `resolution` (when given), then run."""
+           b: float | None = None, annotators: Any = None) -> Image.Image:
+    """The map for `image`: resized so its shorter side is `resolution` (when given), then run (a
+    model-based preprocessor by `annotators`, pipelines.annotators.Annotators)."""
     pre = resolve(name)
     if resolution and resolution > 0 and min(image.size) != resolution:
         scale = resolution / min(image.size)
         image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))),
                              Image.Resampling.LANCZOS)
+    if pre.run is None:
+        if annotators is None:
+            raise PreprocessorError(missing(pre.name, None))
+        return annotators.run(pre.name, image)  # AnnotatorError is a PreprocessorError
     a = pre.threshold_a[1] if a is None and pre.threshold_a else (a or 0)
     b = pre.threshold_b[1] if b is None and pre.threshold_b else (b or 0)
     return pre.run(image, a, b)

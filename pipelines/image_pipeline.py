@@ -41,6 +41,7 @@ from . import (
     styles,
     vae_tiling,
 )
+from .annotators import Annotators
 from .backend import Capabilities, ModelInfo, ReplicaStatus
 from .callbacks import CallMonitor, CancelFn, Chained, Interrupted, LegacyCallback, PreviewFn, Previews, ProgressFn
 from .calls import call_kwargs, size_for
@@ -176,6 +177,7 @@ class ImagePipeline:
         self._previews = PreviewDecoder(pipe)
         self.upscalers = Upscalers([options.upscaler_dir], device_manager)  # hires fix's (pipelines.upscalers)
         self.controlnets = control.ControlNets([options.controlnet_dir], device_manager)
+        self.annotators = Annotators(options.annotator_dir, device_manager)  # units' depth/normal/seg maps
         self._control: tuple[tuple[str, ...], Any] | None = None  # (task and models, the ControlNet twin)
         self.ip_adapters = ip_adapter.IpAdapters([options.ipadapter_dir])
         self._ip = ip_adapter.Loaded(pipe, self.ip_adapters, self._reset_attention)  # in the UNet every task shares
@@ -627,7 +629,7 @@ class ImagePipeline:
         if request.inpaint is not None:
             self._plan_inpaint(plan)
         if request.controlnet:
-            maps = [control.prepare(unit, plan.size) for unit in request.controlnet]
+            maps = [control.prepare(unit, plan.size, self.annotators) for unit in request.controlnet]
             plan.control, said = control.call_kwargs(request.controlnet, maps, accepted, request.task)
             plan.warnings += said
         plan.control.update(ip_adapter.call_kwargs(request.ip_adapter))

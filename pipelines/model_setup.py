@@ -371,6 +371,7 @@ def describe(self: Any) -> ModelInfo:
         component_bytes=dict(self.component_bytes),
         upscalers=tuple(self.upscalers.names(latent=traits.class_name in hires.LATENT_FAMILIES)),
         controlnets=tuple(self.controlnets.names()),
+        annotators=tuple(self.annotators.names()),
         controlnet_tasks=control.tasks(traits.class_name),
         ip_adapters=tuple(self.ip_adapters.names()) if traits.class_name in ip_adapter.FAMILIES else (),
     )

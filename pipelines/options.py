@@ -25,11 +25,13 @@ DEFAULT_LORA_DIR = REPO_ROOT / "models" / "loras"
 DEFAULT_UPSCALER_DIR = REPO_ROOT / "models" / "upscalers"
 DEFAULT_CONTROLNET_DIR = REPO_ROOT / "models" / "controlnets"
 DEFAULT_IPADAPTER_DIR = REPO_ROOT / "models" / "ip_adapters"
+DEFAULT_ANNOTATOR_DIR = REPO_ROOT / "models" / "annotators"  # none shipped: the user's models go here
 DEFAULT_EMBEDDINGS_DIR = REPO_ROOT / "embeddings"  # where A1111 keeps them
 DEFAULT_STYLES_FILE = REPO_ROOT / "styles.csv"  # where A1111 keeps it
 DEFAULT_OPENVINO_CACHE = Path.home() / ".cache" / "diffusion-anywhere" / "openvino"
 PATH_FIELDS = (
-    "model_id", "lora_dir", "upscaler_dir", "controlnet_dir", "ipadapter_dir", "embeddings_dir", "styles_file",
+    "model_id", "lora_dir", "upscaler_dir", "controlnet_dir", "ipadapter_dir", "annotator_dir", "embeddings_dir",
+    "styles_file",
     "base_model", "openvino_cache",
 )  # fmt: skip  # files or folders here
 
@@ -105,6 +107,13 @@ class PipelineOptions(Section, title="Pipeline"):
         "folder of IP-Adapters for image prompts: one folder each, its weights (ip_adapter.safetensors) beside an "
         "image_encoder/ folder, beside the embedded ones (docs/controlnet.md)",
         shown="`models/ip_adapters`",
+    )  # fmt: skip
+    annotator_dir: Path = setting(
+        "ANNOTATOR_DIR", DEFAULT_ANNOTATOR_DIR,
+        "folder of annotator models for the model-based ControlNet preprocessors: depth/ (a transformers "
+        "depth-estimation model: DPT/MiDaS, Depth Anything) for depth and normal, seg/ (a transformers semantic "
+        "segmentation model, ADE20K) for seg; nothing is downloaded (docs/controlnet.md#model-based-preprocessors)",
+        shown="`models/annotators`",
     )  # fmt: skip
     tiled_vae_pixels: int | None = setting(
         "TILED_VAE_PIXELS", None,

@@ -16,6 +16,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from pipelines.options import DEFAULT_MODEL
+from tests.annotator_models import write_depth
 from tests.app_server import embedded_model_available, running_app
 from tests.sync import HoldAtStep, in_thread, send_and_leave, until
 
@@ -26,12 +27,20 @@ SMALL = {"width": 64, "height": 64, "steps": 6}
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory):
+def annotators(tmp_path_factory):
+    """ANNOTATOR_DIR with a depth model only: seg is refused, naming where its model goes."""
+    folder = tmp_path_factory.mktemp("annotators")
+    write_depth(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory, annotators):
     """The app; micro-batches of 2 images, so a long job finishes images as it goes."""
     if not embedded_model_available():
         pytest.skip("needs the embedded model (models/tiny-shapes)")
     env = {"AUTH": f"{ALICE[0]}:{ALICE[1]},{BOB[0]}:{BOB[1]}", "ALLOW_MODEL_SWITCH": "0", "MICRO_BATCH": "2",
-           **prompt_extras(tmp_path_factory.mktemp("prompt-extras"))}  # fmt: skip
+           "ANNOTATOR_DIR": str(annotators), **prompt_extras(tmp_path_factory.mktemp("prompt-extras"))}  # fmt: skip
     with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("outputs"), env=env) as (demo, _):
         yield demo
 
@@ -234,6 +243,35 @@ def test_webuiapi_controlnet_units_place_the_shape_and_its_routes_answer(api, ht
     detect = base.removesuffix("/sdapi/v1") + "/controlnet/detect"
     body = {"controlnet_input_images": [b64(draw(corner))], "controlnet_module": "canny", "controlnet_processor_res": "big"}
     assert "must be a whole number" in refused(http.post(detect, json=body), "controlnet_processor_res")
+
+
+def test_webuiapi_depth_unit_runs_the_annotator_from_annotator_dir(api, http, base, annotators):
+    """A model-based preprocessor as webuiapi drives it: listed once its model is in ANNOTATOR_DIR,
+    /controlnet/detect gives that model's map, a txt2img unit with it runs and records it; one whose
+    model is absent (seg) is refused, naming the folder it goes in."""
+    import webuiapi
+    from transformers import pipeline
+
+    from models.train.world import Scene, draw
+
+    modules = api.controlnet_module_list()
+    assert {"depth", "depth_midas", "depth_anything_v2", "normal_midas"} <= set(modules)
+    assert "seg_ofade20k" not in modules and "openpose" not in modules
+    picture = draw(Scene("yellow", "square", "purple", 0.32, 0.72, 0.7, 0.0))
+    detected = pixels(api.controlnet_detect([picture], module="depth_midas", processor_res=64).image)[..., 0]
+    raw = pipeline("depth-estimation", model=str(annotators / "depth"))(picture)["predicted_depth"].numpy()
+    assert np.abs(detected - (raw - raw.min()) / (raw.max() - raw.min()) * 255).max() <= 1.0
+    unit = webuiapi.ControlNetUnit(image=picture, module="depth_midas", model="shapes-silhouette", weight=0.5)
+    made = api.txt2img(prompt=PROMPT, seed=3, controlnet_units=[unit], alwayson_scripts={}, **SMALL)
+    plain = api.txt2img(prompt=PROMPT, seed=3, alwayson_scripts={}, **SMALL)
+    assert 'ControlNet 0: "Module: depth_midas, Model: shapes-silhouette, Weight: 0.5' in made.info["infotexts"][0]
+    assert not np.array_equal(pixels(made.image), pixels(plain.image))  # the map steered it
+    body = {"prompt": PROMPT, **SMALL, "alwayson_scripts": {"controlnet": {"args": [
+        {"image": b64(picture), "module": "seg_ofade20k", "model": "shapes-silhouette"}]}}}  # fmt: skip
+    assert "ANNOTATOR_DIR/seg" in refused(http.post("/txt2img", json=body), "alwayson_scripts")
+    detect = base.removesuffix("/sdapi/v1") + "/controlnet/detect"
+    body = {"controlnet_input_images": [b64(picture)], "controlnet_module": "seg_ofade20k"}
+    assert "seg" in refused(http.post(detect, json=body), "controlnet_module")
 
 
 def test_webuiapi_ip_adapter_unit_gives_the_references_colour(api, http):

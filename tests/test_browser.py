@@ -724,4 +724,10 @@ def test_controlnet_places_the_shape_of_an_uploaded_picture_in_the_browser(brows
     png.save(ARTIFACTS / "controlnet-made.png")
     placed = iou(foreground(png, corner.background), silhouette(corner)[..., 0] > 127)
     assert placed >= 0.5, (placed, png.text["parameters"])
+    # Send to ControlNet: the result becomes the control image of the next free unit, its map previewed
+    page.locator("#generate-send-controlnet").click()
+    expect(page.get_by_role("tab", name="Unit 1", exact=True)).to_have_attribute("aria-selected", "true")
+    expect(page.locator("#controlnet-1-image img")).to_have_count(1, timeout=30_000)
+    expect(page.locator("#controlnet-1-preview img")).to_have_count(1, timeout=30_000)
+    expect(page.locator("#controlnet-0-image img")).to_have_count(1)  # unit 0 keeps its picture
     page.close()

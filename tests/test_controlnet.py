@@ -57,7 +57,7 @@ def test_a_unit_is_checked_by_the_schema_and_the_refusal_names_the_unit_and_its_
         ({"image": picture}, "controlnet[0]: model: is required"),
         ({"image": picture, "model": "m", "weight": 3}, "controlnet[0]: weight: 3 is out of range 0..2"),
         ({"image": picture, "model": "m", "guidance_start": 0.6, "guidance_end": 0.5}, "controlnet[0]: guidance_end: starts at 0.6"),
-        ({"image": picture, "model": "m", "module": "openpose"}, "needs an annotator model that is not installed"),
+        ({"image": picture, "model": "m", "module": "openpose"}, "needs an annotator network this app does not run"),
         ({"image": picture, "model": "m", "control_mode": "loud"}, "control_mode: 'loud' is not one of Balanced"),
     ]  # fmt: skip
     for sent, said in cases:
@@ -240,6 +240,27 @@ def test_send_to_generate_restores_a_pngs_units_settings(pipeline):
                                      "processor_res": 64, "threshold_a": 50.0, "threshold_b": 150.0, "guidance_start": 0.1,
                                      "guidance_end": 0.9, "control_mode": "My prompt is more important"}]  # fmt: skip
     assert any("add their control images" in note for note in notes)
+
+
+def test_the_panel_restores_a1111_module_names_and_takes_a_sent_picture_in_a_free_unit():
+    """Send to Generate: A1111's "depth_midas" shows as our "depth" where offered, and one this server does
+    not offer leaves the form's own. Send to ControlNet: the first unit without an image gets the picture."""
+    import gradio as gr
+
+    from ui import control_panel
+
+    with gr.Blocks():
+        panel = control_panel.build("", [MODEL], "ControlNet", ["none", "canny", "depth"])
+    first, second = panel.units
+    out = panel.fill([{"module": "depth_midas", "weight": 0.5}, {"module": "seg_ofade20k", "weight": 0.7}])
+    assert out[first.settings["module"]]["value"] == "depth" and out[first.settings["weight"]]["value"] == 0.5
+    assert second.settings["module"] not in out and out[second.settings["weight"]]["value"] == 0.7
+    picture = Image.new("RGB", (8, 8))
+    sent = panel.receive("made.png", [picture, None])
+    assert sent[second.image]["value"] == "made.png" and sent[second.enabled]["value"] is True and first.image not in sent
+    assert sent[panel.tabs].selected == 1 and sent[panel.accordion].open is True
+    sent = panel.receive("made.png", [picture, picture])  # every unit has one: the first is replaced
+    assert sent[first.image]["value"] == "made.png" and sent[panel.tabs].selected == 0
 
 
 def test_an_endpoints_base64_unit_image_is_checked_before_it_is_decoded():

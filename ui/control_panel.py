@@ -3,18 +3,20 @@ weight, start/end, control and resize modes (the fields of `pipelines.control.Co
 
 Built by the form for the request's `controlnet` field (a list of units), so every tab of a task that
 takes units has it. A unit with no image, or not enabled, is left out of the request. "Preview map"
-runs the preprocessor here (pipelines.control_maps: no model work) and shows what the ControlNet will see.
+runs the preprocessor through the engine (`Engine.detect`: the model-based ones by its annotators)
+and shows what the ControlNet will see.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
 
 from pipelines.control import CONTROL_MODES, RESIZE_MODES, ControlUnit
-from pipelines.control_maps import PREPROCESSORS, PreprocessorError, detect
+from pipelines.control_maps import PreprocessorError, detect, resolve
 
 UNITS_SHOWN = 2  # tabs in the accordion (the API takes up to the schema's 8)
 SETTINGS = ("module", "model", "weight", "guidance_start", "guidance_end", "control_mode", "resize_mode",
@@ -38,18 +40,54 @@ class ControlPanel:
     """The units' controls; `components` are an event's inputs, `read` makes the field's value of them."""
 
     units: list[UnitControls]
+    accordion: Any
+    tabs: Any
+    modules: list[str]  # the preprocessors offered (built-in, and the annotators installed)
 
     @property
     def components(self) -> list[Any]:
         return [c for unit in self.units for c in unit.components]
+
+    @property
+    def images(self) -> list[Any]:
+        """The units' control images (what `receive` reads to find a free unit)."""
+        return [unit.image for unit in self.units]
+
+    @property
+    def receivers(self) -> list[Any]:
+        """Every component `receive` sets (an event's outputs)."""
+        return [*self.images, *(unit.enabled for unit in self.units), self.accordion, self.tabs]
+
+    def receive(self, picture: str, images: list[Any]) -> dict[Any, Any]:
+        """Send to ControlNet: `picture` becomes the control image of the first unit without one (unit 0
+        when every unit has one), enabled, its tab shown and the accordion open. The unit's other
+        settings stay (a user who set canny keeps canny); its preview follows from the image's change."""
+        index = next((n for n, image in enumerate(images) if image is None), 0)
+        unit = self.units[index]
+        return {
+            unit.image: gr.update(value=picture),
+            unit.enabled: gr.update(value=True),
+            self.accordion: gr.Accordion(open=True),
+            self.tabs: gr.Tabs(selected=index),
+        }
 
     def fill(self, units: list[dict[str, Any]]) -> dict[Any, Any]:
         """Updates that set each shown unit to `units`' settings (a PNG's: no image) and enable it."""
         out: dict[Any, Any] = {}
         for controls, settings in zip(self.units, units, strict=False):
             out[controls.enabled] = gr.update(value=True)
+            settings = {**settings, "module": self._offered(settings.get("module"))}
             out.update({controls.settings[k]: gr.update(value=v) for k, v in settings.items() if k in controls.settings and v is not None})
         return out
+
+    def _offered(self, module: str | None) -> str | None:
+        """A PNG's preprocessor as the dropdown names it (A1111's "depth_midas" is our "depth"); None
+        (the form keeps its own) for one this server does not offer."""
+        try:
+            name = resolve(module).name if module else None
+        except PreprocessorError:
+            return None
+        return name if name in self.modules else None
 
     def read(self, v: dict[Any, Any]) -> list[dict[str, Any]]:
         out = []
@@ -57,7 +95,7 @@ class ControlPanel:
             if not v[unit.enabled] or v[unit.image] is None:
                 continue
             values = {name: v[c] for name, c in unit.settings.items()}
-            pre = PREPROCESSORS[values["module"]]  # a threshold is recorded only where the preprocessor has it
+            pre = resolve(values["module"])  # a threshold is recorded only where the preprocessor has it
             values["threshold_a"] = values["threshold_a"] if pre.threshold_a else None
             values["threshold_b"] = values["threshold_b"] if pre.threshold_b else None
             out.append({"image": v[unit.image], **values})
@@ -66,33 +104,41 @@ class ControlPanel:
 
 def _thresholds(module: str) -> tuple[Any, Any]:
     """The sliders at the preprocessor's own defaults (canny 100/200, scribble 127, tile 4), labelled by it."""
-    pre = PREPROCESSORS[module]
+    pre = resolve(module)
     slider_a, slider_b = pre.threshold_a, pre.threshold_b
     return tuple(gr.update(value=s[1], label=s[0]) if s else gr.update(label="(not used)") for s in (slider_a, slider_b))
 
 
-def preview(image: Any, module: str, a: float, b: float, res: int) -> Any:
-    """The map a unit's preprocessor makes of its image (at its resolution; 0: the image's own)."""
-    if image is None:
-        return None
-    try:  # a preprocessor without thresholds ignores them
-        return detect(image, module, res or None, a, b)
-    except PreprocessorError as exc:
-        raise gr.Error(str(exc)) from None
+def previewer(maker: Callable[..., Any]) -> Callable[..., Any]:
+    """The Preview map handler: the map `maker` (Engine.detect) makes of a unit's image (at its
+    resolution; 0: the image's own); a refusal (a model not installed) shown as the error it is."""
+
+    def preview(image: Any, module: str, a: float, b: float, res: int) -> Any:
+        if image is None:
+            return None
+        try:  # a preprocessor without thresholds ignores them
+            return maker(image, module, res or None, a, b)
+        except PreprocessorError as exc:
+            raise gr.Error(str(exc), print_exception=False) from None
+
+    return preview
 
 
-def build(prefix: str, models: list[str], label: str) -> ControlPanel:
-    """The accordion, in the tab's layout where the form places the field."""
+def build(prefix: str, models: list[str], label: str, modules: list[str], maker: Callable[..., Any] | None = None) -> ControlPanel:
+    """The accordion, in the tab's layout where the form places the field. `modules`: the preprocessors
+    offered (the built-in ones and the annotators installed); `maker`: what makes previews (built-in maps
+    only when None)."""
     fields = ControlUnit.model_fields
     units = []
-    with gr.Accordion(label, open=False, elem_id=f"{prefix}controlnet"), gr.Tabs():
+    preview = previewer(maker or detect)
+    with gr.Accordion(label, open=False, elem_id=f"{prefix}controlnet") as accordion, gr.Tabs() as tabs:
         for i in range(UNITS_SHOWN):
-            with gr.Tab(f"Unit {i}"):
-                units.append(_unit(f"{prefix}controlnet-{i}-", models, fields))
-    return ControlPanel(units)
+            with gr.Tab(f"Unit {i}", id=i):
+                units.append(_unit(f"{prefix}controlnet-{i}-", models, modules, fields, preview))
+    return ControlPanel(units, accordion, tabs, modules)
 
 
-def _unit(eid: str, models: list[str], fields: dict[str, Any]) -> UnitControls:
+def _unit(eid: str, models: list[str], modules: list[str], fields: dict[str, Any], preview: Callable[..., Any]) -> UnitControls:
     def d(name: str) -> Any:
         return fields[name].default
 
@@ -104,7 +150,7 @@ def _unit(eid: str, models: list[str], fields: dict[str, Any]) -> UnitControls:
         shown = gr.Image(label="Map preview", type="pil", interactive=False, elem_id=eid + "preview", height=200)
     s: dict[str, Any] = {}
     with gr.Row():
-        s["module"] = gr.Dropdown(list(PREPROCESSORS), value=d("module"), label="Preprocessor", elem_id=eid + "module")
+        s["module"] = gr.Dropdown(modules, value=d("module"), label="Preprocessor", elem_id=eid + "module")
         s["model"] = gr.Dropdown(models, value=models[0] if models else None, label="Model", elem_id=eid + "model")
     with gr.Row():
         s["threshold_a"] = gr.Slider(0, 255, value=100, step=1, label="Threshold A", elem_id=eid + "threshold-a")

@@ -15,7 +15,19 @@ from starlette.middleware import Middleware
 
 from engine import AppSettings, Engine
 from pipelines.backend import ModelInfo
-from ui import api, edit_tab, generate_tab, history, inpaint_api, inpaint_tab, models, pnginfo_tab, status, upscale_tab
+from ui import (
+    api,
+    edit_tab,
+    gallery_sends,
+    generate_tab,
+    history,
+    inpaint_api,
+    inpaint_tab,
+    models,
+    pnginfo_tab,
+    status,
+    upscale_tab,
+)
 from ui.positional import PositionalCalls
 from ui.studio import Studio
 
@@ -69,14 +81,13 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
         edit_tab.wire(studio, e)
         inpaint_tab.wire(studio, i)
         upscale_tab.wire(studio, u)
-        inpaint_tab.wire_sends(
-            studio,
-            i,
-            tabs,
+        sends = {"inpaint": gallery_sends.to_inpaint(studio, i, tabs), "controlnet": gallery_sends.to_controlnet(g, tabs)}
+        gallery_sends.wire(
             [
-                (g["gallery"], g["downloads"], g["send_inpaint"], 1),
-                (e["gallery"], e["downloads"], e["send_inpaint"], 2),
+                gallery_sends.Source(g["gallery"], g["downloads"], 1, {n: g[f"send_{n}"] for n in sends}),
+                gallery_sends.Source(e["gallery"], e["downloads"], 2, {n: e[f"send_{n}"] for n in sends}),
             ],
+            sends,
         )
 
         def ui_stop(request: gr.Request) -> None:

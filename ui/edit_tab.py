@@ -49,7 +49,7 @@ def build(studio: Studio) -> dict[str, Any]:
     info = studio.info.for_edits
     vocabulary = vocabulary_text(info)
     c: dict[str, Any] = {}
-    form = c["form"] = Form("edit", info, c)
+    form = c["form"] = Form("edit", info, c, studio.engine.detect)
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
             c["files"] = gr.File(
@@ -79,7 +79,9 @@ def build(studio: Studio) -> dict[str, Any]:
             )  # fmt: skip
             c["info"] = gr.Markdown(elem_id="edit-info")
             c["downloads"] = gr.File(label="PNG downloads", file_count="multiple", height=80)
-            c["send_inpaint"] = gr.Button("Send to Inpaint", size="sm", elem_id="edit-send-inpaint")
+            with gr.Row():
+                c["send_inpaint"] = gr.Button("Send to Inpaint", size="sm", elem_id="edit-send-inpaint")
+                c["send_controlnet"] = gr.Button("Send to ControlNet", size="sm", elem_id="edit-send-controlnet")
     return c
 
 

@@ -21,6 +21,7 @@ import gradio as gr
 
 from pipelines.backend import ModelInfo
 from pipelines.control import ControlUnit
+from pipelines.control_maps import PREPROCESSORS
 from pipelines.fields import Choice, Range, Seed, Spec
 from pipelines.ip_adapter import ImagePrompt
 from pipelines.request import STEP_CACHE_THRESHOLDS, STRENGTH, fields, spec
@@ -135,8 +136,9 @@ def _follows_model(tab: str, name: str) -> bool:
 class Form:
     """The controls of one tab's fields, by field name (`c`), built in the tab's layout."""
 
-    def __init__(self, tab: str, info: ModelInfo, c: dict[str, Any]):
+    def __init__(self, tab: str, info: ModelInfo, c: dict[str, Any], detect: Callable[..., Any] | None = None):
         self.tab, self.info, self.c = tab, info, c
+        self.detect = detect  # ControlNet map previews: the engine's (its annotators); None: built-in maps only
         self.first = FIRST_VALUES.get(tab, {})
         self.built: list[str] = []
         self.lora_names: list[str] = []  # the LoRA picker's, fixed when it is built (a slider each)
@@ -282,7 +284,8 @@ def _units(form: Form, item: Spec, props: dict[str, Any]) -> Any:
     if item.value.part is ImagePrompt:
         return image_prompt_panel.build(PREFIX[form.tab], list(form.info.ip_adapters), props["label"])
     if item.value.part is ControlUnit:
-        return control_panel.build(PREFIX[form.tab], list(form.info.controlnets), props["label"])
+        modules = [*PREPROCESSORS, *form.info.annotators]
+        return control_panel.build(PREFIX[form.tab], list(form.info.controlnets), props["label"], modules, form.detect)
     raise TypeError(f"no panel for {item.value.part.__name__} ({item.name})")
 
 

@@ -37,7 +37,7 @@ def build(studio: Studio) -> dict[str, Any]:
     info = studio.info
     examples = list(info.examples) or ["an astronaut riding a horse, photograph", "a watercolor fox in the snow"]
     c: dict[str, Any] = {}
-    form = c["form"] = Form("generate", info, c)
+    form = c["form"] = Form("generate", info, c, studio.engine.detect)
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
             form.add("prompt", lines=2, placeholder=examples[0], info="one prompt per line")
@@ -88,7 +88,9 @@ def build(studio: Studio) -> dict[str, Any]:
             c["info"] = gr.Markdown(elem_id="info-line")
             c["downloads"] = gr.File(label="PNG downloads (with metadata)", file_count="multiple", height=80)
             c["info_json"] = gr.JSON(visible=False)
-            c["send_inpaint"] = gr.Button("Send to Inpaint", size="sm", elem_id="generate-send-inpaint")
+            with gr.Row():
+                c["send_inpaint"] = gr.Button("Send to Inpaint", size="sm", elem_id="generate-send-inpaint")
+                c["send_controlnet"] = gr.Button("Send to ControlNet", size="sm", elem_id="generate-send-controlnet")
     gr.Examples([[e] for e in examples], inputs=[c["prompt"]], label="Examples")
     return c
 

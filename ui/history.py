@@ -15,6 +15,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.pnginfo import read_png_info
+from ui import gallery_sends
 from ui.inpaint_tab import send_image
 from ui.send import generate_updates, inpaint_targets, targets
 from ui.studio import Studio
@@ -57,8 +58,11 @@ def build(studio: Studio, g: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs) -
     gallery = gr.Gallery(label="History", elem_id="history-gallery", columns=6, height=360, format="png")
     details = gr.Markdown(elem_id="history-details")
     with gr.Row():
-        send = gr.Button("Send to Generate", size="sm", elem_id="history-send")
-        to_inpaint = gr.Button("Send to Inpaint", size="sm", elem_id="history-send-inpaint")
+        sends = {
+            "generate": gr.Button("Send to Generate", size="sm", elem_id="history-send"),
+            "inpaint": gr.Button("Send to Inpaint", size="sm", elem_id="history-send-inpaint"),
+            "controlnet": gr.Button("Send to ControlNet", size="sm", elem_id="history-send-controlnet"),
+        }
         delete = gr.Button("Delete", size="sm", variant="stop")
     page, files, selected = gr.State(0), gr.State([]), gr.State(None)
 
@@ -74,15 +78,6 @@ def build(studio: Studio, g: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs) -
     def choose(chunk: list[str], evt: gr.SelectData):
         path = Path(chunk[evt.index])
         return evt.index, params_markdown(read_png_info(path))
-
-    def send_to_generate(chunk: list[str], index: int | None):
-        if index is None:
-            raise gr.Error("select an image first", print_exception=False)
-        params = read_png_info(chunk[index])["parameters"]
-        return {**generate_updates(params, studio.info, g["form"]), tabs: gr.Tabs(selected="generate")}
-
-    def send_to_inpaint(chunk: list[str], index: int | None):
-        return send_image(studio, None if index is None else chunk[index], i, tabs)
 
     def remove(number: int, chunk: list[str], index: int | None, request: gr.Request):
         if index is not None:
@@ -102,7 +97,31 @@ def build(studio: Studio, g: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs) -
     previous.click(newer, page, listing, **events)
     following.click(older, page, listing, **events)
     gallery.select(choose, files, [selected, details], **events)
-    send.click(send_to_generate, [files, selected], [*targets(g["form"]), tabs], **events)
-    to_inpaint.click(send_to_inpaint, [files, selected], [*inpaint_targets(i["form"]), tabs], **events)
+    _wire_sends(studio, g, i, tabs, sends, files, selected)
     delete.click(remove, [page, files, selected], listing, **events)
     return refresh
+
+
+def _wire_sends(studio: Studio, g: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs, buttons: dict[str, Any],
+                files: gr.State, selected: gr.State) -> None:  # fmt: skip
+    """Send the selected image to Generate (its parameters), Inpaint (picture and parameters) or a
+    ControlNet unit of Generate (the picture)."""
+
+    def send_to_generate(chunk: list[str], index: int | None):
+        if index is None:
+            raise gr.Error("select an image first", print_exception=False)
+        params = read_png_info(chunk[index])["parameters"]
+        return {**generate_updates(params, studio.info, g["form"]), tabs: gr.Tabs(selected="generate")}
+
+    def send_to_inpaint(chunk: list[str], index: int | None):
+        return send_image(studio, None if index is None else chunk[index], i, tabs)
+
+    control = gallery_sends.to_controlnet(g, tabs)
+
+    def send_to_control(chunk: list[str], index: int | None, *images: Any):
+        return control.handler(None if index is None else chunk[index], *images)
+
+    events = dict(api_visibility="private", queue=False)
+    buttons["generate"].click(send_to_generate, [files, selected], [*targets(g["form"]), tabs], **events)
+    buttons["inpaint"].click(send_to_inpaint, [files, selected], [*inpaint_targets(i["form"]), tabs], **events)
+    buttons["controlnet"].click(send_to_control, [files, selected, *control.inputs], control.outputs, **events)

@@ -19,7 +19,7 @@ from pipelines.pnginfo import read_png_info
 from ui import inpainting
 from ui.fields import OUTPAINT_SIDES
 from ui.form import Form, wire_step_cache
-from ui.send import inpaint_targets, inpaint_updates
+from ui.send import inpaint_updates
 from ui.studio import Studio
 from ui.text import info_line, refuse
 from ui.uploads import InputError
@@ -68,7 +68,7 @@ def _form(form: Form) -> None:
 def build(studio: Studio) -> dict[str, Any]:
     info = studio.info
     c: dict[str, Any] = {}
-    form = c["form"] = Form("inpaint", info, c)
+    form = c["form"] = Form("inpaint", info, c, studio.engine.detect)
     with gr.Row(equal_height=False):
         with gr.Column(scale=3, min_width=320):
             c["editor"] = gr.ImageEditor(
@@ -156,29 +156,3 @@ def send_image(studio: Studio, path: str | None, i: dict[str, Any], tabs: gr.Tab
     except (ValueError, OSError):  # no parameters in it: the picture alone
         params = {}
     return {**inpaint_updates(params, studio.info, path, i["form"]), tabs: gr.Tabs(selected="inpaint")}
-
-
-def _picker(stride: int):
-    """A gallery's select event -> the index of the result chosen (`stride` gallery items per result)."""
-
-    def pick(evt: gr.SelectData) -> int:
-        return evt.index // stride
-
-    return pick
-
-
-def wire_sends(studio: Studio, i: dict[str, Any], tabs: gr.Tabs, galleries: list[tuple[Any, Any, Any, int]]) -> None:
-    """Send to Inpaint under result galleries: (gallery, PNG downloads, button, gallery items per result).
-
-    The selected result goes (the first when none was selected); the Edit gallery shows each result
-    after its input, so its stride is 2."""
-    for gallery, downloads, button, stride in galleries:
-        chosen = gr.State(0)
-
-        def send(paths: list[str] | None, index: int) -> dict[Any, Any]:
-            paths = paths or []
-            return send_image(studio, paths[min(index, len(paths) - 1)] if paths else None, i, tabs)
-
-        events = dict(api_visibility="private", queue=False)
-        gallery.select(_picker(stride), None, chosen, **events)
-        button.click(send, [downloads, chosen], [*inpaint_targets(i["form"]), tabs], **events)

@@ -331,7 +331,7 @@ class A1111:
 
     async def controlnet_detect(self, request: Request, caller: Caller) -> dict[str, Any]:
         payload = await read_body(request, self.max_bytes * 8)
-        maps = await asyncio.to_thread(controlnet.detect_maps, payload, self.limits(), self.max_bytes)
+        maps = await asyncio.to_thread(controlnet.detect_maps, payload, self.limits(), self.max_bytes, self.engine.detect)
         return {"images": [answers.png_b64(image) for image in maps], "info": "Success"}
 
     def listing(self, make: Callable[[], Any]) -> Handler:
@@ -382,7 +382,7 @@ def controlnet_routes(api: A1111) -> list[tuple[str, str, Handler]]:
     return [
         ("GET", "version", api.listing(lambda: {"version": controlnet.VERSION})),
         ("GET", "model_list", api.listing(lambda: controlnet.model_list(api.engine.model_info()))),
-        ("GET", "module_list", api.listing(controlnet.module_list)),
+        ("GET", "module_list", api.listing(lambda: controlnet.module_list(api.engine.model_info()))),
         ("POST", "detect", api.controlnet_detect),
     ]
 

@@ -21,6 +21,7 @@ Routes (beside `/sdapi/v1`): `GET /controlnet/version`, `/controlnet/model_list`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from PIL import Image
@@ -28,7 +29,7 @@ from PIL import Image
 from pipelines import ip_adapter
 from pipelines.backend import ModelInfo
 from pipelines.control import CONTROL_MODES, RESIZE_MODES, setting
-from pipelines.control_maps import ALIASES, PREPROCESSORS, PreprocessorError, detect
+from pipelines.control_maps import ALIASES, PREPROCESSORS, PreprocessorError
 
 from . import images
 from .errors import WireError
@@ -144,20 +145,24 @@ def model_list(info: ModelInfo) -> dict[str, Any]:
     return {"model_list": [*info.controlnets, *info.ip_adapters]}
 
 
-def module_list() -> dict[str, Any]:
-    """Our preprocessors and A1111's names for them, with their sliders as the extension describes them."""
+def module_list(info: ModelInfo) -> dict[str, Any]:
+    """Our preprocessors (the model-based ones whose annotator is installed) and A1111's names for them,
+    with their sliders as the extension describes them."""
     detail = {}
     for name, pre in PREPROCESSORS.items():
         sliders = [{"name": slider[0], "value": slider[1], "min": 0, "max": 255 if name != "tile" else 8}
                    for slider in (pre.threshold_a, pre.threshold_b) if slider]  # fmt: skip
         detail[name] = {"model_free": name == "none", "sliders": sliders}
+    detail.update({name: {"model_free": False, "sliders": []} for name in info.annotators})
     detail[ip_adapter.MODULE] = {"model_free": False, "sliders": []}  # the adapter's own encoder reads the picture
-    names = [*PREPROCESSORS, *(a for a in ALIASES if a not in PREPROCESSORS), ip_adapter.MODULE]
+    usable = [*PREPROCESSORS, *info.annotators]
+    names = [*usable, *(a for a, ours in ALIASES.items() if ours in usable and a not in usable), ip_adapter.MODULE]
     return {"module_list": names, "module_detail": detail}
 
 
-def detect_maps(payload: dict[str, Any], limits: Any, max_bytes: int) -> list[Image.Image]:
-    """POST /controlnet/detect: each of `controlnet_input_images` (or `controlnet_images`) through the module."""
+def detect_maps(payload: dict[str, Any], limits: Any, max_bytes: int, maker: Callable[..., Image.Image]) -> list[Image.Image]:
+    """POST /controlnet/detect: each of `controlnet_input_images` (or `controlnet_images`) through the
+    module, by `maker` (Engine.detect: a model-based module by its annotators)."""
     values = payload.get("controlnet_input_images") or payload.get("controlnet_images")
     if not isinstance(values, list) or not values:
         raise WireError(("controlnet_input_images",), "a list of at least one base64 image is required")
@@ -168,7 +173,7 @@ def detect_maps(payload: dict[str, Any], limits: Any, max_bytes: int) -> list[Im
         data = images.from_base64(value, ("controlnet_input_images", i), max_bytes)
         picture = images.open_bytes(data, ("controlnet_input_images", i), limits.max_upload_pixels, max_bytes, "RGB")
         try:
-            out.append(detect(picture, module, res, a, b))
+            out.append(maker(picture, module, res, a, b))
         except PreprocessorError as exc:
             raise WireError(("controlnet_module",), str(exc)) from None
     return out

@@ -1,0 +1,42 @@
+"""Tiny annotator models (pipelines.annotators) written locally: a DPT depth estimator (random weights)
+and a Segformer whose classifier answers one ADE20K class everywhere, each a transformers folder with
+its image processor, laid out as ANNOTATOR_DIR expects (`depth/`, `seg/`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SEG_CLASS = 12  # ADE20K's "person": its colour (150, 5, 61) is what the seg map must be painted in
+
+
+def write_depth(folder: Path) -> Path:
+    import torch
+    from transformers import DPTConfig, DPTForDepthEstimation, DPTImageProcessor
+
+    torch.manual_seed(0)
+    config = DPTConfig(
+        hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=37, image_size=32,
+        patch_size=8, backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[16, 16, 16, 16], fusion_hidden_size=16,
+    )  # fmt: skip
+    DPTForDepthEstimation(config).eval().save_pretrained(folder / "depth")
+    DPTImageProcessor(size={"height": 32, "width": 32}, keep_aspect_ratio=False).save_pretrained(folder / "depth")
+    return folder / "depth"
+
+
+def write_seg(folder: Path) -> Path:
+    import torch
+    from transformers import SegformerConfig, SegformerForSemanticSegmentation, SegformerImageProcessor
+
+    torch.manual_seed(0)
+    config = SegformerConfig(
+        num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16], patch_sizes=[7, 3],
+        strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=16, num_labels=150,
+    )  # fmt: skip
+    model = SegformerForSemanticSegmentation(config).eval()
+    with torch.no_grad():  # every pixel is SEG_CLASS, whatever the picture
+        model.decode_head.classifier.weight.zero_()
+        model.decode_head.classifier.bias.zero_()
+        model.decode_head.classifier.bias[SEG_CLASS] = 10.0
+    model.save_pretrained(folder / "seg")
+    SegformerImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder / "seg")
+    return folder / "seg"

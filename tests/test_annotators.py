@@ -1,0 +1,79 @@
+"""Model-based ControlNet preprocessors (pipelines.annotators): depth, normal and seg maps made by a
+transformers model from ANNOTATOR_DIR, and the refusal that says where the model goes when absent."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from devices import DeviceManager
+from pipelines.ade20k import PALETTE
+from pipelines.annotators import Annotators, normal_map
+from pipelines.control_maps import PreprocessorError, detect, resolve
+from pipelines.request import GenerationRequest
+from tests.annotator_models import SEG_CLASS, write_depth, write_seg
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("annotators")
+    write_depth(root)
+    write_seg(root)
+    return root
+
+
+def picture() -> Image.Image:
+    image = Image.new("RGB", (80, 60), (30, 30, 160))
+    ImageDraw.Draw(image).ellipse((20, 10, 60, 50), fill=(230, 200, 40))
+    return image
+
+
+def test_a1111_names_resolve_and_what_is_not_run_is_refused_by_name():
+    assert {resolve(n).name for n in ("depth_midas", "depth_anything_v2", "depth_zoe", "depth")} == {"depth"}
+    assert resolve("normal_midas").name == "normal" and resolve("seg_ofade20k").name == "seg"
+    assert all(resolve(n).model_based for n in ("depth", "normal", "seg")) and not resolve("canny").model_based
+    for name in ("openpose_full", "lineart_realistic", "normal_bae", "mlsd"):
+        with pytest.raises(PreprocessorError, match="needs an annotator network this app does not run"):
+            resolve(name)
+    # The schema takes a model-based unit (the server's models are checked when it is served, below)
+    assert GenerationRequest("a", controlnet=[{"image": picture(), "model": "m", "module": "depth_midas"}])
+
+
+def test_without_the_model_the_refusal_says_where_it_goes(tmp_path):
+    with pytest.raises(PreprocessorError, match="ANNOTATOR_DIR/depth"):
+        detect(picture(), "depth_midas")
+    empty = Annotators(tmp_path, DeviceManager())
+    assert empty.names() == []
+    with pytest.raises(PreprocessorError, match=f"depth-estimation model in {tmp_path / 'depth'}"):
+        detect(picture(), "normal_midas", annotators=empty)
+
+
+def test_the_depth_map_is_the_models_depth_stretched_at_the_pictures_size(folder):
+    from transformers import pipeline
+
+    annotators = Annotators(folder, DeviceManager())
+    assert annotators.names() == ["depth", "normal", "seg"]
+    made = np.asarray(detect(picture(), "depth_midas", annotators=annotators))
+    raw = pipeline("depth-estimation", model=str(folder / "depth"))(picture())["predicted_depth"].numpy()
+    expected = (raw - raw.min()) / (raw.max() - raw.min()) * 255
+    assert made.shape == (60, 80, 3) and (made[..., 0] == made[..., 2]).all()  # grey, the picture's size
+    assert np.abs(made[..., 0].astype(float) - expected).max() <= 1.0
+    assert made.min() == 0 and made.max() == 255
+    resized = detect(picture(), "depth", resolution=30, annotators=annotators)  # the unit's processor_res
+    assert resized.size == (40, 30)
+
+
+def test_normals_follow_the_depths_slope_and_the_background_is_flat():
+    depth = np.tile(np.linspace(0.0, 1.0, 64, dtype=np.float32), (32, 1))  # nearer to the right
+    normal = np.asarray(normal_map(depth)).astype(int)
+    background, slope = normal[16, 8], normal[16, 48]  # below 0.4 of the range: flat, facing the viewer
+    assert abs(background[0] - 128) <= 1 and abs(background[1] - 128) <= 1 and background[2] == 255
+    assert slope[0] > 128 and abs(slope[1] - 128) <= 1 and 128 < slope[2] < 255
+
+
+def test_the_seg_map_is_painted_in_ade20k_colours(folder):
+    annotators = Annotators(folder, DeviceManager())
+    made = np.asarray(detect(picture(), "seg_ofade20k", annotators=annotators))
+    assert made.shape == (60, 80, 3)
+    assert (made.reshape(-1, 3) == PALETTE[SEG_CLASS]).all()  # the class the model answers, in its colour
