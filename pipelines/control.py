@@ -21,6 +21,19 @@ Control modes, as A1111 names them, and what runs (diffusers has no per-layer sc
 
 `guess_mode` is one switch per diffusers call: a unit asking for it turns it on for the call, and
 the result says so when other units asked for another mode.
+
+Union ControlNets (one model, many kinds of map) take each unit's **control type**, by
+sd-webui-controlnet's names (its `union_control_type`); "Unknown" takes it from the preprocessor.
+Each family's union numbers the types its own way:
+
+| model class | models | types (the `control_mode` index) | why |
+|---|---|---|---|
+| `ControlNetUnionModel` (SDXL) | xinsir's ControlNet++ union / ProMax | OpenPose 0, Depth 1, Soft Edge 2, Hard Edge 3, Normal Map 4, Segmentation 5, Tile 6, Inpaint 7 (ProMax: 8 types, union: the first 6) | its training's numbering, which sd-webui-controlnet's list follows |
+| `FluxControlNetModel` with `num_mode` | InstantX's and Shakker-Labs' FLUX.1-dev union | Hard Edge 0 (canny), Tile 1, Depth 2, OpenPose 4 | their numbering (3 blur, 5 gray, 6 low quality have no sd-webui-controlnet name) |
+
+Units on one SDXL union model run as one call of it with a condition each (how ControlNet++ combines
+maps); on several, as diffusers' `MultiControlNetUnionModel`. Qwen-Image's union reads the kind of
+map from the map itself: it takes no type.
 """
 
 from __future__ import annotations
@@ -37,7 +50,7 @@ from pydantic import Field, model_validator
 from devices.one_load import ONE_LOAD
 
 from .control_maps import PreprocessorError, detect, resolve
-from .fields import About, Choice, Picture, Range, Schema, Text, refuse
+from .fields import About, Choice, Picture, Range, RequestError, Schema, Text, refuse
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +58,18 @@ EMBEDDED_DIR = Path(__file__).resolve().parents[1] / "models" / "controlnets"
 CONTROL_MODES = ("Balanced", "My prompt is more important", "ControlNet is more important")
 RESIZE_MODES = ("Just Resize", "Crop and Resize", "Resize and Fill")
 PROMPT_FIRST = sum(0.825 ** (12 - i) for i in range(13)) / 13  # A1111's soft injection, as one factor
+UNKNOWN = "Unknown"  # a unit's control type when it names none: its preprocessor's (TYPE_OF_PREPROCESSOR)
+CONTROL_TYPES = (UNKNOWN, "OpenPose", "Depth", "Soft Edge", "Hard Edge", "Normal Map", "Segmentation", "Tile", "Inpaint")
+# A union model's `control_mode` index of each type, by class (the table in the docstring says whose numbering)
+UNION_MODES: dict[str, dict[str, int]] = {
+    "ControlNetUnionModel": {name: i for i, name in enumerate(CONTROL_TYPES[1:])},
+    "FluxControlNetModel": {"Hard Edge": 0, "Tile": 1, "Depth": 2, "OpenPose": 4},
+}
+# The map each preprocessor makes, as a control type (sd-webui-controlnet's own inference).
+TYPE_OF_PREPROCESSOR = {
+    "canny": "Hard Edge", "invert": "Hard Edge", "softedge": "Soft Edge", "scribble": "Soft Edge", "depth": "Depth",
+    "normal": "Normal Map", "seg": "Segmentation", "tile": "Tile",
+}  # fmt: skip
 SINGLE_FILE_SUFFIXES = (".safetensors", ".pth", ".ckpt")
 
 # family -> its ControlNet pipelines in diffusers 0.42.1 (text-to-image, image-to-image, inpaint);
@@ -57,6 +82,10 @@ TWINS: dict[str, tuple[str | None, str | None, str | None]] = {
     "FluxPipeline": ("FluxControlNetPipeline", "FluxControlNetImg2ImgPipeline", "FluxControlNetInpaintPipeline"),
     "QwenImagePipeline": ("QwenImageControlNetPipeline", None, None),
     "SanaPipeline": ("SanaControlNetPipeline", None, None),
+}  # fmt: skip
+# The pipelines that run union models, where they are other classes (SDXL's); Flux's plain ones take both.
+UNION_TWINS: dict[str, tuple[str, str, str]] = {
+    "StableDiffusionXLPipeline": ("StableDiffusionXLControlNetUnionPipeline", "StableDiffusionXLControlNetUnionImg2ImgPipeline", "StableDiffusionXLControlNetUnionInpaintPipeline"),
 }  # fmt: skip
 TASK_INDEX = {"txt2img": 0, "img2img": 1, "inpaint": 2}
 # A ControlNet model class -> the class that runs several at once (Sana has none: one unit).
@@ -109,6 +138,10 @@ class ControlUnit(Schema):
     threshold_b: Annotated[float | None, Range(0.0, 1024.0), About("Threshold B", a1111="threshold_b")] = Field(
         None, description="the preprocessor's second parameter (canny: high threshold); null: its default"
     )
+    control_type: Annotated[str, Choice(CONTROL_TYPES), About("Control type", a1111="union_control_type")] = Field(
+        UNKNOWN, description="for a union ControlNet, which kind of map this is; Unknown: the preprocessor's "
+        "(canny: Hard Edge, depth: Depth; pipelines.control)"
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _checked(self) -> ControlUnit:
@@ -224,10 +257,39 @@ def twin_class(family: str, task: str) -> str:
     return name
 
 
+def union_modes(model: Any) -> dict[str, int] | None:
+    """The control types a union ControlNet takes, with their `control_mode` index; None for a plain one.
+    Flux's union is its plain class with `num_mode` set."""
+    name = type(model).__name__
+    if name == "ControlNetUnionModel":
+        return {t: i for t, i in UNION_MODES[name].items() if i < model.config.num_control_type}
+    if name == "FluxControlNetModel" and model.config.num_mode is not None:
+        return {t: i for t, i in UNION_MODES[name].items() if i < model.config.num_mode}
+    return None
+
+
+def control_modes(units: tuple[ControlUnit, ...], models: list[Any]) -> list[int | None]:
+    """Each unit's `control_mode` index for its model (None: not a union model); RequestError naming the
+    unit where a union model gets no type or one it does not take."""
+    out: list[int | None] = []
+    for i, (unit, model) in enumerate(zip(units, models, strict=True)):
+        modes = union_modes(model)
+        wanted = unit.control_type if unit.control_type != UNKNOWN else TYPE_OF_PREPROCESSOR.get(resolve(unit.module).name)
+        if modes is not None and wanted is None:
+            raise RequestError("controlnet", f"control_type: {unit.model_name} is a union ControlNet: name the kind of map "
+                               f"({', '.join(modes)}); preprocessor {unit.module!r} does not say", (i,))  # fmt: skip
+        if modes is not None and wanted not in modes:
+            raise RequestError("controlnet", f"control_type: {unit.model_name} takes {', '.join(modes)}, not {wanted}", (i,))
+        out.append(None if modes is None else modes[wanted])  # type: ignore[index]
+    return out
+
+
 def build_twin(pipe: Any, family: str, task: str, models: list[Any]) -> Any:
     """The family's ControlNet pipeline for `task` over `pipe` (every weight shared), running `models`."""
     import diffusers
 
+    if any(type(m).__name__ == "ControlNetUnionModel" for m in models):
+        return _union_twin(pipe, family, task, models)
     controlnet = models[0]
     if len(models) > 1:
         multi = MULTI.get(type(models[0]).__name__)
@@ -235,6 +297,23 @@ def build_twin(pipe: Any, family: str, task: str, models: list[Any]) -> Any:
             raise ControlError(f"{type(models[0]).__name__} runs one unit at a time in diffusers; send one unit")
         controlnet = getattr(diffusers, multi)(models)
     twin = shared_twin(getattr(diffusers, twin_class(family, task)), pipe, controlnet=controlnet)
+    twin.set_progress_bar_config(disable=True)
+    return twin
+
+
+def _union_twin(pipe: Any, family: str, task: str, models: list[Any]) -> Any:
+    """SDXL's union pipeline: one union model takes every unit as a condition of one call; several run
+    as diffusers' MultiControlNetUnionModel (one condition each)."""
+    import diffusers
+    from diffusers.models.controlnets import MultiControlNetUnionModel
+
+    if not all(type(m).__name__ == "ControlNetUnionModel" for m in models):
+        raise ControlError("diffusers runs union and plain ControlNets in different pipelines: send units of one kind")
+    twin_class(family, task)  # the family and task have ControlNet pipelines at all (ControlError saying which)
+    if family not in UNION_TWINS:
+        raise ControlError(f"{type(models[0]).__name__} is an SDXL union ControlNet; {family} cannot run it")
+    controlnet = models[0] if all(m is models[0] for m in models) else MultiControlNetUnionModel(models)
+    twin = shared_twin(getattr(diffusers, UNION_TWINS[family][TASK_INDEX[task]]), pipe, controlnet=controlnet)
     twin.set_progress_bar_config(disable=True)
     return twin
 
@@ -270,15 +349,24 @@ def prepare(unit: ControlUnit, size: tuple[int, int], annotators: Any = None) ->
     return fit(control, size, unit.resize_mode)
 
 
-def call_kwargs(units: tuple[ControlUnit, ...], maps: list[Image.Image], accepted: frozenset[str], task: str) -> tuple[dict[str, Any], list[str]]:
-    """The diffusers arguments that run `units` (their maps prepared), and warnings for what cannot."""
+def call_kwargs(units: tuple[ControlUnit, ...], maps: list[Image.Image], accepted: frozenset[str], task: str,
+                modes: list[int | None]) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+    """The diffusers arguments that run `units` (their maps prepared; `modes`: their union models' control
+    modes, `control_modes`), and warnings for what cannot."""
     warnings: list[str] = []
     one = len(units) == 1
+    if any(mode is not None for mode in modes):
+        kwargs_mode = {"control_mode": modes[0] if one else modes}
+    else:
+        kwargs_mode = {}
+        if any(u.control_type != UNKNOWN for u in units):
+            warnings.append("control type is for union ControlNets; these units' models are not: it was not used")
     weights = [u.weight * (PROMPT_FIRST if u.control_mode == CONTROL_MODES[1] else 1.0) for u in units]
     key = "control_image" if "control_image" in accepted else "image"
     kwargs: dict[str, Any] = {
         key: maps[0] if one else maps,
         "controlnet_conditioning_scale": weights[0] if one else weights,
+        **kwargs_mode,
     }
     if "control_guidance_start" in accepted:
         kwargs["control_guidance_start"] = [u.guidance_start for u in units]
@@ -301,12 +389,15 @@ INFOTEXT_KEYS = (
     ("Module", "module"), ("Model", "model"), ("Weight", "weight"), ("Resize Mode", "resize_mode"),
     ("Processor Res", "processor_res"), ("Threshold A", "threshold_a"), ("Threshold B", "threshold_b"),
     ("Guidance Start", "guidance_start"), ("Guidance End", "guidance_end"), ("Control Mode", "control_mode"),
+    ("Union Control Type", "control_type"),
 )  # fmt: skip
 
 
 def describe(unit: ControlUnit) -> dict[str, Any]:
-    """A unit's settings without its image (what metadata and history keep)."""
-    return {field: getattr(unit, field) for _, field in INFOTEXT_KEYS}
+    """A unit's settings without its image (what metadata and history keep); a control type only where
+    one was named (most units are for plain ControlNets)."""
+    out = {field: getattr(unit, field) for _, field in INFOTEXT_KEYS}
+    return {**out, "control_type": None if unit.control_type == UNKNOWN else unit.control_type}
 
 
 def infotext(units: list[dict[str, Any]]) -> list[tuple[str, str]]:

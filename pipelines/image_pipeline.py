@@ -180,7 +180,7 @@ class ImagePipeline:
         self.annotators = Annotators(options.annotator_dir, device_manager)  # units' depth/normal/seg maps
         self._control: tuple[tuple[str, ...], Any] | None = None  # (task and models, the ControlNet twin)
         self.ip_adapters = ip_adapter.IpAdapters([options.ipadapter_dir])
-        self._ip = ip_adapter.Loaded(pipe, self.ip_adapters, self._reset_attention)  # in the UNet every task shares
+        self._ip = ip_adapter.Loaded(pipe, self.ip_adapters, self._reset_attention, self.traits.class_name)  # in the denoiser every task shares
 
     def _reset_attention(self, slicing: bool) -> None:
         """The device's attention on every processor again, sliced too if `slicing` and the memory mode
@@ -630,8 +630,12 @@ class ImagePipeline:
             self._plan_inpaint(plan)
         if request.controlnet:
             maps = [control.prepare(unit, plan.size, self.annotators) for unit in request.controlnet]
-            plan.control, said = control.call_kwargs(request.controlnet, maps, accepted, request.task)
+            models = [self.controlnets.get(unit.model) for unit in request.controlnet]
+            modes = control.control_modes(request.controlnet, models)
+            plan.control, said = control.call_kwargs(request.controlnet, maps, accepted, request.task, modes)
             plan.warnings += said
+        if request.ip_adapter and "ip_adapter_image" not in accepted:
+            raise UnsupportedTaskError(f"{type(pipe).__name__} takes no image prompts in diffusers; send them without units or images")
         plan.control.update(ip_adapter.call_kwargs(request.ip_adapter))
         return plan
 

@@ -13,9 +13,10 @@ not, so a request without image prompts runs exactly as before (the attention is
 diffusers' unload puts its own processors back). Every task's pipeline (image-to-image, inpaint,
 ControlNet twins) shares that UNet; each gets the image encoder before its call.
 
-Families, by what diffusers' loader supports with the same call (`ip_adapter_image`, a scale per
-adapter): Stable Diffusion 1.x/2.x and SDXL. SD3's and Flux's IP-Adapters take other encoders
-(SigLIP) and call arguments and are refused, naming these.
+Families, by what diffusers' loaders support with the same call (`ip_adapter_image`, a scale per
+adapter): Stable Diffusion 1.x/2.x and SDXL (into the UNet), and Flux (XLabs' layout, into the
+transformer; its CLIP encoder is read from the first adapter's folder, so the adapters of one request
+share it). SD3's IP-Adapter takes one picture through a SigLIP encoder and is refused, naming these.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ ENCODER_FOLDER = "image_encoder"
 FAMILIES = {
     "StableDiffusionPipeline": "IPAdapterMixin on the UNet; `ip_adapter_image` in every task's pipeline",
     "StableDiffusionXLPipeline": "IPAdapterMixin on the UNet; `ip_adapter_image` in every task's pipeline",
+    "FluxPipeline": "FluxIPAdapterMixin on the transformer (XLabs' keys); `ip_adapter_image` in text-to-image, "
+    "image-to-image, inpaint and ControlNet text-to-image (not Flux's ControlNet img2img/inpaint)",
 }
 MODULE = "ip-adapter"  # the preprocessor name A1111 clients send for an IP-Adapter unit (a prefix)
 
@@ -122,8 +125,8 @@ class Loaded:
     (diffusers re-creates each processor's class without arguments), sliced as the memory mode wants
     after an unload (diffusers puts its own default back)."""
 
-    def __init__(self, pipe: Any, adapters: IpAdapters, reset_attention: Any):
-        self.pipe, self.adapters, self._reset = pipe, adapters, reset_attention
+    def __init__(self, pipe: Any, adapters: IpAdapters, reset_attention: Any, family: str = ""):
+        self.pipe, self.adapters, self._reset, self.family = pipe, adapters, reset_attention, family
         self.names: tuple[str, ...] = ()
         self._lent: list[Any] = []  # twins given the encoder, to take it back on unload
         # The model's own feature extractor (a safety checker's; mostly none). diffusers' unload keeps
@@ -139,14 +142,24 @@ class Loaded:
                 files = [self.adapters.check(name) for name in names]
                 self._reset(False)
                 with ONE_LOAD:  # builds the adapter's processors and the encoder (devices.one_load)
-                    self.pipe.load_ip_adapter(
-                        [str(f.parent) for f in files], subfolder=[""] * len(files),
-                        weight_name=[f.name for f in files], image_encoder_folder=ENCODER_FOLDER,
-                    )  # fmt: skip
+                    self._load(files)
                 self.names = names
                 log.info("IP-Adapter %s loaded", ", ".join(names))
         if names:
             self.pipe.set_ip_adapter_scale([p.scale for p in prompts])
+
+    def _load(self, files: list[Path]) -> None:
+        """diffusers' loader for this family: the UNet's reads the encoder from a folder beside each
+        adapter; Flux's from one path, in a dtype it is told (float16 unless told: the model's here)."""
+        common = {"subfolder": [""] * len(files), "weight_name": [f.name for f in files]}
+        folders = [str(f.parent) for f in files]
+        if self.family == "FluxPipeline":
+            encoder = str(files[0].parent / ENCODER_FOLDER)
+            dtype = self.pipe.transformer.dtype
+            self.pipe.load_ip_adapter(folders, **common, image_encoder_pretrained_model_name_or_path=encoder,
+                                      image_encoder_dtype=dtype)  # fmt: skip
+        else:
+            self.pipe.load_ip_adapter(folders, **common, image_encoder_folder=ENCODER_FOLDER)
 
     def key(self, prompts: tuple[ImagePrompt, ...]) -> str:
         """What the UNet runs with these prompts, as the OpenVINO runtime keys its graphs: each adapter's

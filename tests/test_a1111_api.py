@@ -274,6 +274,23 @@ def test_webuiapi_depth_unit_runs_the_annotator_from_annotator_dir(api, http, ba
     assert "seg" in refused(http.post(detect, json=body), "controlnet_module")
 
 
+def test_a_units_union_control_type_is_read_checked_and_recorded(http):
+    """sd-webui-controlnet's `union_control_type` is the unit's control type: checked against the types,
+    written to the infotext, and said to be unused on a plain ControlNet (the embedded one)."""
+    picture = b64(scene())
+
+    def body(kind: str) -> dict:
+        unit = {"image": picture, "module": "canny", "model": "shapes-silhouette", "union_control_type": kind}
+        return {"prompt": PROMPT, **SMALL, "alwayson_scripts": {"controlnet": {"args": [unit]}}}
+
+    made = http.post("/txt2img", json=body("Depth"))
+    assert made.status_code == 200, made.text
+    info = json.loads(made.json()["info"])
+    assert 'Union Control Type: Depth"' in info["infotexts"][0]
+    assert any("control type is for union ControlNets" in w for w in info["warnings"])
+    assert "'Depthy' is not one of Unknown, OpenPose, Depth" in refused(http.post("/txt2img", json=body("Depthy")), "alwayson_scripts")
+
+
 def test_webuiapi_ip_adapter_unit_gives_the_references_colour(api, http):
     """An IP-Adapter as sd-webui-controlnet's clients send it: a ControlNet unit whose module is an
     ip-adapter one (webuiapi's helper, A1111's module name), the adapter from /controlnet/model_list.

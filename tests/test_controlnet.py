@@ -4,6 +4,8 @@ tests/test_a1111_api.py, the browser in tests/test_browser.py."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -149,7 +151,6 @@ def tiny_controlnet(name: str, pipe):
     """A ControlNet for family `name` from its denoiser, as diffusers' tests make theirs; its zero
     convolutions randomised, so a unit changes the image (zero-initialised, it would not)."""
     import diffusers
-    import torch
 
     if name in ("sd15", "sdxl"):
         model = diffusers.ControlNetModel.from_unet(pipe.unet)
@@ -158,11 +159,24 @@ def tiny_controlnet(name: str, pipe):
                "sana": "SanaControlNetModel"}[name]  # fmt: skip
         small = {"num_layers": 1, **({"num_single_layers": 1} if name == "flux" else {})}
         model = getattr(diffusers, cls).from_config({**pipe.transformer.config, **small})
+    return randomised(model)
+
+
+def randomised(model):
+    """`model` with its zero convolutions (or projections) drawn at random: a unit changes the image."""
+    import torch
+
     torch.manual_seed(0)
     for module_name, parameter in model.named_parameters():
-        if "controlnet" in module_name and ("blocks" in module_name or "mid_block" in module_name or "x_embedder" in module_name):
+        zero = "controlnet" in module_name and ("blocks" in module_name or "mid_block" in module_name or "x_embedder" in module_name)
+        if zero or module_name.startswith("spatial_ch_projs"):  # the last: a union model's type-aware projection
             torch.nn.init.normal_(parameter, std=0.05)
     return model
+
+
+def apart(a, b) -> float:
+    """Mean absolute difference of two results' first images, in 0..255."""
+    return float(np.abs(np.asarray(a.images[0], float) - np.asarray(b.images[0], float)).mean())
 
 
 # Whose tiny denoiser adds the ControlNet's residuals: a one-block SD3 or Sana transformer skips them
@@ -187,15 +201,67 @@ def test_every_family_with_a_diffusers_controlnet_runs_a_unit(name, family_root,
     def run(**fields):
         return pipeline.generate(GenerationRequest("a red circle", steps=2, seed=3, width=64, height=64, **fields))
 
-    def apart(a, b) -> float:
-        return float(np.abs(np.asarray(a.images[0], float) - np.asarray(b.images[0], float)).mean())
-
     plain, controlled = run(), run(controlnet=[sent])
     assert calls and controlled.images[0].size == (64, 64) and controlled.metadata[0]["controlnet"][0]["model"] == "tiny"
     if name in ADDS_RESIDUALS:
         assert apart(controlled, plain) > 1
     if name in WEIGHT_ZERO_IS_PLAIN:
         assert apart(run(controlnet=[{**sent, "weight": 0}]), plain) == 0
+
+
+@pytest.mark.parametrize("name", ["sdxl", "flux"])
+def test_a_union_controlnet_takes_each_units_control_type(name, family_root, tmp_path):
+    """A union model (SDXL's ControlNet++ class, Flux's with num_mode) runs the unit as the control type it
+    names, or its preprocessor's; a type the model lacks, or a map of no known type, is refused naming the
+    types it takes. On SDXL two units share one call of the union model."""
+    import diffusers
+
+    from pipelines.metadata import a1111_parameters
+
+    path = build(name, family_root / name)
+    pipeline = ImagePipeline.from_pretrained(path, controlnet_dir=tmp_path)
+    if name == "sdxl":
+        config = diffusers.ControlNetUnionModel.from_unet(pipeline.pipe.unet).config  # 6 types, as ControlNet++'s union
+        width = config.block_out_channels[0]  # its condition transformer at the tiny UNet's width (320 in SDXL)
+        model = diffusers.ControlNetUnionModel.from_config(config, num_trans_channel=width, num_proj_channel=width, num_trans_head=2)
+    else:
+        small = {"num_layers": 1, "num_single_layers": 1, "num_mode": 10}  # InstantX's union has 10 modes
+        model = diffusers.FluxControlNetModel.from_config({**pipeline.pipe.transformer.config, **small})
+    randomised(model).save_pretrained(tmp_path / "union")
+    picture = Image.new("RGB", (64, 64), "black")
+    ImageDraw.Draw(picture).ellipse((16, 16, 40, 40), outline="white", width=3)
+    given = []  # the mode each call of the union model got (SDXL: control_type_idx, Flux: controlnet_mode)
+
+    def record(module, args, kwargs):
+        mode = kwargs.get("control_type_idx", kwargs.get("controlnet_mode"))
+        given.append(mode if isinstance(mode, list) else int(mode.flatten()[0]))
+
+    pipeline.controlnets.get("union").register_forward_pre_hook(record, with_kwargs=True)
+
+    def run(*units: dict):
+        given.clear()
+        sent = [{"image": picture, "model": "union", **unit} for unit in units]
+        return pipeline.generate(GenerationRequest("a red circle", steps=2, seed=3, width=64, height=64, controlnet=sent))
+
+    depth = run({"control_type": "Depth"})
+    assert given[0] == {"sdxl": [1], "flux": 2}[name]  # ControlNet++'s and InstantX's numbering of Depth
+    edges = run({"control_type": "Hard Edge"})
+    assert given[0] == {"sdxl": [3], "flux": 0}[name] and apart(depth, edges) > 0  # the type is the model's input
+    assert apart(run({"module": "canny", "control_type": "Hard Edge"}), run({"module": "canny"})) == 0  # canny's type
+    assert depth.metadata[0]["controlnet"][0]["control_type"] == "Depth"
+    assert 'Union Control Type: Depth"' in a1111_parameters(depth.metadata[0])
+    takes = {"sdxl": "OpenPose, Depth, Soft Edge, Hard Edge, Normal Map, Segmentation", "flux": "Hard Edge, Tile, Depth, OpenPose"}[name]
+    with pytest.raises(RequestError, match=re.escape(f"controlnet[0]: control_type: union is a union ControlNet: name the kind of map ({takes}); preprocessor 'none'")):
+        run({"module": "none"})
+    missing = {"sdxl": "Tile", "flux": "Segmentation"}[name]
+    with pytest.raises(RequestError, match=f"control_type: union takes .*, not {missing}"):
+        run({"control_type": missing})
+    if name == "sdxl":
+        both = run({"control_type": "Depth"}, {"control_type": "Hard Edge", "weight": 0.5})
+        assert given == [[1, 3], [1, 3]]  # one call per step, with both conditions
+        assert type(pipeline._control[1]).__name__ == "StableDiffusionXLControlNetUnionPipeline"
+        assert type(pipeline._control[1].controlnet).__name__ == "ControlNetUnionModel"  # one call, two conditions
+        assert apart(both, depth) > 0.1  # the second condition steers too
 
 
 def test_a_pool_of_two_cpu_replicas_gives_the_single_replicas_images_with_a_unit(pipeline, monkeypatch):

@@ -84,11 +84,11 @@ def test_image_prompts_run_in_img2img_and_inpaint_and_beside_controlnet_units(pi
         plain = run(pipeline, scene, **fields)
         assert not same(run(pipeline, scene, ip_adapter=[prompt(reference)], **fields), plain)
     hits = 0
-    for s, r in PAIRS[:4]:  # colour from the picture, place from the map
+    for s, r in PAIRS:  # colour from the picture, place from the map (by chance: colour 1 in 8 alone)
         image = run(pipeline, s, ip_adapter=[prompt(r)], controlnet=[{"image": Image.fromarray(silhouette(s)), "model": CONTROL_OUT.name}]).images[0]
         judged = classify(image)
         hits += judged.color == s.color and iou(foreground(image, judged.background), silhouette(s)[..., 0] > 127) >= 0.5
-    assert hits >= 3
+    assert hits >= 5  # 5 of 8 with the shipped adapter (the eval: colour 78 %, IoU 0.63 over 100)
 
 
 def test_image_prompts_are_written_as_a1111s_ip_adapter_units_and_read_back(pipeline):
@@ -109,7 +109,7 @@ def test_refusals_name_what_can(pipeline, family_root):
     assert info.ip_adapters == (ADAPTER,)
     pixart = ImagePipeline.from_pretrained(build("pixart-sigma", family_root / "pixart-sigma"))
     assert pixart.model_info().ip_adapters == ()
-    with pytest.raises(UnsupportedTaskError, match="takes no image prompts here; families with IP-Adapter: StableDiffusion, StableDiffusionXL"):
+    with pytest.raises(UnsupportedTaskError, match="takes no image prompts here; families with IP-Adapter: StableDiffusion, StableDiffusionXL, Flux"):
         pixart.generate(GenerationRequest("a circle", steps=2, ip_adapter=[prompt(reference)]))
 
 
@@ -131,6 +131,59 @@ def test_sdxl_runs_an_image_prompt_from_an_adapter_folder(family_root, tmp_path)
     steered = go(ip_adapter=[{"image": reference, "model": "tiny-xl"}])
     assert np.abs(np.asarray(steered.images[0], float) - np.asarray(plain.images[0], float)).mean() > 1
     assert same(go(ip_adapter=[{"image": reference, "model": "tiny-xl", "scale": 0}]), plain)
+
+
+def flux_adapter(transformer, generator: torch.Generator) -> dict[str, dict[str, torch.Tensor]]:
+    """A random IP-Adapter for a tiny Flux transformer, in the keys diffusers' Flux loader reads (as
+    diffusers' tests make theirs): an image projection to 4 tokens of the text's width, and an image
+    key/value for each double-stream block."""
+    from diffusers.models.embeddings import ImageProjection
+    from diffusers.models.transformers.transformer_flux import FluxIPAdapterAttnProcessor
+
+    from models.train.ip_adapter import EMBED_DIM
+
+    width = transformer.config.joint_attention_dim
+    hidden = transformer.config.num_attention_heads * transformer.config.attention_head_dim
+    layers = {}
+    for key in range(len(transformer.transformer_blocks)):
+        processor = FluxIPAdapterAttnProcessor(hidden_size=hidden, cross_attention_dim=width, scale=1.0)
+        for name, value in processor.state_dict().items():  # to_k_ip.0.weight -> 0.to_k_ip.weight
+            part, _, rest = name.partition(".0.")
+            layers[f"{key}.{part}.{rest}"] = torch.randn(value.shape, generator=generator) * 0.5
+    projection = ImageProjection(cross_attention_dim=width, image_embed_dim=EMBED_DIM, num_image_text_embeds=4)
+    image_proj = {name: value.detach().clone() for name, value in projection.state_dict().items()}
+    image_proj = {name.replace("image_embeds.", "proj."): value for name, value in image_proj.items()}
+    return {"image_proj": image_proj, "ip_adapter": layers}
+
+
+def test_flux_runs_an_image_prompt_through_its_transformer(family_root, tmp_path):
+    """Flux's IP-Adapter (XLabs' layout, its CLIP encoder beside it): the picture steers the image, another
+    picture steers it elsewhere, scale 0 and a request without one give the plain image; Flux's ControlNet
+    image-to-image has no image prompts in diffusers and says so."""
+    from tests.test_controlnet import tiny_controlnet
+
+    folders = {"ipadapter_dir": tmp_path / "ip", "controlnet_dir": tmp_path / "cn"}
+    pipeline = ImagePipeline.from_pretrained(build("flux", family_root / "flux"), runtime="torch", **folders)
+    encoder, _ = build_encoder()
+    write_adapter(tmp_path / "ip" / "tiny-flux", flux_adapter(pipeline.pipe.transformer, torch.Generator().manual_seed(0)), encoder)
+    tiny_controlnet("flux", pipeline.pipe).save_pretrained(tmp_path / "cn" / "tiny")
+    assert "tiny-flux" in pipeline.model_info().ip_adapters
+
+    def go(picture=None, **fields):
+        prompts = [{"image": picture, "model": "tiny-flux", **fields}] if picture else []
+        return pipeline.generate(GenerationRequest("a red circle", steps=2, seed=3, width=64, height=64, ip_adapter=prompts))
+
+    def apart(a, b) -> float:
+        return float(np.abs(np.asarray(a.images[0], float) - np.asarray(b.images[0], float)).mean())
+
+    plain = go()
+    red, blue = Image.new("RGB", (64, 64), "red"), draw(PAIRS[6][1])
+    steered = go(red)
+    assert apart(steered, plain) > 0.5 and apart(go(blue), steered) > 0.1
+    assert same(go(red, scale=0), plain) and same(go(), plain)  # scale 0, and unloaded after
+    with pytest.raises(UnsupportedTaskError, match="FluxControlNetImg2ImgPipeline takes no image prompts"):
+        pipeline.generate(GenerationRequest("a red circle", steps=2, width=64, height=64, init_images=[red],
+                                            controlnet=[{"image": red, "model": "tiny"}], ip_adapter=[{"image": red, "model": "tiny-flux"}]))  # fmt: skip
 
 
 def test_the_evaluation_command_writes_its_figures(tmp_path):

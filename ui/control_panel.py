@@ -15,12 +15,12 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.control import CONTROL_MODES, RESIZE_MODES, ControlUnit
+from pipelines.control import CONTROL_MODES, CONTROL_TYPES, RESIZE_MODES, ControlUnit
 from pipelines.control_maps import PreprocessorError, detect, resolve
 
 UNITS_SHOWN = 2  # tabs in the accordion (the API takes up to the schema's 8)
 SETTINGS = ("module", "model", "weight", "guidance_start", "guidance_end", "control_mode", "resize_mode",
-            "processor_res", "threshold_a", "threshold_b")  # fmt: skip
+            "processor_res", "threshold_a", "threshold_b", "control_type")  # fmt: skip
 
 
 @dataclass
@@ -152,6 +152,8 @@ def _unit(eid: str, models: list[str], modules: list[str], fields: dict[str, Any
     with gr.Row():
         s["module"] = gr.Dropdown(modules, value=d("module"), label="Preprocessor", elem_id=eid + "module")
         s["model"] = gr.Dropdown(models, value=models[0] if models else None, label="Model", elem_id=eid + "model")
+        s["control_type"] = gr.Dropdown(list(CONTROL_TYPES), value=d("control_type"), label="Control type (union models)",
+                                        elem_id=eid + "control-type")  # fmt: skip
     with gr.Row():
         s["threshold_a"] = gr.Slider(0, 255, value=100, step=1, label="Threshold A", elem_id=eid + "threshold-a")
         s["threshold_b"] = gr.Slider(0, 255, value=200, step=1, label="Threshold B", elem_id=eid + "threshold-b")

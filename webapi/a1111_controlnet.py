@@ -114,6 +114,8 @@ def _converted(raw: dict[str, Any], where: tuple) -> dict[str, Any]:
         if name is None:
             raise WireError((*where, key), f"{value!r} is not one of {', '.join(k for k in table if not k.isdigit())}")
         out[key] = name
+    if raw.get("union_control_type") is not None:  # the schema checks it (pipelines.control.CONTROL_TYPES)
+        out["control_type"] = raw["union_control_type"]
     if raw.get("pixel_perfect") in (True, "true", 1):
         out["processor_res"] = 0
     elif raw.get("processor_res") is not None:

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 LORA_OUT = MODELS_DIR / "loras"
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 1500}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
