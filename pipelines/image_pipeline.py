@@ -409,7 +409,7 @@ class ImagePipeline:
     def _check_image_prompts(self, request: GenerationRequest) -> None:
         """Image prompts need a family diffusers loads IP-Adapters into and adapters this server has."""
         try:
-            ip_adapter.check_family(self.traits.class_name)
+            ip_adapter.check_family(self.traits.class_name, len(request.ip_adapter))
         except ip_adapter.IpAdapterError as exc:
             raise UnsupportedTaskError(f"{self.model_name}: {exc}") from None
         for i, prompt in enumerate(request.ip_adapter):

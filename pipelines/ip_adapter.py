@@ -16,7 +16,8 @@ ControlNet twins) shares that UNet; each gets the image encoder before its call.
 Families, by what diffusers' loaders support with the same call (`ip_adapter_image`, a scale per
 adapter): Stable Diffusion 1.x/2.x and SDXL (into the UNet), and Flux (XLabs' layout, into the
 transformer; its CLIP encoder is read from the first adapter's folder, so the adapters of one request
-share it). SD3's IP-Adapter takes one picture through a SigLIP encoder and is refused, naming these.
+share it), and SD3 (InstantX's SD3.5 layout and its SigLIP encoder, into the transformer: diffusers
+loads one adapter there, so one image prompt per request).
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ FAMILIES = {
     "StableDiffusionXLPipeline": "IPAdapterMixin on the UNet; `ip_adapter_image` in every task's pipeline",
     "FluxPipeline": "FluxIPAdapterMixin on the transformer (XLabs' keys); `ip_adapter_image` in text-to-image, "
     "image-to-image, inpaint and ControlNet text-to-image (not Flux's ControlNet img2img/inpaint)",
+    "StableDiffusion3Pipeline": "SD3IPAdapterMixin on the transformer (InstantX's keys, a SigLIP encoder); one "
+    "adapter at a time in diffusers; `ip_adapter_image` in text-to-image and image-to-image",
 }
+MOST = {"StableDiffusion3Pipeline": 1}  # image prompts per request, where diffusers loads fewer than the schema's
 MODULE = "ip-adapter"  # the preprocessor name A1111 clients send for an IP-Adapter unit (a prefix)
 
 
@@ -113,9 +117,12 @@ def families() -> str:
     return ", ".join(name.removesuffix("Pipeline") for name in FAMILIES)
 
 
-def check_family(family: str) -> None:
+def check_family(family: str, count: int = 1) -> None:
+    """IpAdapterError unless `family` takes `count` image prompts at once, saying what it takes."""
     if family not in FAMILIES:
         raise IpAdapterError(f"{family} takes no image prompts here; families with IP-Adapter: {families()}")
+    if count > MOST.get(family, count):
+        raise IpAdapterError(f"{family} takes {MOST[family]} image prompt at a time (diffusers loads one IP-Adapter into it)")
 
 
 class Loaded:
@@ -146,18 +153,21 @@ class Loaded:
                 self.names = names
                 log.info("IP-Adapter %s loaded", ", ".join(names))
         if names:
-            self.pipe.set_ip_adapter_scale([p.scale for p in prompts])
+            scales = [p.scale for p in prompts]
+            self.pipe.set_ip_adapter_scale(scales[0] if self.family in MOST else scales)  # SD3's takes one number
 
     def _load(self, files: list[Path]) -> None:
         """diffusers' loader for this family: the UNet's reads the encoder from a folder beside each
         adapter; Flux's from one path, in a dtype it is told (float16 unless told: the model's here)."""
         common = {"subfolder": [""] * len(files), "weight_name": [f.name for f in files]}
         folders = [str(f.parent) for f in files]
+        encoder = str(files[0].parent / ENCODER_FOLDER)
         if self.family == "FluxPipeline":
-            encoder = str(files[0].parent / ENCODER_FOLDER)
             dtype = self.pipe.transformer.dtype
             self.pipe.load_ip_adapter(folders, **common, image_encoder_pretrained_model_name_or_path=encoder,
                                       image_encoder_dtype=dtype)  # fmt: skip
+        elif self.family == "StableDiffusion3Pipeline":  # one adapter; its encoder by path (a bare name is read from the cwd)
+            self.pipe.load_ip_adapter(folders[0], weight_name=files[0].name, subfolder="", image_encoder_folder=encoder)
         else:
             self.pipe.load_ip_adapter(folders, **common, image_encoder_folder=ENCODER_FOLDER)
 

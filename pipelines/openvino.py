@@ -142,7 +142,7 @@ class OpenVinoHook(ModelHook):
         self.dynamic = self.kind in DYNAMIC_SAFE  # one graph for every shape, else one per input shapes
         self.weights = weights_hash(module)
         self.lora = ""  # the active LoRA set where the module has LoRA layers (OpenVinoRuntime.use_loras)
-        self.ip_adapter = ""  # the UNet's IP-Adapters and scales (OpenVinoRuntime.use_ip_adapters)
+        self.ip_adapter = ""  # the denoiser's IP-Adapters and scales (OpenVinoRuntime.use_ip_adapters)
         self.graphs: OrderedDict[str, _Entry] = OrderedDict()
         self.seen: set[str] = set()
         self.last: _Entry | None = None
@@ -239,11 +239,12 @@ class OpenVinoRuntime:
             hook.lora = key if key and has_lora_layers(self.modules[name]) else ""
 
     def use_ip_adapters(self, key: str) -> None:
-        """The IP-Adapters in the UNet and their scales for the next calls (pipelines.ip_adapter): their
-        processors and scales are traced into the UNet's graph, so each set gets its own graphs, as a
-        LoRA set does. They go into the UNet only (every family that takes them has one)."""
-        if "unet" in self.hooks:
-            self.hooks["unet"].ip_adapter = key
+        """The IP-Adapters in the denoiser and their scales for the next calls (pipelines.ip_adapter): their
+        processors and scales are traced into the denoiser's graph (SD's UNet, Flux's and SD3's
+        transformer), so each set gets its own graphs, as a LoRA set does."""
+        for name in ("unet", "transformer"):
+            if name in self.hooks:
+                self.hooks[name].ip_adapter = key
 
     def describe(self) -> str:
         parts = [f"{name} {hook.describe()}" for name, hook in self.hooks.items()]

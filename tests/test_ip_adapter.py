@@ -109,7 +109,7 @@ def test_refusals_name_what_can(pipeline, family_root):
     assert info.ip_adapters == (ADAPTER,)
     pixart = ImagePipeline.from_pretrained(build("pixart-sigma", family_root / "pixart-sigma"))
     assert pixart.model_info().ip_adapters == ()
-    with pytest.raises(UnsupportedTaskError, match="takes no image prompts here; families with IP-Adapter: StableDiffusion, StableDiffusionXL, Flux"):
+    with pytest.raises(UnsupportedTaskError, match="takes no image prompts here; families with IP-Adapter: StableDiffusion, StableDiffusionXL, Flux, StableDiffusion3"):
         pixart.generate(GenerationRequest("a circle", steps=2, ip_adapter=[prompt(reference)]))
 
 
@@ -184,6 +184,49 @@ def test_flux_runs_an_image_prompt_through_its_transformer(family_root, tmp_path
     with pytest.raises(UnsupportedTaskError, match="FluxControlNetImg2ImgPipeline takes no image prompts"):
         pipeline.generate(GenerationRequest("a red circle", steps=2, width=64, height=64, init_images=[red],
                                             controlnet=[{"image": red, "model": "tiny"}], ip_adapter=[{"image": red, "model": "tiny-flux"}]))  # fmt: skip
+
+
+def write_sd3_adapter(folder, transformer) -> None:
+    """A random IP-Adapter for a tiny SD3 transformer in InstantX's layout as diffusers reads it (its
+    time-aware image projection and a joint-attention processor per block), beside a tiny SigLIP encoder
+    and its image processor."""
+    from diffusers.models.attention_processor import SD3IPAdapterJointAttnProcessor2_0
+    from diffusers.models.embeddings import IPAdapterTimeImageProjection
+    from safetensors.torch import save_file
+    from transformers import SiglipImageProcessor, SiglipVisionConfig, SiglipVisionModel
+
+    torch.manual_seed(0)
+    encoder = SiglipVisionModel(SiglipVisionConfig(hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                                                   num_attention_heads=4, image_size=32, patch_size=8))  # fmt: skip
+    hidden = transformer.config.attention_head_dim * transformer.config.num_attention_heads
+    projection = IPAdapterTimeImageProjection(embed_dim=32, output_dim=hidden, hidden_dim=64, heads=1, num_queries=4, timestep_in_dim=32)
+    flat = {f"image_proj.{k}": v for k, v in projection.state_dict().items()}
+    for i in range(len(transformer.attn_processors)):
+        processor = SD3IPAdapterJointAttnProcessor2_0(hidden_size=hidden, ip_hidden_states_dim=hidden,
+                                                      head_dim=transformer.config.attention_head_dim, timesteps_emb_dim=64)  # fmt: skip
+        flat.update({f"ip_adapter.{i}.{k}": torch.randn(v.shape) * 0.3 for k, v in processor.state_dict().items()})
+    folder.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in flat.items()}, str(folder / "ip_adapter.safetensors"))
+    encoder.save_pretrained(folder / "image_encoder")
+    SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder / "image_encoder")
+
+
+def test_sd3_runs_one_image_prompt_and_says_it_takes_one(family_root, tmp_path):
+    """SD3's IP-Adapter (InstantX's layout, SigLIP): the picture steers, scale 0 and none give the plain
+    image; two image prompts are refused, as diffusers loads one adapter into SD3."""
+    pipeline = ImagePipeline.from_pretrained(build("sd3", family_root / "sd3"), ipadapter_dir=tmp_path, runtime="torch")
+    write_sd3_adapter(tmp_path / "tiny-sd3", pipeline.pipe.transformer)
+    assert "tiny-sd3" in pipeline.model_info().ip_adapters
+
+    def go(*prompts: dict):
+        return pipeline.generate(GenerationRequest("a red circle", steps=2, seed=3, width=64, height=64, ip_adapter=list(prompts)))
+
+    plain, red = go(), Image.new("RGB", (64, 64), "red")
+    steered = go({"image": red, "model": "tiny-sd3"})
+    assert np.abs(np.asarray(steered.images[0], float) - np.asarray(plain.images[0], float)).mean() > 0.5
+    assert same(go({"image": red, "model": "tiny-sd3", "scale": 0}), plain) and same(go(), plain)
+    with pytest.raises(UnsupportedTaskError, match="takes 1 image prompt at a time"):
+        go({"image": red, "model": "tiny-sd3"}, {"image": red, "model": "tiny-sd3"})
 
 
 def test_the_evaluation_command_writes_its_figures(tmp_path):
