@@ -87,6 +87,8 @@ TWINS: dict[str, tuple[str | None, str | None, str | None]] = {
 UNION_TWINS: dict[str, tuple[str, str, str]] = {
     "StableDiffusionXLPipeline": ("StableDiffusionXLControlNetUnionPipeline", "StableDiffusionXLControlNetUnionImg2ImgPipeline", "StableDiffusionXLControlNetUnionInpaintPipeline"),
 }  # fmt: skip
+# T2I-Adapters (a small network beside the UNet; TencentARC's): diffusers runs them in text-to-image only.
+ADAPTER_TWINS = {"StableDiffusionPipeline": "StableDiffusionAdapterPipeline", "StableDiffusionXLPipeline": "StableDiffusionXLAdapterPipeline"}
 TASK_INDEX = {"txt2img": 0, "img2img": 1, "inpaint": 2}
 # A ControlNet model class -> the class that runs several at once (Sana has none: one unit).
 MULTI = {
@@ -198,6 +200,11 @@ class ControlNets:
             raise ControlError(f"no ControlNet named {name!r}; this server has: {', '.join(self.names()) or 'none'} (CONTROLNET_DIR)")
         return path
 
+    def class_of(self, name: str) -> str:
+        """The diffusers class of model `name`, from its `config.json` (a single file: ControlNetModel)."""
+        path = self.check(name)
+        return "ControlNetModel" if path.is_file() else json.loads((path / "config.json").read_text())["_class_name"]
+
     def get(self, name: str) -> Any:
         key = model_name(name)
         with self._lock:
@@ -284,12 +291,31 @@ def control_modes(units: tuple[ControlUnit, ...], models: list[Any]) -> list[int
     return out
 
 
+def check_kinds(family: str, task: str, classes: list[str]) -> None:
+    """ControlError, before any work, for units whose models cannot run together here: T2I-Adapters
+    outside text-to-image on SD/SDXL or beside ControlNets, SDXL union models on another family or beside
+    plain ones (diffusers runs each kind in its own pipelines)."""
+    twin_class(family, task)
+    kinds = {"T2IAdapter" if c == "T2IAdapter" else "union" if c == "ControlNetUnionModel" else "plain" for c in classes}
+    if "T2IAdapter" in kinds and len(kinds) > 1:
+        raise ControlError("diffusers runs T2I-Adapters and ControlNets in different pipelines: send units of one kind")
+    if "T2IAdapter" in kinds and (task != "txt2img" or family not in ADAPTER_TWINS):
+        can = ", ".join(f.removesuffix("Pipeline") for f in ADAPTER_TWINS)
+        raise ControlError(f"T2I-Adapters run in text-to-image only, on {can} (diffusers); this is {family}, {task}")
+    if "union" in kinds and family not in UNION_TWINS:
+        raise ControlError(f"ControlNetUnionModel is an SDXL union ControlNet; {family} cannot run it")
+    if "union" in kinds and len(kinds) > 1:
+        raise ControlError("diffusers runs union and plain ControlNets in different pipelines: send units of one kind")
+
+
 def build_twin(pipe: Any, family: str, task: str, models: list[Any]) -> Any:
     """The family's ControlNet pipeline for `task` over `pipe` (every weight shared), running `models`."""
     import diffusers
 
     if any(type(m).__name__ == "ControlNetUnionModel" for m in models):
         return _union_twin(pipe, family, task, models)
+    if any(type(m).__name__ == "T2IAdapter" for m in models):
+        return _adapter_twin(pipe, family, task, models)
     controlnet = models[0]
     if len(models) > 1:
         multi = MULTI.get(type(models[0]).__name__)
@@ -314,6 +340,22 @@ def _union_twin(pipe: Any, family: str, task: str, models: list[Any]) -> Any:
         raise ControlError(f"{type(models[0]).__name__} is an SDXL union ControlNet; {family} cannot run it")
     controlnet = models[0] if all(m is models[0] for m in models) else MultiControlNetUnionModel(models)
     twin = shared_twin(getattr(diffusers, UNION_TWINS[family][TASK_INDEX[task]]), pipe, controlnet=controlnet)
+    twin.set_progress_bar_config(disable=True)
+    return twin
+
+
+def _adapter_twin(pipe: Any, family: str, task: str, models: list[Any]) -> Any:
+    """diffusers' T2I-Adapter pipeline for the family (text-to-image), the adapters as one MultiAdapter."""
+    import diffusers
+
+    if not all(type(m).__name__ == "T2IAdapter" for m in models):
+        raise ControlError("diffusers runs T2I-Adapters and ControlNets in different pipelines: send units of one kind")
+    name = ADAPTER_TWINS.get(family) if task == "txt2img" else None
+    if name is None:
+        can = ", ".join(f.removesuffix("Pipeline") for f in ADAPTER_TWINS)
+        raise ControlError(f"T2I-Adapters run in text-to-image only, on {can} (diffusers); this is {family}, {task}")
+    adapter = models[0] if len(models) == 1 else diffusers.MultiAdapter(models)
+    twin = shared_twin(getattr(diffusers, name), pipe, adapter=adapter)
     twin.set_progress_bar_config(disable=True)
     return twin
 
@@ -355,33 +397,52 @@ def call_kwargs(units: tuple[ControlUnit, ...], maps: list[Image.Image], accepte
     modes, `control_modes`), and warnings for what cannot."""
     warnings: list[str] = []
     one = len(units) == 1
-    if any(mode is not None for mode in modes):
-        kwargs_mode = {"control_mode": modes[0] if one else modes}
-    else:
-        kwargs_mode = {}
-        if any(u.control_type != UNKNOWN for u in units):
-            warnings.append("control type is for union ControlNets; these units' models are not: it was not used")
     weights = [u.weight * (PROMPT_FIRST if u.control_mode == CONTROL_MODES[1] else 1.0) for u in units]
-    key = "control_image" if "control_image" in accepted else "image"
-    kwargs: dict[str, Any] = {
-        key: maps[0] if one else maps,
-        "controlnet_conditioning_scale": weights[0] if one else weights,
-        **kwargs_mode,
-    }
-    if "control_guidance_start" in accepted:
-        kwargs["control_guidance_start"] = [u.guidance_start for u in units]
-        kwargs["control_guidance_end"] = [u.guidance_end for u in units]
-    elif any(u.guidance_start > 0 or u.guidance_end < 1 for u in units):
-        warnings.append("this family's ControlNet pipeline runs units over all steps: start/end were not applied")
-    modes = {u.control_mode for u in units}
-    if CONTROL_MODES[2] in modes:
+    if "adapter_conditioning_scale" in accepted:  # a T2I-Adapter pipeline
+        kwargs = {"image": maps[0] if one else maps, "adapter_conditioning_scale": weights[0] if one else weights,
+                  **_adapter_span(units, accepted, warnings)}  # fmt: skip
+    else:
+        key = "control_image" if "control_image" in accepted else "image"
+        kwargs = {key: maps[0] if one else maps, "controlnet_conditioning_scale": weights[0] if one else weights,
+                  **_union_kwargs(units, modes, warnings)}  # fmt: skip
+        if "control_guidance_start" in accepted:
+            kwargs["control_guidance_start"] = [u.guidance_start for u in units]
+            kwargs["control_guidance_end"] = [u.guidance_end for u in units]
+        elif any(u.guidance_start > 0 or u.guidance_end < 1 for u in units):
+            warnings.append("this family's ControlNet pipeline runs units over all steps: start/end were not applied")
+    kinds = {u.control_mode for u in units}
+    if CONTROL_MODES[2] in kinds:
         if "guess_mode" in accepted:
             kwargs["guess_mode"] = True
-            if len(modes) > 1:
+            if len(kinds) > 1:
                 warnings.append("'ControlNet is more important' is one switch per call in diffusers: it applied to every unit")
         else:
-            warnings.append("this family's ControlNet pipeline has no guess mode: 'ControlNet is more important' ran as Balanced")
+            warnings.append("this pipeline has no guess mode: 'ControlNet is more important' ran as Balanced")
     return kwargs, warnings
+
+
+def _union_kwargs(units: tuple[ControlUnit, ...], modes: list[int | None], warnings: list[str]) -> dict[str, Any]:
+    """`control_mode` where a union model runs; a control type on plain models is said to be unused."""
+    if any(mode is not None for mode in modes):
+        return {"control_mode": modes[0] if len(units) == 1 else modes}
+    if any(u.control_type != UNKNOWN for u in units):
+        warnings.append("control type is for union ControlNets; these units' models are not: it was not used")
+    return {}
+
+
+def _adapter_span(units: tuple[ControlUnit, ...], accepted: frozenset[str], warnings: list[str]) -> dict[str, Any]:
+    """A T2I-Adapter call's `adapter_conditioning_factor` (SDXL's pipeline has it, SD's not): the share of
+    the steps, from the first, the adapters run for (one for the call: the latest unit's end); a later
+    start cannot be had."""
+    if any(u.guidance_start > 0 for u in units):
+        warnings.append("T2I-Adapters run from the first step in diffusers: the starting control step was not applied")
+    if "adapter_conditioning_factor" not in accepted:
+        if any(u.guidance_end < 1 for u in units):
+            warnings.append("this T2I-Adapter pipeline runs over all steps: the ending control step was not applied")
+        return {}
+    if len({u.guidance_end for u in units}) > 1:
+        warnings.append("T2I-Adapters stop together in diffusers: every unit ran to the latest ending control step")
+    return {"adapter_conditioning_factor": max(u.guidance_end for u in units)}
 
 
 # ------------------------------------------------------------------ metadata

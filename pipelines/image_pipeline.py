@@ -72,7 +72,7 @@ from .request import (
 from .step_cache import StepCache
 from .tokens import count_tokens
 from .tokens import windows as token_windows
-from .traits import denoiser, inspect_pipeline
+from .traits import denoiser, inspect_pipeline, step_callback_style
 from .upscalers import Upscalers
 
 if TYPE_CHECKING:
@@ -405,6 +405,11 @@ class ImagePipeline:
                 self.controlnets.check(unit.model)
             except control.ControlError as exc:
                 raise RequestError("controlnet", str(exc), (i,)) from None
+        try:  # the models' kinds together (T2I-Adapters, union models): their config.json, nothing loaded
+            classes = [self.controlnets.class_of(unit.model) for unit in request.controlnet]
+            control.check_kinds(self.traits.class_name, request.task, classes)
+        except control.ControlError as exc:
+            raise UnsupportedTaskError(f"{self.model_name}: {exc}") from None
 
     def _check_image_prompts(self, request: GenerationRequest) -> None:
         """Image prompts need a family diffusers loads IP-Adapters into and adapters this server has."""
@@ -760,7 +765,7 @@ class ImagePipeline:
         callback = timer
         if preview is not None:
             callback = Previews(timer, self._previews, preview, first, self.options.preview_every)
-        style = self.traits.step_callback
+        style = step_callback_style(inspect.signature(pipe.__call__).parameters)  # a twin's may differ (SD's T2I-Adapter)
         if style == "on_step_end":
             call["callback_on_step_end"] = callback
             changers = [c for c in (switch, GuidanceCutoff(pipe, guidance_end) if guidance_end < 1.0 else None) if c]

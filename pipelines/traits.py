@@ -44,7 +44,7 @@ class PipelineTraits:
     guidance_param: str | None
     default_guidance: float | None  # the pipeline's own default for that argument
     default_steps: int | None
-    step_callback: str  # "on_step_end" | "legacy" (callback, callback_steps) | "none"
+    step_callback: str  # "on_step_end" | "legacy" (callback, callback_steps) | "none" (step_callback_style)
     lora: bool
     image_guidance: bool = False  # takes image_guidance_scale (InstructPix2Pix)
     inpaint: str = ""  # the pipeline class that inpaints: this one (takes mask_image), its from_pipe twin, or ""
@@ -159,6 +159,16 @@ def _default(params: dict[str, inspect.Parameter], name: str | None) -> Any:
     return None if value is inspect.Parameter.empty else value
 
 
+def step_callback_style(params: Any) -> str:
+    """How a pipeline whose `__call__` takes `params` reports steps: "on_step_end", "legacy" (PixArt's
+    and SD's T2I-Adapter pipeline's `callback(step, timestep, latents)`), or "none"."""
+    if "callback_on_step_end" in params:
+        return "on_step_end"
+    if "callback" in params and "callback_steps" in params:
+        return "legacy"
+    return "none"
+
+
 def inspect_pipeline(pipe: Any) -> PipelineTraits:
     params = call_params(pipe)
     takes_image = "image" in params
@@ -167,12 +177,7 @@ def inspect_pipeline(pipe: Any) -> PipelineTraits:
     native_i2i = takes_image and "strength" in params and not takes_mask
     i2i = "native" if native_i2i else ("from_pipe" if not takes_image and img2img_available(pipe) else "")
     guidance, guidance_param = _guidance(pipe, params)
-    if "callback_on_step_end" in params:
-        callback = "on_step_end"
-    elif "callback" in params and "callback_steps" in params:
-        callback = "legacy"
-    else:
-        callback = "none"
+    callback = step_callback_style(params)
     default_guidance = _default(params, guidance_param)
     default_steps = _default(params, "num_inference_steps")
     return PipelineTraits(

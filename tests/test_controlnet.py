@@ -264,6 +264,38 @@ def test_a_union_controlnet_takes_each_units_control_type(name, family_root, tmp
         assert apart(both, depth) > 0.1  # the second condition steers too
 
 
+def test_a_t2i_adapter_unit_runs_in_text_to_image_and_says_what_it_cannot(family_root, tmp_path):
+    """A T2I-Adapter in CONTROLNET_DIR is a unit's model like a ControlNet: its map steers, weight 0 is the
+    plain image, the ending step is its conditioning factor, two run as one MultiAdapter; image-to-image
+    and a mix with a ControlNet are refused, saying why."""
+    import diffusers
+
+    pipeline = ImagePipeline.from_pretrained(build("sd15", family_root / "sd15"), controlnet_dir=tmp_path)
+    torch.manual_seed(0)
+    channels = list(pipeline.pipe.unet.config.block_out_channels)
+    diffusers.T2IAdapter(in_channels=3, channels=channels, num_res_blocks=1, downscale_factor=8).save_pretrained(tmp_path / "t2i")
+    tiny_controlnet("sd15", pipeline.pipe).save_pretrained(tmp_path / "cn")
+    picture = Image.new("RGB", (64, 64), "black")
+    ImageDraw.Draw(picture).ellipse((16, 16, 40, 40), fill="white")
+
+    def run(*units: dict, **fields):
+        sent = [{"image": picture, "model": "t2i", **unit} for unit in units]
+        return pipeline.generate(GenerationRequest("a red circle", steps=4, seed=3, width=64, height=64, controlnet=sent, **fields))
+
+    plain, steered = run(), run({})
+    assert type(pipeline._control[1]).__name__ == "StableDiffusionAdapterPipeline" and apart(steered, plain) > 1
+    assert apart(run({"weight": 0}), plain) == 0
+    half = run({"guidance_end": 0.5})  # SD's adapter pipeline has no conditioning factor (SDXL's has)
+    assert apart(half, steered) == 0 and any("ending control step was not applied" in w for w in half.warnings)
+    both = run({}, {"weight": 0.5, "guidance_start": 0.25})
+    assert type(pipeline._control[1].adapter).__name__ == "MultiAdapter" and apart(both, steered) > 0
+    assert any("starting control step was not applied" in w for w in both.warnings)
+    with pytest.raises(UnsupportedTaskError, match="T2I-Adapters run in text-to-image only"):
+        run({}, init_images=[picture])
+    with pytest.raises(UnsupportedTaskError, match="T2I-Adapters and ControlNets in different pipelines"):
+        run({}, {"model": "cn"})
+
+
 def test_a_pool_of_two_cpu_replicas_gives_the_single_replicas_images_with_a_unit(pipeline, monkeypatch):
     """CPU_REPLICAS=2: a request of 4 images with a unit is split over the replicas (each loads the
     ControlNet on its own device, the two loads forced to overlap) and the seeds give the one-replica
