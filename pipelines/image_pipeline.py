@@ -640,7 +640,10 @@ class ImagePipeline:
             plan.control, said = control.call_kwargs(request.controlnet, maps, accepted, request.task, modes)
             plan.warnings += said
         if request.ip_adapter and "ip_adapter_image" not in accepted:
-            raise UnsupportedTaskError(f"{type(pipe).__name__} takes no image prompts in diffusers; send them without units or images")
+            raise UnsupportedTaskError(
+                f"{type(pipe).__name__} takes no image prompts in diffusers: send the image prompts without the units, or the "
+                f"units in text-to-image"
+            )
         plan.control.update(ip_adapter.call_kwargs(request.ip_adapter))
         return plan
 
