@@ -172,11 +172,13 @@ def model_name(name: str) -> str:
 # ------------------------------------------------------------------ models
 class ControlNets:
     """The ControlNets a server has: each folder (a diffusers ControlNet, its `config.json` naming the
-    class) or single file in `folders`, by its name; loaded on first use on the manager's device and
-    dtype, kept until `close` (a model switch drops them with the pipeline)."""
+    class) or single file in `folders`, by its name, and each of `refs` (CONTROLNET_MODELS: a Hub id, by
+    the id, or a folder, by its name); loaded on first use on the manager's device and dtype, kept until
+    `close` (a model switch drops them with the pipeline)."""
 
-    def __init__(self, folders: list[Path | str | None], device_manager: Any):
+    def __init__(self, folders: list[Path | str | None], device_manager: Any, refs: tuple[str, ...] = ()):
         self.folders = list(dict.fromkeys([Path(f) for f in folders if f] + [EMBEDDED_DIR]))
+        self.refs = refs
         self.dm = device_manager
         self._loaded: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -191,19 +193,31 @@ class ControlNets:
                     found.setdefault(path.stem if path.is_file() else path.name, path)
         return found
 
-    def names(self) -> list[str]:
-        return sorted(self.files())
+    def sources(self) -> dict[str, Path | str]:
+        """Every model by name: the folders' (`files`), then CONTROLNET_MODELS' (a Hub id: the id, a str)."""
+        found: dict[str, Path | str] = dict(self.files())
+        for ref in self.refs:
+            folder = Path(ref)
+            found.setdefault(*((folder.name, folder) if folder.is_dir() else (ref, ref)))
+        return found
 
-    def check(self, name: str) -> Path:
-        path = self.files().get(model_name(name))
-        if path is None:
-            raise ControlError(f"no ControlNet named {name!r}; this server has: {', '.join(self.names()) or 'none'} (CONTROLNET_DIR)")
-        return path
+    def names(self) -> list[str]:
+        return sorted(self.sources())
+
+    def check(self, name: str) -> Path | str:
+        source = self.sources().get(model_name(name))
+        if source is None:
+            offered = ", ".join(self.names()) or "none"
+            raise ControlError(f"no ControlNet named {name!r}; this server has: {offered} (CONTROLNET_DIR, CONTROLNET_MODELS)")
+        return source
 
     def class_of(self, name: str) -> str:
-        """The diffusers class of model `name`, from its `config.json` (a single file: ControlNetModel)."""
-        path = self.check(name)
-        return "ControlNetModel" if path.is_file() else json.loads((path / "config.json").read_text())["_class_name"]
+        """The diffusers class of model `name`, from its `config.json` (a single file: ControlNetModel; a Hub
+        id: the config alone is fetched, into the Hugging Face cache)."""
+        source = self.check(name)
+        if isinstance(source, str):
+            return _hub_config(source)["_class_name"]
+        return "ControlNetModel" if source.is_file() else json.loads((source / "config.json").read_text())["_class_name"]
 
     def get(self, name: str) -> Any:
         key = model_name(name)
@@ -212,20 +226,25 @@ class ControlNets:
                 self._loaded[key] = self._load(self.check(key))
             return self._loaded[key]
 
-    def _load(self, path: Path) -> Any:
+    def _load(self, source: Path | str) -> Any:
         import diffusers
 
         with ONE_LOAD:  # each replica of a pool loads its own copy; one at a time (devices.one_load)
-            if path.is_file():  # A1111-style single files are SD 1.5 / SDXL ControlNets
-                model = diffusers.ControlNetModel.from_single_file(str(path), torch_dtype=self.dm.dtype)
+            if isinstance(source, Path) and source.is_file():  # A1111-style single files are SD 1.5 / SDXL ControlNets
+                model = diffusers.ControlNetModel.from_single_file(str(source), torch_dtype=self.dm.dtype)
+            elif isinstance(source, str):  # a Hub id: downloaded into the Hugging Face cache once
+                try:
+                    model = getattr(diffusers, _hub_config(source)["_class_name"]).from_pretrained(source, torch_dtype=self.dm.dtype)
+                except OSError as exc:
+                    raise ControlError(f"ControlNet {source!r} could not be downloaded from the Hub: {exc}") from exc
             else:
-                cls_name = json.loads((path / "config.json").read_text())["_class_name"]
-                model = getattr(diffusers, cls_name).from_pretrained(path, torch_dtype=self.dm.dtype)
+                cls_name = json.loads((source / "config.json").read_text())["_class_name"]
+                model = getattr(diffusers, cls_name).from_pretrained(source, torch_dtype=self.dm.dtype)
         model.to(self.dm.device).eval()
         # Vanilla attention on NPU/MPS covers the ControlNet too. The model alone: the twin's other parts
         # are the pipeline's, set at its load (and its UNet may run an IP-Adapter's processors now).
         self.dm.apply_attention(model)
-        log.info("loaded ControlNet %s (%s) on %s in %s", path.name, type(model).__name__, self.dm.device, self.dm.dtype_name)
+        log.info("loaded ControlNet %s (%s) on %s in %s", source, type(model).__name__, self.dm.device, self.dm.dtype_name)
         return model
 
     def loaded_bytes(self) -> dict[str, int]:
@@ -240,6 +259,17 @@ class ControlNets:
     def close(self) -> None:
         with self._lock:
             self._loaded.clear()
+
+
+def _hub_config(repo: str) -> dict[str, Any]:
+    """A Hub model's `config.json` (through the Hugging Face cache); ControlError saying why when it cannot
+    be had (no network, HF_HUB_OFFLINE, a private or missing repo)."""
+    import diffusers
+
+    try:
+        return dict(diffusers.ControlNetModel.load_config(repo))  # any model class reads a config.json so
+    except (OSError, ValueError) as exc:
+        raise ControlError(f"ControlNet {repo!r} could not be read from the Hub: {exc}") from exc
 
 
 # ------------------------------------------------------------------ pipelines

@@ -176,7 +176,7 @@ class ImagePipeline:
         self.activity = "idle"  # what it does now, for the status panel
         self._previews = PreviewDecoder(pipe)
         self.upscalers = Upscalers([options.upscaler_dir], device_manager)  # hires fix's (pipelines.upscalers)
-        self.controlnets = control.ControlNets([options.controlnet_dir], device_manager)
+        self.controlnets = control.ControlNets([options.controlnet_dir], device_manager, options.controlnet_models)
         self.annotators = Annotators(options.annotator_dir, device_manager)  # units' depth/normal/seg maps
         self._control: tuple[tuple[str, ...], Any] | None = None  # (task and models, the ControlNet twin)
         self.ip_adapters = ip_adapter.IpAdapters([options.ipadapter_dir])

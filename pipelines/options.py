@@ -7,6 +7,7 @@ override fields (`updated`).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -34,6 +35,33 @@ PATH_FIELDS = (
     "styles_file",
     "base_model", "openvino_cache",
 )  # fmt: skip  # files or folders here
+
+
+HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def _model_refs(value: Any) -> Any:
+    """CONTROLNET_MODELS: comma-separated Hub ids and folders, each checked for its shape at start (a
+    download waits for first use); a folder made absolute, so it means the same on a Ray replica."""
+    if not isinstance(value, str):
+        return value
+    refs = []
+    for ref in (part.strip() for part in value.split(",") if part.strip()):
+        folder = Path(ref).expanduser()
+        if folder.is_dir():
+            refs.append(str(folder.resolve()))
+        elif HUB_ID.fullmatch(ref):
+            refs.append(ref)
+        else:
+            raise ValueError(f"{ref!r} is neither a folder nor a Hub id (owner/name)")
+    return tuple(refs)
+
+
+ModelRefs = Annotated[
+    tuple[str, ...],
+    BeforeValidator(_model_refs),
+    Accepts("comma-separated Hub ids (owner/name) and folders", invalid=("not an id", "owner/")),
+]
 
 
 def _step_cache(value: Any) -> Any:
@@ -101,6 +129,12 @@ class PipelineOptions(Section, title="Pipeline"):
         "folder of ControlNets for ControlNet units: diffusers folders (config.json + weights) or A1111-style single "
         "SD/SDXL files, beside the embedded ones (docs/controlnet.md)",
         shown="`models/controlnets`",
+    )  # fmt: skip
+    controlnet_models: ModelRefs = setting(
+        "CONTROLNET_MODELS", (),
+        "ControlNets, union ControlNets or T2I-Adapters by Hub id (owner/name, downloaded into the Hugging Face "
+        "cache on first use) or folder, offered beside CONTROLNET_DIR's (docs/controlnet.md#models)",
+        shown="none",
     )  # fmt: skip
     ipadapter_dir: Path = setting(
         "IPADAPTER_DIR", DEFAULT_IPADAPTER_DIR,

@@ -264,6 +264,29 @@ def test_a_union_controlnet_takes_each_units_control_type(name, family_root, tmp
         assert apart(both, depth) > 0.1  # the second condition steers too
 
 
+def test_controlnet_models_offers_folders_by_name_and_hub_ids_by_id(tmp_path):
+    """CONTROLNET_MODELS: a folder outside CONTROLNET_DIR runs under its folder's name (the same weights,
+    the same image); a Hub id is listed by its id and, where the Hub cannot be reached (the tests run with
+    HF_HUB_OFFLINE=1), refused before any work, saying so. A value that is neither is refused at start."""
+    import shutil
+
+    from config import SettingsError
+    from pipelines.options import PipelineOptions
+
+    shutil.copytree(CONTROL_OUT, tmp_path / "my-silhouette")
+    refs = PipelineOptions.from_env({"CONTROLNET_MODELS": f"{tmp_path / 'my-silhouette'}, someone/controlnet-x"}).controlnet_models
+    assert refs == (str(tmp_path / "my-silhouette"), "someone/controlnet-x")
+    with pytest.raises(SettingsError, match="CONTROLNET_MODELS='not an id' is not valid: expected comma-separated Hub ids"):
+        PipelineOptions.from_env({"CONTROLNET_MODELS": "not an id"})
+    pipeline = ImagePipeline.from_pretrained(DEFAULT_MODEL, controlnet_models=refs)
+    assert {"my-silhouette", "someone/controlnet-x", MODEL} <= set(pipeline.model_info().controlnets)
+    scene = CORNERS[0]
+    mine, embedded = run(pipeline, scene, controlnet=[unit(scene, model="my-silhouette")]), run(pipeline, scene, controlnet=[unit(scene)])
+    assert mine.images[0].tobytes() == embedded.images[0].tobytes()
+    with pytest.raises(UnsupportedTaskError, match="'someone/controlnet-x' could not be read from the Hub"):
+        run(pipeline, scene, controlnet=[unit(scene, model="someone/controlnet-x")])
+
+
 def test_a_t2i_adapter_unit_runs_in_text_to_image_and_says_what_it_cannot(family_root, tmp_path):
     """A T2I-Adapter in CONTROLNET_DIR is a unit's model like a ControlNet: its map steers, weight 0 is the
     plain image, the ending step is its conditioning factor, two run as one MultiAdapter; image-to-image
