@@ -10,6 +10,7 @@ model's own image processor), so any architecture it has for the task works.
 | `depth` | depth_midas, depth_leres, depth_leres++, depth_zoe, depth_anything, depth_anything_v2 | `depth/`: a depth-estimation model (DPT/MiDaS, Depth Anything V1/V2, ZoeDepth, GLPN, ...) | relative depth, near white, stretched to 0..255 | depth ControlNets were trained on MiDaS's maps (inverse depth: near is bright); a metric model's depth (far is larger) is inverted to match |
 | `normal` | normal_midas | `depth/` | A1111's normal_midas: x, y from the depth's Sobel gradient, a constant z, flat where the depth is below 0.4 of its range, normalised, as RGB | the normal ControlNet 1.0 reads; BAE's and DSINE's networks are not in transformers (refused) |
 | `seg` | seg_ofade20k, seg_ufade20k, seg_ofcoco | `seg/`: a semantic-segmentation model (UperNet, Segformer, BEiT, ...) | each pixel in its class's ADE20K colour (pipelines.ade20k) | seg ControlNets were trained on ADE20K's palette; a model with other classes is painted by class number |
+| `openpose` | openpose_full, dw_openpose_full (their bodies) | `pose/`: a COCO keypoint model (VitPose); `person/` (optional): an object detector for the people, else the whole picture is one person | OpenPose's body drawing (pipelines.openpose) | pose ControlNets were trained on OpenPose's drawing; VitPose's COCO keypoints map onto it (hands and faces are not drawn) |
 
 Annotators run on the `DeviceManager`'s device in its dtype, load on first use (under ONE_LOAD), and
 stay loaded: the pipeline's for units, the engine's for previews and A1111's `/controlnet/detect`.
@@ -28,6 +29,7 @@ from PIL import Image
 
 from devices.one_load import ONE_LOAD
 
+from . import openpose
 from .ade20k import PALETTE
 from .control_maps import ANNOTATOR_TASKS as TASKS
 from .control_maps import MODEL_BASED, PreprocessorError, missing
@@ -36,6 +38,10 @@ log = logging.getLogger(__name__)
 
 METRIC = ("zoedepth", "depth_pro")  # model types whose output grows with distance (the others': inverse depth)
 NORMAL_BACKGROUND = 0.4  # A1111's normal_midas default: flat below this share of the depth's range
+# Each folder's loader: a transformers pipeline task, or "pose" (the keypoint model has no pipeline task).
+# `person/` (optional): an object detector that finds the people whose poses are drawn.
+PIPELINE_TASKS = {"depth": "depth-estimation", "seg": "image-segmentation", "pose": "pose", "person": "object-detection"}
+PERSON_SCORE = 0.5  # a detection less sure than this is not a person
 
 
 class AnnotatorError(PreprocessorError):
@@ -67,25 +73,53 @@ class Annotators:
         image = image.convert("RGB")
         if name == "seg":
             return self._segments(image)
+        if name == "openpose":
+            return openpose.draw(self._people(image), image.size)
         depth = self._depth(image)
         return normal_map(depth) if name == "normal" else depth_map(depth)
 
     def _pipe(self, kind: str) -> Any:
         with self._lock:
             if kind not in self._loaded:
-                self._loaded[kind] = self._load(self.folder / kind, TASKS[kind])  # type: ignore[operator]
+                self._loaded[kind] = self._load(self.folder / kind, PIPELINE_TASKS[kind])  # type: ignore[operator]
             return self._loaded[kind]
 
     def _load(self, path: Path, task: str) -> Any:
-        from transformers import pipeline
+        """transformers' pipeline for `task` over the model in `path`; for "pose" (no pipeline task in
+        transformers) the keypoint model and its image processor."""
+        import transformers
 
         with ONE_LOAD:  # transformers builds on the meta device too (devices.one_load)
             try:
-                pipe = pipeline(task, model=str(path), device=self.dm.device, dtype=self.dm.dtype)
+                if task == "pose":
+                    model = transformers.AutoModelForPoseEstimation.from_pretrained(path, dtype=self.dm.dtype)
+                    pipe = (model.to(self.dm.device).eval(), transformers.AutoImageProcessor.from_pretrained(path))
+                else:
+                    pipe = transformers.pipeline(task, model=str(path), device=self.dm.device, dtype=self.dm.dtype)
             except (OSError, ValueError, KeyError) as exc:
                 raise AnnotatorError(f"the {task} model in {path} does not load: {exc}") from exc
-        log.info("loaded annotator %s (%s) on %s", path.name, type(pipe.model).__name__, self.dm.device)
+        log.info("loaded annotator %s (%s) on %s", path.name, task, self.dm.device)
         return pipe
+
+    def _people(self, image: Image.Image) -> list[list[tuple[float, float] | None]]:
+        """Each person's OpenPose points: their boxes from the detector in `person/` where there is one
+        (else the whole picture is one person), their COCO keypoints from the model in `pose/`."""
+        import torch
+
+        boxes = self._person_boxes(image) or [[0.0, 0.0, float(image.width), float(image.height)]]
+        model, processor = self._pipe("pose")
+        inputs = processor(image, boxes=[boxes], return_tensors="pt").to(self.dm.device)
+        with torch.no_grad():
+            found = processor.post_process_pose_estimation(model(**inputs.to(model.dtype)), boxes=[boxes])[0]
+        return [openpose.openpose_points(p["keypoints"].float().cpu().numpy(), p["scores"].float().cpu().numpy()) for p in found]
+
+    def _person_boxes(self, image: Image.Image) -> list[list[float]]:
+        """COCO boxes (x, y, width, height) of the people the `person/` detector finds; [] without one."""
+        if self.folder is None or not (self.folder / "person" / "config.json").is_file():
+            return []
+        found = self._pipe("person")(image, threshold=PERSON_SCORE)
+        people = [f["box"] for f in found if f["label"].lower() == "person"]
+        return [[b["xmin"], b["ymin"], b["xmax"] - b["xmin"], b["ymax"] - b["ymin"]] for b in people]
 
     def _depth(self, image: Image.Image) -> np.ndarray:
         """Inverse depth (near is larger) at the image's size, as float32."""

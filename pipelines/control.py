@@ -68,7 +68,7 @@ UNION_MODES: dict[str, dict[str, int]] = {
 # The map each preprocessor makes, as a control type (sd-webui-controlnet's own inference).
 TYPE_OF_PREPROCESSOR = {
     "canny": "Hard Edge", "invert": "Hard Edge", "softedge": "Soft Edge", "scribble": "Soft Edge", "depth": "Depth",
-    "normal": "Normal Map", "seg": "Segmentation", "tile": "Tile",
+    "normal": "Normal Map", "seg": "Segmentation", "tile": "Tile", "openpose": "OpenPose",
 }  # fmt: skip
 SINGLE_FILE_SUFFIXES = (".safetensors", ".pth", ".ckpt")
 

@@ -15,10 +15,10 @@ ControlNet extension uses, so its API clients send them unchanged (`module` in a
 
 Every map comes back as an RGB image of the asked size (`processor_res` is the shorter side the
 image is resized to before detection, as in A1111; the pipeline then resizes the map to the
-output size). Model-based preprocessors (`depth`, `normal`, `seg`) run a transformers model the
-user puts in ANNOTATOR_DIR (pipelines.annotators); where it is absent they are refused, saying where
-it goes. The ones whose networks transformers does not have (openpose, lineart, mlsd, normal_bae)
-are refused by name. Nothing here downloads at run time.
+output size). Model-based preprocessors (`depth`, `normal`, `seg`, `openpose`) run a transformers
+model the user puts in ANNOTATOR_DIR (pipelines.annotators); where it is absent they are refused,
+saying where it goes. The ones whose networks transformers does not have (lineart, mlsd, normal_bae,
+openpose's hands and faces) are refused by name. Nothing here downloads at run time.
 """
 
 from __future__ import annotations
@@ -111,9 +111,10 @@ PREPROCESSORS: dict[str, Preprocessor] = {
 }
 # Made by an annotator model the user supplies (run by pipelines.annotators): the folder in ANNOTATOR_DIR
 # it reads, and the transformers task of the model that goes there. normal is made from the depth model's depth.
-ANNOTATOR_TASKS = {"depth": "depth-estimation", "seg": "image-segmentation"}
+ANNOTATOR_TASKS = {"depth": "depth-estimation", "seg": "image-segmentation", "pose": "keypoint-detection (VitPose)"}
 MODEL_BASED: dict[str, Preprocessor] = {
-    name: Preprocessor(name, None, folder=folder) for name, folder in (("depth", "depth"), ("normal", "depth"), ("seg", "seg"))
+    name: Preprocessor(name, None, folder=folder)
+    for name, folder in (("depth", "depth"), ("normal", "depth"), ("seg", "seg"), ("openpose", "pose"))
 }
 # A1111's names for the same maps (its clients send these); value: ours.
 ALIASES = {
@@ -123,6 +124,7 @@ ALIASES = {
     "depth_midas": "depth", "depth_leres": "depth", "depth_leres++": "depth", "depth_zoe": "depth",
     "depth_anything": "depth", "depth_anything_v2": "depth", "normal_midas": "normal",
     "seg_ofade20k": "seg", "seg_ufade20k": "seg", "seg_ofcoco": "seg",
+    "openpose_full": "openpose", "dw_openpose_full": "openpose",  # their bodies (hands and faces are not drawn)
 }  # fmt: skip
 # A1111's preprocessors whose networks transformers does not have (openpose_full, lineart_realistic,
 # mlsd, normal_bae, ...): refused with this reason.

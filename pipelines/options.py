@@ -146,7 +146,8 @@ class PipelineOptions(Section, title="Pipeline"):
         "ANNOTATOR_DIR", DEFAULT_ANNOTATOR_DIR,
         "folder of annotator models for the model-based ControlNet preprocessors: depth/ (a transformers "
         "depth-estimation model: DPT/MiDaS, Depth Anything) for depth and normal, seg/ (a transformers semantic "
-        "segmentation model, ADE20K) for seg; nothing is downloaded (docs/controlnet.md#model-based-preprocessors)",
+        "segmentation model, ADE20K) for seg, pose/ (VitPose) and optionally person/ (an object detector) for "
+        "openpose; nothing is downloaded (docs/controlnet.md#model-based-preprocessors)",
         shown="`models/annotators`",
     )  # fmt: skip
     tiled_vae_pixels: int | None = setting(

@@ -40,3 +40,42 @@ def write_seg(folder: Path) -> Path:
     model.save_pretrained(folder / "seg")
     SegformerImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder / "seg")
     return folder / "seg"
+
+
+def write_pose(folder: Path) -> Path:
+    """A VitPose with COCO's 17 keypoints (random weights) and its image processor, as `pose/`."""
+    import torch
+    from transformers import VitPoseBackboneConfig, VitPoseConfig, VitPoseForPoseEstimation, VitPoseImageProcessor
+
+    torch.manual_seed(0)
+    backbone = VitPoseBackboneConfig(image_size=[64, 48], patch_size=[8, 8], hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=37, out_indices=[2])  # fmt: skip
+    VitPoseForPoseEstimation(VitPoseConfig(backbone_config=backbone, num_labels=17)).eval().save_pretrained(folder / "pose")
+    VitPoseImageProcessor(size={"height": 64, "width": 48}).save_pretrained(folder / "pose")
+    return folder / "pose"
+
+
+PERSON_BOX = (0, 0, 40, 59)  # xmin, ymin, xmax, ymax on an 80x60 picture: where write_person's detector sees one
+
+
+def write_person(folder: Path) -> Path:
+    """A YOLOS person detector whose one detection is always a person in the picture's left half
+    (PERSON_BOX on an 80x60 picture), as `person/`."""
+    import math
+
+    import torch
+    from transformers import YolosConfig, YolosForObjectDetection, YolosImageProcessor
+
+    torch.manual_seed(0)
+    config = YolosConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, image_size=[32, 32],
+                         patch_size=8, num_detection_tokens=1, num_labels=1, id2label={0: "person"}, label2id={"person": 0})  # fmt: skip
+    model = YolosForObjectDetection(config).eval()
+    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+    with torch.no_grad():  # the class: a person, surely; the box: centre (0.25, 0.5), size (0.5, 1) of the picture
+        model.class_labels_classifier.layers[-1].weight.zero_()
+        model.class_labels_classifier.layers[-1].bias.copy_(torch.tensor([10.0, 0.0]))
+        model.bbox_predictor.layers[-1].weight.zero_()
+        model.bbox_predictor.layers[-1].bias.copy_(torch.tensor([logit(0.25), logit(0.5), logit(0.5), logit(0.999)]))
+    model.save_pretrained(folder / "person")
+    YolosImageProcessor(size={"shortest_edge": 32, "longest_edge": 64}).save_pretrained(folder / "person")
+    return folder / "person"

@@ -59,7 +59,7 @@ def test_a_unit_is_checked_by_the_schema_and_the_refusal_names_the_unit_and_its_
         ({"image": picture}, "controlnet[0]: model: is required"),
         ({"image": picture, "model": "m", "weight": 3}, "controlnet[0]: weight: 3 is out of range 0..2"),
         ({"image": picture, "model": "m", "guidance_start": 0.6, "guidance_end": 0.5}, "controlnet[0]: guidance_end: starts at 0.6"),
-        ({"image": picture, "model": "m", "module": "openpose"}, "needs an annotator network this app does not run"),
+        ({"image": picture, "model": "m", "module": "openpose_hand"}, "needs an annotator network this app does not run"),
         ({"image": picture, "model": "m", "control_mode": "loud"}, "control_mode: 'loud' is not one of Balanced"),
     ]  # fmt: skip
     for sent, said in cases:
