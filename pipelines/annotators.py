@@ -18,7 +18,6 @@ stay loaded: the pipeline's for units, the engine's for previews and A1111's `/c
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from pathlib import Path
@@ -40,7 +39,7 @@ METRIC = ("zoedepth", "depth_pro")  # model types whose output grows with distan
 NORMAL_BACKGROUND = 0.4  # A1111's normal_midas default: flat below this share of the depth's range
 # Each folder's loader: a transformers pipeline task, or "pose" (the keypoint model has no pipeline task).
 # `person/` (optional): an object detector that finds the people whose poses are drawn.
-PIPELINE_TASKS = {"depth": "depth-estimation", "seg": "image-segmentation", "pose": "pose", "person": "object-detection"}
+PIPELINE_TASKS = {**TASKS, "pose": "pose", "person": "object-detection"}
 PERSON_SCORE = 0.5  # a detection less sure than this is not a person
 
 
@@ -57,9 +56,13 @@ class Annotators:
         self._loaded: dict[str, Any] = {}
         self._lock = threading.Lock()
 
+    def _has(self, kind: str) -> bool:
+        """Whether the folder `kind` holds a model (its `config.json`)."""
+        return self.folder is not None and (self.folder / kind / "config.json").is_file()
+
     def installed(self) -> list[str]:
-        """The folders present (each with a model's `config.json`)."""
-        return [kind for kind in TASKS if self.folder and (self.folder / kind / "config.json").is_file()]
+        """The folders present, of those the preprocessors read."""
+        return [kind for kind in TASKS if self._has(kind)]
 
     def names(self) -> list[str]:
         """The model-based preprocessors this server runs."""
@@ -115,7 +118,7 @@ class Annotators:
 
     def _person_boxes(self, image: Image.Image) -> list[list[float]]:
         """COCO boxes (x, y, width, height) of the people the `person/` detector finds; [] without one."""
-        if self.folder is None or not (self.folder / "person" / "config.json").is_file():
+        if not self._has("person"):
             return []
         found = self._pipe("person")(image, threshold=PERSON_SCORE)
         people = [f["box"] for f in found if f["label"].lower() == "person"]
@@ -125,8 +128,7 @@ class Annotators:
         """Inverse depth (near is larger) at the image's size, as float32."""
         pipe = self._pipe("depth")
         depth = pipe(image)["predicted_depth"].float().cpu().numpy().squeeze()
-        model_type = json.loads((self.folder / "depth" / "config.json").read_text()).get("model_type", "")  # type: ignore[operator]
-        return -depth if model_type in METRIC else depth
+        return -depth if pipe.model.config.model_type in METRIC else depth
 
     def _segments(self, image: Image.Image) -> Image.Image:
         pipe = self._pipe("seg")

@@ -212,12 +212,8 @@ class ControlNets:
         return source
 
     def class_of(self, name: str) -> str:
-        """The diffusers class of model `name`, from its `config.json` (a single file: ControlNetModel; a Hub
-        id: the config alone is fetched, into the Hugging Face cache)."""
-        source = self.check(name)
-        if isinstance(source, str):
-            return _hub_config(source)["_class_name"]
-        return "ControlNetModel" if source.is_file() else json.loads((source / "config.json").read_text())["_class_name"]
+        """The diffusers class of model `name` (`_class_name`), nothing loaded."""
+        return _class_name(self.check(name))
 
     def get(self, name: str) -> Any:
         key = model_name(name)
@@ -229,17 +225,15 @@ class ControlNets:
     def _load(self, source: Path | str) -> Any:
         import diffusers
 
+        cls = getattr(diffusers, _class_name(source))
         with ONE_LOAD:  # each replica of a pool loads its own copy; one at a time (devices.one_load)
             if isinstance(source, Path) and source.is_file():  # A1111-style single files are SD 1.5 / SDXL ControlNets
-                model = diffusers.ControlNetModel.from_single_file(str(source), torch_dtype=self.dm.dtype)
-            elif isinstance(source, str):  # a Hub id: downloaded into the Hugging Face cache once
+                model = cls.from_single_file(str(source), torch_dtype=self.dm.dtype)
+            else:  # a folder, or a Hub id (downloaded into the Hugging Face cache once)
                 try:
-                    model = getattr(diffusers, _hub_config(source)["_class_name"]).from_pretrained(source, torch_dtype=self.dm.dtype)
+                    model = cls.from_pretrained(source, torch_dtype=self.dm.dtype)
                 except OSError as exc:
                     raise ControlError(f"ControlNet {source!r} could not be downloaded from the Hub: {exc}") from exc
-            else:
-                cls_name = json.loads((source / "config.json").read_text())["_class_name"]
-                model = getattr(diffusers, cls_name).from_pretrained(source, torch_dtype=self.dm.dtype)
         model.to(self.dm.device).eval()
         # Vanilla attention on NPU/MPS covers the ControlNet too. The model alone: the twin's other parts
         # are the pipeline's, set at its load (and its UNet may run an IP-Adapter's processors now).
@@ -259,6 +253,14 @@ class ControlNets:
     def close(self) -> None:
         with self._lock:
             self._loaded.clear()
+
+
+def _class_name(source: Path | str) -> str:
+    """A ControlNet source's diffusers class: its `config.json`'s `_class_name` (a Hub id's config alone is
+    fetched, into the Hugging Face cache); a single file is an SD 1.5 / SDXL ControlNetModel."""
+    if isinstance(source, str):
+        return _hub_config(source)["_class_name"]
+    return "ControlNetModel" if source.is_file() else json.loads((source / "config.json").read_text())["_class_name"]
 
 
 def _hub_config(repo: str) -> dict[str, Any]:
@@ -342,9 +344,11 @@ def build_twin(pipe: Any, family: str, task: str, models: list[Any]) -> Any:
     """The family's ControlNet pipeline for `task` over `pipe` (every weight shared), running `models`."""
     import diffusers
 
-    if any(type(m).__name__ == "ControlNetUnionModel" for m in models):
+    classes = [type(m).__name__ for m in models]
+    check_kinds(family, task, classes)  # the kinds together (ImagePipeline checked them from config.json already)
+    if "ControlNetUnionModel" in classes:
         return _union_twin(pipe, family, task, models)
-    if any(type(m).__name__ == "T2IAdapter" for m in models):
+    if "T2IAdapter" in classes:
         return _adapter_twin(pipe, family, task, models)
     controlnet = models[0]
     if len(models) > 1:
@@ -358,16 +362,11 @@ def build_twin(pipe: Any, family: str, task: str, models: list[Any]) -> Any:
 
 
 def _union_twin(pipe: Any, family: str, task: str, models: list[Any]) -> Any:
-    """SDXL's union pipeline: one union model takes every unit as a condition of one call; several run
-    as diffusers' MultiControlNetUnionModel (one condition each)."""
+    """SDXL's union pipeline (`check_kinds` passed): one union model takes every unit as a condition of
+    one call; several run as diffusers' MultiControlNetUnionModel (one condition each)."""
     import diffusers
     from diffusers.models.controlnets import MultiControlNetUnionModel
 
-    if not all(type(m).__name__ == "ControlNetUnionModel" for m in models):
-        raise ControlError("diffusers runs union and plain ControlNets in different pipelines: send units of one kind")
-    twin_class(family, task)  # the family and task have ControlNet pipelines at all (ControlError saying which)
-    if family not in UNION_TWINS:
-        raise ControlError(f"{type(models[0]).__name__} is an SDXL union ControlNet; {family} cannot run it")
     controlnet = models[0] if all(m is models[0] for m in models) else MultiControlNetUnionModel(models)
     twin = shared_twin(getattr(diffusers, UNION_TWINS[family][TASK_INDEX[task]]), pipe, controlnet=controlnet)
     twin.set_progress_bar_config(disable=True)
@@ -375,17 +374,12 @@ def _union_twin(pipe: Any, family: str, task: str, models: list[Any]) -> Any:
 
 
 def _adapter_twin(pipe: Any, family: str, task: str, models: list[Any]) -> Any:
-    """diffusers' T2I-Adapter pipeline for the family (text-to-image), the adapters as one MultiAdapter."""
+    """diffusers' T2I-Adapter pipeline for the family (text-to-image; `check_kinds` passed), the adapters as
+    one MultiAdapter."""
     import diffusers
 
-    if not all(type(m).__name__ == "T2IAdapter" for m in models):
-        raise ControlError("diffusers runs T2I-Adapters and ControlNets in different pipelines: send units of one kind")
-    name = ADAPTER_TWINS.get(family) if task == "txt2img" else None
-    if name is None:
-        can = ", ".join(f.removesuffix("Pipeline") for f in ADAPTER_TWINS)
-        raise ControlError(f"T2I-Adapters run in text-to-image only, on {can} (diffusers); this is {family}, {task}")
     adapter = models[0] if len(models) == 1 else diffusers.MultiAdapter(models)
-    twin = shared_twin(getattr(diffusers, name), pipe, adapter=adapter)
+    twin = shared_twin(getattr(diffusers, ADAPTER_TWINS[family]), pipe, adapter=adapter)
     twin.set_progress_bar_config(disable=True)
     return twin
 

@@ -19,8 +19,6 @@ from pipelines.control import CONTROL_MODES, CONTROL_TYPES, RESIZE_MODES, Contro
 from pipelines.control_maps import PreprocessorError, detect, resolve
 
 UNITS_SHOWN = 2  # tabs in the accordion (the API takes up to the schema's 8)
-SETTINGS = ("module", "model", "weight", "guidance_start", "guidance_end", "control_mode", "resize_mode",
-            "processor_res", "threshold_a", "threshold_b", "control_type")  # fmt: skip
 
 
 @dataclass

@@ -16,8 +16,7 @@ import gradio as gr
 
 from pipelines.pnginfo import read_png_info
 from ui import gallery_sends
-from ui.inpaint_tab import send_image
-from ui.send import generate_updates, inpaint_targets, targets
+from ui.send import generate_updates, targets
 from ui.studio import Studio
 
 PAGE = 24
@@ -113,15 +112,12 @@ def _wire_sends(studio: Studio, g: dict[str, Any], i: dict[str, Any], tabs: gr.T
         params = read_png_info(chunk[index])["parameters"]
         return {**generate_updates(params, studio.info, g["form"]), tabs: gr.Tabs(selected="generate")}
 
-    def send_to_inpaint(chunk: list[str], index: int | None):
-        return send_image(studio, None if index is None else chunk[index], i, tabs)
-
-    control = gallery_sends.to_controlnet(g, tabs)
-
-    def send_to_control(chunk: list[str], index: int | None, *images: Any):
-        return control.handler(None if index is None else chunk[index], *images)
-
     events = dict(api_visibility="private", queue=False)
     buttons["generate"].click(send_to_generate, [files, selected], [*targets(g["form"]), tabs], **events)
-    buttons["inpaint"].click(send_to_inpaint, [files, selected], [*inpaint_targets(i["form"]), tabs], **events)
-    buttons["controlnet"].click(send_to_control, [files, selected, *control.inputs], control.outputs, **events)
+    sends = {"inpaint": gallery_sends.to_inpaint(studio, i, tabs), "controlnet": gallery_sends.to_controlnet(g, tabs)}
+    for name, target in sends.items():  # the result galleries' targets (ui.gallery_sends), the selected image
+
+        def send(chunk: list[str], index: int | None, *values: Any, target=target):
+            return target.handler(None if index is None else chunk[index], *values)
+
+        buttons[name].click(send, [files, selected, *target.inputs], target.outputs, **events)
