@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     for noisy in ("httpx", "diffusers", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from engine import build_engine
-    from pipelines.loading import quiet_load_progress_bars
+    from pipelines import quiet_load_progress_bars
 
     quiet_load_progress_bars()
     if settings.exposed_without_sign_in:

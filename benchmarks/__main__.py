@@ -27,7 +27,7 @@ SECTIONS = ("wrapper", "attention", "batch", "dtype", "roofline", "startup")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pipelines.options import DEFAULT_MODEL
+    from pipelines.run.options import DEFAULT_MODEL
 
     p = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         return speed_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from pipelines.loading import quiet_load_progress_bars
+    from pipelines.weights.loading import quiet_load_progress_bars
 
     quiet_load_progress_bars()
     if args.threads:

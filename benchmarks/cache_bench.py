@@ -28,7 +28,7 @@ import torch
 
 from devices import DeviceManager
 from pipelines import GenerationRequest, ImagePipeline
-from pipelines.traits import denoiser
+from pipelines.run.traits import denoiser
 
 from . import parity
 

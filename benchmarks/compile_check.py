@@ -74,7 +74,7 @@ def check(model: str, steps: int, side: int | None) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pipelines.options import DEFAULT_MODEL
+    from pipelines.run.options import DEFAULT_MODEL
 
     p = argparse.ArgumentParser(
         prog="python -m benchmarks compile-check", description=__doc__,
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _models(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
-    from pipelines.options import DEFAULT_MODEL
+    from pipelines.run.options import DEFAULT_MODEL
 
     models = {Path(m).name: m for m in args.model or ([] if args.family else [str(DEFAULT_MODEL)])}
     if args.family:

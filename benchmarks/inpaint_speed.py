@@ -20,7 +20,7 @@ from PIL import Image, ImageDraw
 from benchmarks.measure import alternate, summary
 from devices import DeviceManager
 from pipelines import GenerationRequest, ImagePipeline
-from pipelines.inpaint import DEFAULT_STRENGTH, Inpaint
+from pipelines.schema.inpaint import DEFAULT_STRENGTH, Inpaint
 
 PROMPT = "a red circle on a blue background"
 
@@ -34,7 +34,7 @@ def centre_mask(size: tuple[int, int]) -> Image.Image:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from pipelines.options import DEFAULT_MODEL
+    from pipelines.run.options import DEFAULT_MODEL
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    from pipelines.loading import quiet_load_progress_bars
+    from pipelines.weights.loading import quiet_load_progress_bars
 
     quiet_load_progress_bars()
     if args.threads:

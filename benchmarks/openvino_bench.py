@@ -143,8 +143,8 @@ def native_size(model: Path) -> int:
 def main(args: argparse.Namespace) -> int:
     import logging
 
-    from pipelines.loading import quiet_load_progress_bars
-    from pipelines.model_setup import read_vocabulary
+    from pipelines.run.model_setup import read_vocabulary
+    from pipelines.weights.loading import quiet_load_progress_bars
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     quiet_load_progress_bars()

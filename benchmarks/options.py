@@ -140,7 +140,7 @@ def _no_step_cache(dm: Any, pipeline: Any) -> str | None:
     """Known only once the model is loaded (`speed` asks again then): its denoiser has a cache or not."""
     if pipeline is None or pipeline.model_info().step_cache:
         return None
-    return "this family's denoiser has no diffusers step cache (pipelines.step_cache)"
+    return "this family's denoiser has no diffusers step cache (pipelines.sampling.step_cache)"
 
 
 STEP_CACHE_TOLERANCE = Tolerance(max_abs=0.5, min_psnr=20.0)  # skipped blocks reuse stale residuals: lossy by design
@@ -172,7 +172,7 @@ def _torchao_denoiser(model: str) -> dict[str, Any]:
 QUANT_TOLERANCE = Tolerance(max_abs=0.5, min_psnr=20.0)  # weight rounding in every layer: lossy by design
 
 register(Option(
-    "torchao-int8wo", "the denoiser's weights in int8 with a per-row scale (torchao, pipelines.quantization)",
+    "torchao-int8wo", "the denoiser's weights in int8 with a per-row scale (torchao, pipelines.weights.quantization)",
     load=dict(PLAIN), load_for=_torchao_denoiser, tolerance=QUANT_TOLERANCE,
 ))  # fmt: skip
 
@@ -211,6 +211,6 @@ QUANTIZATION_HELP = (
 def quantization_option(spec: str) -> Option:
     """The `--quantization SPEC` of `speed` and `parity`: the model loaded with QUANTIZATION=SPEC, as
     a user runs it (a downloaded GGUF of any type, K-quants included: "transformer=gguf:flux1-dev-Q4_K_S.gguf";
-    torchao; bitsandbytes). pipelines.quantization checks the spec and the device; a refusal is
+    torchao; bitsandbytes). pipelines.weights.quantization checks the spec and the device; a refusal is
     reported as this option's error. Not registered: the spec is this run's, not a named option."""
     return Option("quantization", f"QUANTIZATION={spec}", load={**PLAIN, "quantization": spec}, tolerance=QUANT_TOLERANCE)

@@ -112,7 +112,7 @@ def compare(reference: np.ndarray, candidate: np.ndarray, dtype: str, tol: dict 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pipelines.options import DEFAULT_MODEL
+    from pipelines.run.options import DEFAULT_MODEL
 
     from . import options
 
@@ -147,7 +147,7 @@ def option_parity(args: argparse.Namespace, dm, prompts: list[str], steps: int, 
     """Each option of `--options` (and `--quantization`'s) on the candidate device against the plain model there (same seeds),
     with the option's tolerance (or the dtype's); an option that cannot run here is skipped with the reason."""
     from pipelines import ImagePipeline
-    from pipelines.errors import ModelLoadError
+    from pipelines.schema.errors import ModelLoadError
 
     from .options import OPTIONS, Unavailable, quantization_option, select
 
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runtime:
         args.options = ",".join(filter(None, [args.options, args.runtime]))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from pipelines.loading import quiet_load_progress_bars
+    from pipelines.weights.loading import quiet_load_progress_bars
 
     quiet_load_progress_bars()
     from devices import DeviceManager

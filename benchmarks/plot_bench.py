@@ -18,8 +18,8 @@ from engine import Engine
 from engine.axes import axis_types, find_axis
 from engine.plots import Axis, PlotOptions, plot_cells, run_script
 from pipelines import GenerationRequest
-from pipelines.options import DEFAULT_MODEL
-from pipelines.pool import DevicePool
+from pipelines.run.options import DEFAULT_MODEL
+from serving.pool import DevicePool
 
 
 def main(argv: list[str] | None = None) -> None:

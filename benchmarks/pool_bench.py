@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from pipelines import GenerationRequest
-from pipelines.pool import DevicePool
+from serving.pool import DevicePool
 
 
 def burst(pool: DevicePool, requests: int, images: int, steps: int) -> tuple[float, dict[int, np.ndarray]]:

@@ -1,5 +1,5 @@
 """What A1111's prompt language costs: a weighted, a long and an edited prompt against the plain one,
-in one run (pipelines.prompts).
+in one run (pipelines.prompts.plan).
 
     python -m benchmarks.prompt_bench [--steps 20] [--images 4] [--repeats 7] [--json PATH]
 

@@ -28,7 +28,7 @@ from PIL import Image
 
 from engine import Caller, Engine, Finished, Progress
 from pipelines import GenerationRequest, ImagePipeline
-from pipelines.pnginfo import read_png_info
+from pipelines.pnginfo.read import read_png_info
 
 
 def stop_and_status(engine: Engine, steps: int, images: int, polls: int = 20) -> dict[str, Any]:
@@ -117,7 +117,7 @@ def hostile_metadata(folder: Path, repeats: int = 3) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from pipelines.options import DEFAULT_MODEL
+    from pipelines.run.options import DEFAULT_MODEL
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(DEFAULT_MODEL))

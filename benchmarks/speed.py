@@ -106,7 +106,7 @@ def add_ratios(rows: dict[str, dict[str, Any]]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pipelines.options import DEFAULT_MODEL
+    from pipelines.run.options import DEFAULT_MODEL
 
     p = argparse.ArgumentParser(
         prog="python -m benchmarks speed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _vocabulary(model: str) -> dict[str, Any]:
-    from pipelines.model_setup import read_vocabulary
+    from pipelines.run.model_setup import read_vocabulary
 
     return read_vocabulary(model)
 
@@ -193,7 +193,7 @@ def _weights(row: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from pipelines.loading import quiet_load_progress_bars
+    from pipelines.weights.loading import quiet_load_progress_bars
 
     quiet_load_progress_bars()
     if args.threads:

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from devices.memory import host_memory
-from pipelines.options import DEFAULT_MODEL
-from pipelines.pool import DevicePool
-from pipelines.request import GenerationRequest
+from pipelines.run.options import DEFAULT_MODEL
+from pipelines.schema.request import GenerationRequest
+from serving.pool import DevicePool
 
 
 def rss_mib() -> float:

@@ -44,7 +44,7 @@ def decode_peak(size: int, tiled: bool, model: str) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipelines.options import DEFAULT_MODEL
+    from pipelines.run.options import DEFAULT_MODEL
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks tiled-vae", description=__doc__)
     parser.add_argument("--size", type=int, default=1024)

@@ -2,7 +2,7 @@
 
 RUNTIME=auto|torch|openvino (PipelineOptions.runtime), OPENVINO_DEVICE=CPU|GPU|GPU.N|NPU|AUTO
 (PipelineOptions.openvino_device). OpenVINO runs the denoiser, the VAE and the text encoders as
-compiled graphs (pipelines/openvino.py); everything between them (the sampler, guidance, previews,
+compiled graphs (pipelines/weights/openvino.py); everything between them (the sampler, guidance, previews,
 Stop) stays torch on the CPU. So OpenVINO is a runtime of the torch CPU device: its compute can sit
 on the CPU, an Intel GPU (Arc, iGPU) or an Intel NPU (Core Ultra), but the pipeline's tensors are CPU
 tensors.

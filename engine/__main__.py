@@ -8,7 +8,7 @@
 
 The same settings, backend and engine as `python app.py` (`AppSettings.from_env`, `build_engine`):
 the device pool or Ray, the embedded editor beside the embedded model, the same limits and
-defaults. Every request field is a flag (`pipelines.cli`, from the request schema; `--help` lists
+defaults. Every request field is a flag (`pipelines.schema.cli`, from the request schema; `--help` lists
 them with what each accepts). (`python -m pipelines` drives one pipeline on one device directly,
 for porting a model.)
 """
@@ -25,11 +25,10 @@ from typing import Any
 from tqdm import tqdm
 
 from config import environment
-from pipelines import PipelineError, save_images
-from pipelines.backend import ModelInfo
-from pipelines.cli import add_request_arguments, flag_message, request_values
-from pipelines.fields import TASKS, RequestError, Spec
-from pipelines.inpaint import MAX_EXTEND, extend_canvas
+from pipelines import ModelInfo, PipelineError, extend_canvas, save_images
+from pipelines.schema.cli import add_request_arguments, flag_message, request_values
+from pipelines.schema.fields import TASKS, RequestError, Spec
+from pipelines.schema.inpaint import MAX_EXTEND
 
 from . import AppSettings, Progress, SettingsError, build_engine
 from .inputs import Limits, read
@@ -42,7 +41,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[Spec]]:
     p.add_argument("--out", default="outputs", help="output folder (default: outputs/)")
     p.add_argument("--model", default=None, help="default: $MODEL_ID")
     p.add_argument("--device", default=None, help="default: $PREFERRED_DEVICE")
-    g = p.add_argument_group("outpaint and inpaint shorthands (with --init-image; pipelines.inpaint)")
+    g = p.add_argument_group("outpaint and inpaint shorthands (with --init-image; pipelines.imaging.inpaint)")
     g.add_argument(
         "--outpaint", default=None, metavar="L,U,R,D", help=f"extend the canvas by these pixels (0..{MAX_EXTEND})"
     )

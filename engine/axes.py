@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.fields import RequestError, decimal, whole
-from pipelines.request import fields, spec
+from pipelines.schema.fields import RequestError, decimal, whole
+from pipelines.schema.request import fields, spec
 
 MAX_VALUES = 100  # values of one axis: a plot is at most 100 x 100 x 100 requests before the engine's limits
 

@@ -15,11 +15,9 @@ from __future__ import annotations
 import logging
 
 from devices import DeviceManager
-from pipelines.annotators import Annotators
-from pipelines.backend import GenerationBackend
-from pipelines.editing import EditRouter, default_editor
-from pipelines.pool import DevicePool
-from pipelines.upscalers import Upscalers
+from pipelines import Annotators, GenerationBackend, Upscalers
+from serving.editing import EditRouter, default_editor
+from serving.pool import DevicePool
 
 from .jobs import Admission, Engine, Switching
 from .settings import AppSettings

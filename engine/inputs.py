@@ -2,7 +2,7 @@
 front end shares (the Gradio tabs and API, the A1111 and OpenAI APIs, the CLI).
 
 Each front end speaks its own names (A1111's `cfg_scale`, OpenAI's `n`, a form's sliders, a CLI
-flag) and maps them to the schema's flat names (`pipelines.request.fields`, `names`); `read` then
+flag) and maps them to the schema's flat names (`pipelines.schema.request.fields`, `names`); `read` then
 makes the request in the schema's shape and checks it against the schema and MAX_PROMPT_CHARS. The
 serving model's own rules (batch cap, size step, samplers, LoRAs) are the engine's to check when the
 request is submitted (`ModelInfo.accept`), so no front end can skip them.
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.backend import ModelInfo
-from pipelines.request import GenerationRequest, fields, nest
+from pipelines import ModelInfo
+from pipelines.schema.request import GenerationRequest, fields, nest
 
 from .settings import AppSettings
 

@@ -37,14 +37,22 @@ from typing import Any
 
 from PIL import Image
 
-from pipelines import catalog
-from pipelines import upscalers as upscaling
-from pipelines.annotators import Annotators
-from pipelines.backend import Capabilities, GenerationBackend, ModelInfo, ReplicaStatus
-from pipelines.control_maps import detect
-from pipelines.errors import PipelineError
-from pipelines.request import GenerationRequest, GenerationResult, pin_seed
-from pipelines.upscalers import Upscalers
+from pipelines import (
+    Annotators,
+    Capabilities,
+    GenerationBackend,
+    ModelEntry,
+    ModelInfo,
+    ReplicaStatus,
+    Upscalers,
+    detect,
+    extras_size,
+    find_model,
+    list_models,
+    upscale_extras,
+)
+from pipelines.schema.errors import PipelineError
+from pipelines.schema.request import GenerationRequest, GenerationResult, pin_seed
 
 log = logging.getLogger(__name__)
 STOPS_KEPT = 10_000  # callers whose latest Stop is remembered before the old ones are dropped
@@ -207,8 +215,8 @@ class Engine:
         self.backend = backend
         self.admission = admission or Admission()
         self.switching = switching or Switching()
-        self.upscalers = upscalers  # the Upscale tab's and A1111 extras' (pipelines.upscalers)
-        self.annotators = annotators  # the map previews' and A1111 detect's (pipelines.annotators)
+        self.upscalers = upscalers  # the Upscale tab's and A1111 extras' (pipelines.imaging.upscalers)
+        self.annotators = annotators  # the map previews' and A1111 detect's (pipelines.control.annotators)
         self._model_pass = threading.Lock()  # one upscale or annotator pass at a time: each fills the device
         self._changed = threading.Condition()
         self._waiting: deque[Job] = deque()
@@ -239,17 +247,17 @@ class Engine:
         second: str | None = None,
         visibility: float = 0.0,
     ) -> list[Image.Image]:
-        """Each image enlarged by `factor` or to `size` (pipelines.upscalers.extras); UpscalerError
+        """Each image enlarged by `factor` or to `size` (pipelines.imaging.upscalers.extras); UpscalerError
         (a ValueError naming what is offered) for an unknown upscaler or a size beyond the bounds."""
         if self.upscalers is None:
             raise Refused("this server has no upscalers")
         for name in (upscaler, second):
             if name and name != "None":
                 self.upscalers.check(name, latent=False)
-        sizes = [upscaling.extras_size(image, factor, size) for image in images]  # all checked before any work
+        sizes = [extras_size(image, factor, size) for image in images]  # all checked before any work
         with self._model_pass:
             return [
-                upscaling.extras(self.upscalers, image, s, upscaler, second, visibility)
+                upscale_extras(self.upscalers, image, s, upscaler, second, visibility)
                 for image, s in zip(images, sizes, strict=True)
             ]
 
@@ -389,10 +397,10 @@ class Engine:
 
     # ---------------------------------------------------------------- models
     def models(self) -> dict[str, Any]:
-        """What can be loaded here (recipes, MODELS_DIR folders), what cannot and why (pipelines.catalog),
+        """What can be loaded here (recipes, MODELS_DIR folders), what cannot and why (pipelines.weights.catalog),
         what is loaded now, whether switching is allowed. `models` holds only what can load, so every
         front end that offers it (the UI's picker, A1111's sd-models) offers nothing that would fail."""
-        entries = catalog.list_models(self.switching.models_dir)
+        entries = list_models(self.switching.models_dir)
         return {
             "current": self.model_info().model_name,
             "models": [{"name": e.name, "kind": e.kind} for e in entries if e.loadable],
@@ -400,10 +408,10 @@ class Engine:
             "switch_allowed": self.can_switch,
         }
 
-    def find_model(self, name: str) -> catalog.ModelEntry:
+    def find_model(self, name: str) -> ModelEntry:
         """The entry `name` of `models()` where it can load here, else RequestError on `model` saying
-        why and what can (pipelines.catalog)."""
-        return catalog.find((name or "").strip(), self.switching.models_dir)
+        why and what can (pipelines.weights.catalog)."""
+        return find_model((name or "").strip(), self.switching.models_dir)
 
     @property
     def can_switch(self) -> bool:

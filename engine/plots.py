@@ -24,10 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines import GenerationRequest, GenerationResult
-from pipelines.grid import Grid, draw_grid, join_grids
-from pipelines.request import RANDOM_SEED_SPACE
-from pipelines.samplers import from_any
+from pipelines import GenerationRequest, GenerationResult, Grid, draw_grid, from_any, join_grids
+from pipelines.schema.request import RANDOM_SEED_SPACE
 
 from .axes import AxisType, axis_types, find_axis, parse_values
 from .jobs import Caller, CancelledBeforeStart, Engine, Job, QueueFull, TooManyJobs

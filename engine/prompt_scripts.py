@@ -21,9 +21,8 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
-from pipelines import GenerationRequest
-from pipelines.request import RANDOM_SEED_SPACE, RequestError, item_seed
-from pipelines.samplers import from_any
+from pipelines import GenerationRequest, from_any
+from pipelines.schema.request import RANDOM_SEED_SPACE, RequestError, item_seed
 
 from .plots import MAX_CELLS, Cell, Layout
 

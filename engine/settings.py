@@ -24,7 +24,7 @@ from pydantic import BeforeValidator, Field, InstanceOf
 
 from config import Accepts, AutoFlag, Flag, Lower, Refused, Section, SettingsError, read_section, setting
 from devices.options import DeviceSettings
-from pipelines.options import PipelineOptions
+from pipelines import PipelineOptions
 
 from .auth import AuthError, Users
 

@@ -44,9 +44,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from pipelines.backend import CancelFn, Capabilities, GenerationBackend, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
-from pipelines.errors import PipelineError
-from pipelines.request import GenerationRequest, GenerationResult
+from pipelines import CancelFn, Capabilities, GenerationBackend, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
+from pipelines.schema.errors import PipelineError
+from pipelines.schema.request import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
 

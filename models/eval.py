@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    from pipelines.loading import quiet_load_progress_bars
+    from pipelines.weights.loading import quiet_load_progress_bars
 
     quiet_load_progress_bars()
     import torch

@@ -50,7 +50,7 @@ def _judge(images: list[Image.Image], scenes: list[Any]) -> dict[str, float]:
 def run_control(args: Any) -> dict[str, Any]:
     from devices import DeviceManager
     from pipelines import GenerationRequest, ImagePipeline
-    from pipelines.options import DEFAULT_MODEL
+    from pipelines.run.options import DEFAULT_MODEL
 
     pipeline = ImagePipeline.from_pretrained(DEFAULT_MODEL, DeviceManager("cpu"), runtime="torch")
     rng = random.Random(f"eval-control-{args.seed}")

@@ -89,7 +89,7 @@ def tiny_shapes_generator(seed: int):
     """Prompts -> images from the embedded text-to-image model (one seed per image)."""
     from devices import DeviceManager
     from pipelines import GenerationRequest, ImagePipeline
-    from pipelines.editing import EMBEDDED_T2I
+    from serving.editing import EMBEDDED_T2I
 
     pipe = ImagePipeline.from_pretrained(str(EMBEDDED_T2I), DeviceManager())
 

@@ -36,7 +36,7 @@ def psnr(a: Image.Image, b: Image.Image) -> float:
 def run_upscale(args: Any) -> dict[str, Any]:
     """PSNR of the embedded upscaler, Lanczos and bicubic on `args.n` held-out scenes (clean inputs)."""
     from devices import DeviceManager
-    from pipelines.upscalers import Upscalers
+    from pipelines.imaging.upscalers import Upscalers
 
     upscalers = Upscalers([OUT.parent], DeviceManager("cpu"))
     rng = random.Random(f"{HELD_OUT_SEED}-eval")
@@ -71,8 +71,8 @@ def run_hires(args: Any) -> dict[str, Any]:
     hires time against the first pass's."""
     from devices import DeviceManager
     from pipelines import GenerationRequest, ImagePipeline
-    from pipelines.options import DEFAULT_MODEL
-    from pipelines.request import nest
+    from pipelines.run.options import DEFAULT_MODEL
+    from pipelines.schema.request import nest
 
     pipeline = ImagePipeline.from_pretrained(DEFAULT_MODEL, DeviceManager("cpu"))
     steps, strength = args.steps or 10, args.strength or 0.3

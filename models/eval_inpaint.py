@@ -5,7 +5,7 @@
     # other settings than the defaults (to compare them):
     python -m models.eval --inpaint --n 200 --strength 0.75 --masked-content fill --inpaint-area "only masked"
 
-Everything runs at the app's defaults unless asked otherwise: `pipelines.inpaint.DEFAULT_STRENGTH`,
+Everything runs at the app's defaults unless asked otherwise: `pipelines.schema.inpaint.DEFAULT_STRENGTH`,
 `Inpaint`'s defaults (mask blur 4, original content, whole picture, padding 32) and the model's
 default steps and guidance. One request per scene (a request has one mask), seed `seed + i`.
 
@@ -20,7 +20,7 @@ differs from the scene's). Judged by models.scoring's classifier (no learned mod
   /255 units over every pixel outside the mask, and over the pixels outside the mask dilated by
   3 x mask blur (beyond any feathered band; with the inside-only feathering both must be 0).
 
-Outpaint: random scenes widened by `pipelines.inpaint.extend_canvas` (64 -> 96 px: right 32, and
+Outpaint: random scenes widened by `pipelines.imaging.inpaint.extend_canvas` (64 -> 96 px: right 32, and
 left 16 + right 16), prompted with the scene's own prompt. A scene's new area counts as
 background when BOTH hold:
 - the median colour of the new area's pixels is nearest, among the palette `COLORS`, to the
@@ -117,7 +117,7 @@ def _settings(pipeline, steps, guidance) -> tuple[int, float]:
 
 
 def _inpaint_options(options: dict | None) -> dict:
-    from pipelines.inpaint import Inpaint
+    from pipelines.schema.inpaint import Inpaint
 
     defaults = {name: info.default for name, info in Inpaint.model_fields.items() if name != "mask"}
     return {**defaults, **(options or {})}
@@ -125,7 +125,7 @@ def _inpaint_options(options: dict | None) -> dict:
 
 def _generate(pipeline, image, mask, prompt, steps, guidance, strength, options, seed) -> Image.Image:
     from pipelines import GenerationRequest
-    from pipelines.inpaint import Inpaint
+    from pipelines.schema.inpaint import Inpaint
 
     result = pipeline.generate(
         GenerationRequest(
@@ -167,7 +167,7 @@ def evaluate_inpaint(
     options: dict | None = None,
 ) -> dict:
     """Inpaint `n` random scenes (new colour and/or shape in the shape's box) and score them."""
-    from pipelines.inpaint import DEFAULT_STRENGTH
+    from pipelines.schema.inpaint import DEFAULT_STRENGTH
 
     steps, guidance = _settings(pipeline, steps, guidance)
     strength = DEFAULT_STRENGTH if strength is None else strength
@@ -242,7 +242,8 @@ def evaluate_outpaint(
     options: dict | None = None,
 ) -> dict:
     """Widen `n` random scenes by `extend` (extend_canvas's left/up/right/down) and score them."""
-    from pipelines.inpaint import DEFAULT_STRENGTH, extend_canvas
+    from pipelines.imaging.inpaint import extend_canvas
+    from pipelines.schema.inpaint import DEFAULT_STRENGTH
 
     steps, guidance = _settings(pipeline, steps, guidance)
     strength = DEFAULT_STRENGTH if strength is None else strength

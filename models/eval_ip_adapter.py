@@ -45,7 +45,7 @@ def cases(n: int, seed: int) -> list[tuple[Any, Any]]:
 def run_ip_adapter(args: Any) -> dict[str, Any]:
     from devices import DeviceManager
     from pipelines import GenerationRequest, ImagePipeline
-    from pipelines.options import DEFAULT_MODEL
+    from pipelines.run.options import DEFAULT_MODEL
 
     pipeline = ImagePipeline.from_pretrained(DEFAULT_MODEL, DeviceManager("cpu"), runtime="torch")
     pairs = cases(args.n, args.seed)

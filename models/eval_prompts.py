@@ -1,5 +1,5 @@
 """A1111's prompt language on the embedded model: do weights, long prompts and prompt editing reach
-the image? (`python -m models.eval --prompts --n 40`; pipelines.prompts)
+the image? (`python -m models.eval --prompts --n 40`; pipelines.prompts.plan)
 
 For each seed and a random shape and background (never red), the same request is made with:
 - `a (red:W) {shape} ...` for W in 0.5, 1.0 (the plain prompt, bit-identical) and 1.5: the
@@ -39,8 +39,8 @@ def _red_distance(image: Any) -> float:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from devices import DeviceManager
     from pipelines import ImagePipeline
-    from pipelines.options import DEFAULT_MODEL
-    from pipelines.request import GenerationRequest
+    from pipelines.run.options import DEFAULT_MODEL
+    from pipelines.schema.request import GenerationRequest
 
     pipeline = ImagePipeline.from_pretrained(str(DEFAULT_MODEL), DeviceManager())  # the embedded model
     steps = args.steps or 20

@@ -3,7 +3,7 @@
     python -m pipelines "a red circle on a blue background" --num-images 4 --out outputs/ \\
         [--model PATH_OR_ID] [--lora FILE:SCALE ...] [--init-image FILE ...] [--seed N] [--steps N]
 
-Every request field is a flag (`pipelines.cli`, from the request schema: `--help` lists them).
+Every request field is a flag (`pipelines.schema.cli`, from the request schema: `--help` lists them).
 Prints a tqdm bar per denoising step and one summary line; PNGs keep their metadata.
 """
 
@@ -21,19 +21,19 @@ from config import environment
 from devices import DeviceManager
 from devices.memory import human_bytes
 from devices.options import DeviceSettings
-
-from .cli import add_request_arguments, flag_message, request_values
-from .errors import PipelineError
-from .fields import TASKS, RequestError, Spec
-from .image_pipeline import ImagePipeline
-from .metadata import save_images
-from .options import PipelineOptions
-from .request import GenerationRequest, nest
+from pipelines.pnginfo.write import save_images
+from pipelines.run.image_pipeline import ImagePipeline
+from pipelines.run.options import PipelineOptions
+from pipelines.schema.cli import add_request_arguments, flag_message, request_values
+from pipelines.schema.errors import PipelineError
+from pipelines.schema.fields import TASKS, RequestError, Spec
+from pipelines.schema.request import GenerationRequest, nest
+from pipelines.weights.lora import load_outside
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[Spec]]:
     p = argparse.ArgumentParser(prog="python -m pipelines", description="Generate images with Diffusion Anywhere.")
-    added = add_request_arguments(p, TASKS)  # every request field (pipelines.cli); --lora takes files too
+    added = add_request_arguments(p, TASKS)  # every request field (pipelines.schema.cli); --lora takes files too
     p.add_argument("--out", default="outputs", help="output folder (default: outputs/)")
     p.add_argument("--model", default=None, help="diffusers folder, Hub id or .safetensors (default: $MODEL_ID)")
     p.add_argument("--device", default=None, help="auto|cpu|cuda[:N]|rocm|npu[:N]|xpu[:N]|mps")
@@ -41,21 +41,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[Spec]]:
     return p, added
 
 
-def load_loras(pipeline: ImagePipeline, wanted: dict[str, str]) -> dict[str, str]:
-    """{name or .safetensors file: scale} -> {loaded adapter name: scale} (files outside LORA_DIR too:
-    this CLI drives one pipeline for porting a model)."""
-    loaded = {}
-    for source, scale in wanted.items():
-        path = pipeline.loras.available().get(source, source)
-        loaded[pipeline.load_lora(path, allow_outside=True)] = scale
-    return loaded
-
-
 def main(argv: list[str] | None = None) -> int:
     parser, added = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from pipelines.loading import quiet_load_progress_bars
+    from pipelines.weights.loading import quiet_load_progress_bars
 
     quiet_load_progress_bars()
     try:
@@ -63,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         devices, options = DeviceSettings.from_env(env := environment(os.environ)), PipelineOptions.from_env(env)  # read once
         dm = DeviceManager(options=devices.options_for(args.device, args.dtype))
         pipeline = ImagePipeline.from_pretrained(args.model, dm, options)  # MODEL_ID, MAX_BATCH...
-        flat["loras"] = load_loras(pipeline, flat.get("loras", {}))
+        flat["loras"] = load_outside(pipeline, flat.get("loras", {}))
         request = GenerationRequest.parse(nest(flat))  # the model's defaults fill the rest (generate)
         bar = tqdm(total=1, unit="step", desc="denoising")
 

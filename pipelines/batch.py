@@ -49,14 +49,14 @@ from tqdm import tqdm
 from config import environment
 from devices import DeviceManager
 from devices.options import DeviceSettings
-
-from .cli import add_request_arguments, flag_message, request_values
-from .errors import PipelineError
-from .fields import RequestError, Spec
-from .image_pipeline import ImagePipeline
-from .metadata import TEMP_SUFFIX, save_png
-from .options import PipelineOptions
-from .request import GenerationRequest, item_seed, nest
+from pipelines.pnginfo.write import TEMP_SUFFIX, save_png
+from pipelines.run.image_pipeline import ImagePipeline
+from pipelines.run.options import PipelineOptions
+from pipelines.schema.cli import add_request_arguments, flag_message, request_values
+from pipelines.schema.errors import PipelineError
+from pipelines.schema.fields import RequestError, Spec
+from pipelines.schema.request import GenerationRequest, item_seed, nest
+from pipelines.weights.lora import load_outside
 
 log = logging.getLogger(__name__)
 RUN_ONLY = ("timings", "device")  # per-run values (cuda:0 vs cuda:1): manifest only; dtype/attention stay
@@ -72,7 +72,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[Spec]]:
     p.add_argument(
         "--prompts", required=True, help="text file, one prompt per line (blank lines and # comments skipped)"
     )
-    added = add_request_arguments(p, {"txt2img"}, skip=NOT_TAKEN)  # the request's fields (pipelines.cli)
+    added = add_request_arguments(p, {"txt2img"}, skip=NOT_TAKEN)  # the request's fields (pipelines.schema.cli)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--seed", type=int, default=0, help="seed of item 0; item k gets seed + k (default 0)")
     p.add_argument("--model", default=None, help="default: $MODEL_ID")
@@ -174,7 +174,6 @@ def merge_manifest(out: Path) -> int:
 def load(args: argparse.Namespace, added: list[Spec], device: str) -> tuple[ImagePipeline, GenerationRequest]:
     """The pipeline on this process's device (LoRAs from LORA_DIR, or a .safetensors path, as the
     CLI takes them) and the whole job as one request: the model's defaults where a flag is unset."""
-    from .__main__ import load_loras
 
     prompts = read_prompts(args.prompts)
     flat = request_values(args, added)  # checked by the schema before the model loads
@@ -183,7 +182,7 @@ def load(args: argparse.Namespace, added: list[Spec], device: str) -> tuple[Imag
     env = environment(os.environ)  # the environment over the settings file, read once
     dm = DeviceManager(options=DeviceSettings.from_env(env).options_for(device))  # the settings, read once
     pipeline = ImagePipeline.from_pretrained(args.model, dm, PipelineOptions.from_env(env), **options)
-    flat["loras"] = load_loras(pipeline, flat.get("loras", {}))
+    flat["loras"] = load_outside(pipeline, flat.get("loras", {}))
     request = GenerationRequest.parse(nest({**flat, "prompt": prompts, "seed": args.seed}))
     return pipeline, request.with_defaults(pipeline)
 

@@ -19,7 +19,7 @@ import threading
 
 from config import SettingsError, environment
 from devices.options import DeviceSettings
-from pipelines.options import PipelineOptions
+from pipelines import PipelineOptions
 
 from .ray_backend import RayBackend, device_options
 

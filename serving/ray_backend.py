@@ -23,10 +23,18 @@ from typing import Any
 
 from devices.manager import dtype_name
 from devices.options import DeviceSettings
-from pipelines import ModelLoadError, PipelineError
-from pipelines.backend import CancelFn, Capabilities, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
-from pipelines.options import PipelineOptions
-from pipelines.request import GenerationRequest, GenerationResult, pin_seed, validate
+from pipelines import (
+    CancelFn,
+    Capabilities,
+    ModelInfo,
+    ModelLoadError,
+    PipelineError,
+    PipelineOptions,
+    PreviewFn,
+    ProgressFn,
+    ReplicaStatus,
+)
+from pipelines.schema.request import GenerationRequest, GenerationResult, pin_seed, validate
 
 from . import import_ray
 from .wire import error_from_wire, png_image, request_to_wire, result_from_wire

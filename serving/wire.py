@@ -15,8 +15,8 @@ from typing import Any
 
 from PIL import Image
 
-from pipelines import errors
-from pipelines.request import GenerationRequest, GenerationResult, unit_fields
+from pipelines.schema import errors
+from pipelines.schema.request import GenerationRequest, GenerationResult, unit_fields
 
 PNG_LEVEL = 1  # lossless at any level; level 1 keeps encoding cheap next to the denoising
 

@@ -1,4 +1,4 @@
-"""Tiny annotator models (pipelines.annotators) written locally: a DPT depth estimator (random weights)
+"""Tiny annotator models (pipelines.control.annotators) written locally: a DPT depth estimator (random weights)
 and a Segformer whose classifier answers one ADE20K class everywhere, each a transformers folder with
 its image processor, laid out as ANNOTATOR_DIR expects (`depth/`, `seg/`)."""
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import app
 from engine import AppSettings, build_engine
-from pipelines.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
+from pipelines.run.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ from pathlib import Path
 from tests.sync import HoldAtStep
 
 HOLD = "hold at step 2, then report to "
-_TARGET = "pipelines.image_pipeline"
+_TARGET = "pipelines.run.image_pipeline"
 
 
 def install() -> None:
@@ -34,7 +34,7 @@ def install() -> None:
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Finds `pipelines.image_pipeline` as usual and patches its ImagePipeline once it has run."""
+    """Finds `pipelines.run.image_pipeline` as usual and patches its ImagePipeline once it has run."""
 
     def find_spec(self, name, path, target=None):
         if name != _TARGET:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from pipelines.options import DEFAULT_MODEL
+from pipelines.run.options import DEFAULT_MODEL
 from tests.annotator_models import write_depth
 from tests.app_server import embedded_model_available, running_app
 from tests.sync import HoldAtStep, in_thread, send_and_leave, until
@@ -222,7 +222,7 @@ def test_webuiapi_controlnet_units_place_the_shape_and_its_routes_answer(api, ht
     from models.eval_control import foreground, iou
     from models.train.control import silhouette
     from models.train.world import Scene, draw
-    from pipelines.control_maps import detect
+    from pipelines.control.maps import detect
 
     assert api.controlnet_version() >= 2
     assert "shapes-silhouette" in api.controlnet_model_list() and "canny" in api.controlnet_module_list()
@@ -549,7 +549,7 @@ def test_a_model_switch_is_refused_where_switching_is_off(http):
 # ---------------------------------------------------------------- without a server: parsing and error shapes
 def limits(**model):
     from engine.inputs import Limits
-    from pipelines.backend import ModelInfo
+    from pipelines.run.backend import ModelInfo
 
     fields = dict(model_name="m", default_width=64, default_height=64, size_multiple=8, max_side=256, max_pixels=16384,
                   max_batch=16, default_steps=20, default_guidance=4.0, scheduler="DPM++ 2M",
@@ -600,7 +600,7 @@ def test_inpaint_fields_map_to_our_inpaint():
     assert parsed.request.strength is None  # an inpaint's own default (1.0) when the client sends none
     assert parsed.request.with_defaults(limits().model).strength == 1.0
     assert parse.img2img({**body, "mask": None}, limits(), 10_000_000).request.strength == 0.75  # A1111's
-    from pipelines.request import spec as field
+    from pipelines.schema.request import spec as field
 
     bare = parse.img2img({k: body[k] for k in ("prompt", "init_images", "mask")}, limits(), 10_000_000)
     spec = bare.request.inpaint  # fields left out: the schema's inpaint defaults (their one owner)
@@ -610,7 +610,7 @@ def test_inpaint_fields_map_to_our_inpaint():
 
 def test_engine_refusals_and_failures_answer_in_a1111s_error_shape(caplog):
     from engine.jobs import QueueFull, TooManyJobs
-    from pipelines.errors import OutOfMemoryError
+    from pipelines.schema.errors import OutOfMemoryError
     from webapi.a1111 import answer_error
     from webapi.running import ClientGone
 
@@ -628,7 +628,7 @@ def test_engine_refusals_and_failures_answer_in_a1111s_error_shape(caplog):
     assert status == 500 and "secret" not in json.dumps(error) and "the server's log" in error["detail"]
     assert "KeyError: 'secret internals'" in caplog.text  # the traceback is in the log
     assert body(ClientGone())[0] == 499
-    from pipelines.fields import RequestError
+    from pipelines.schema.fields import RequestError
 
     status, error = body(RequestError("num_images", "1 prompt(s) x 40 image(s) = 40 images, more than MAX_BATCH=16"))
     assert error["detail"][0]["loc"] == ["body", "batch_size"] and error["detail"][0]["msg"].startswith("batch_size: ")

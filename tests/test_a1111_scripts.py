@@ -12,8 +12,8 @@ import httpx
 import pytest
 from PIL import Image
 
-from pipelines.options import DEFAULT_MODEL
-from pipelines.pnginfo import parse_a1111
+from pipelines.pnginfo.read import parse_a1111
+from pipelines.run.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, running_app
 
 PROMPT = "a red circle on a blue background"

@@ -1,4 +1,4 @@
-"""Model-based ControlNet preprocessors (pipelines.annotators): depth, normal and seg maps made by a
+"""Model-based ControlNet preprocessors (pipelines.control.annotators): depth, normal and seg maps made by a
 transformers model from ANNOTATOR_DIR, and the refusal that says where the model goes when absent."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ import pytest
 from PIL import Image, ImageDraw
 
 from devices import DeviceManager
-from pipelines.ade20k import PALETTE
-from pipelines.annotators import Annotators, normal_map
-from pipelines.control_maps import PreprocessorError, detect, resolve
-from pipelines.request import GenerationRequest
+from pipelines.control.ade20k import PALETTE
+from pipelines.control.annotators import Annotators, normal_map
+from pipelines.control.maps import detect
+from pipelines.schema.control import PreprocessorError, resolve
+from pipelines.schema.request import GenerationRequest
 from tests.annotator_models import PERSON_BOX, SEG_CLASS, write_depth, write_person, write_pose, write_seg
 
 
@@ -84,7 +85,7 @@ def test_the_seg_map_is_painted_in_ade20k_colours(folder):
 def test_the_openpose_drawing_is_openposes_from_coco_keypoints():
     """A standing figure in COCO's order: OpenPose's colours at its points (the nose red, the neck between
     the shoulders orange), its limbs at 60 %, and an unsure keypoint left out."""
-    from pipelines.openpose import COLORS, draw, openpose_points
+    from pipelines.control.openpose import COLORS, draw, openpose_points
 
     coco = np.array([[40, 10], [44, 5], [36, 5], [47, 10], [33, 10], [52, 24], [28, 24], [56, 40], [24, 40],
                      [58, 54], [22, 54], [48, 56], [32, 56], [48, 76], [32, 76], [48, 94], [32, 94]], float)  # fmt: skip
@@ -103,7 +104,7 @@ def pose_of(folder, image: Image.Image, box: list[float]) -> Image.Image:
     import torch
     from transformers import AutoImageProcessor, AutoModelForPoseEstimation
 
-    from pipelines.openpose import draw, openpose_points
+    from pipelines.control.openpose import draw, openpose_points
 
     model = AutoModelForPoseEstimation.from_pretrained(folder / "pose")
     processor = AutoImageProcessor.from_pretrained(folder / "pose")

@@ -16,7 +16,7 @@ from PIL import Image
 
 from devices.memory import STATS_KEYS
 from pipelines import read_metadata
-from pipelines.options import DEFAULT_MODEL
+from pipelines.run.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, main_pipeline, running_app
 from tests.sync import HoldAtStep, in_thread, until
 
@@ -96,7 +96,7 @@ def test_bad_input_is_an_error_message_then_the_server_still_works(client):
         generate(client, steps=0)
     assert "steps: 0 is out of range 1..150" in str(err.value)
     with pytest.raises(Exception) as err:
-        generate(client, steps=2, sampler="PLMS")  # PLMS's warm-up takes 4 steps (pipelines.samplers)
+        generate(client, steps=2, sampler="PLMS")  # PLMS's warm-up takes 4 steps (pipelines.sampling.samplers)
     assert "steps: PLMS needs at least 4 steps; got 2" in str(err.value)
     with pytest.raises(Exception) as err:
         generate(client, width=66)

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pipelines.fields import Choice, Range, Seed, Spec
-from pipelines.options import DEFAULT_MODEL
-from pipelines.request import fields, spec
+from pipelines.run.options import DEFAULT_MODEL
+from pipelines.schema.fields import Choice, Range, Seed, Spec
+from pipelines.schema.request import fields, spec
 from tests.app_server import embedded_model_available, running_app
 
 pytestmark = pytest.mark.skipif(not embedded_model_available(), reason="needs the embedded model")

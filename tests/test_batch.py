@@ -16,9 +16,9 @@ from PIL import Image
 
 from devices import DeviceManager
 from pipelines.batch import RUN_ONLY, chunks, merge_manifest
-from pipelines.image_pipeline import ImagePipeline
-from pipelines.metadata import JSON_KEY
-from pipelines.request import GenerationRequest
+from pipelines.pnginfo.write import JSON_KEY
+from pipelines.run.image_pipeline import ImagePipeline
+from pipelines.schema.request import GenerationRequest
 from tests.app_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

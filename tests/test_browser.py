@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.options import DEFAULT_MODEL
+from pipelines.run.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, running_app
 
 pytestmark = pytest.mark.slow  # the browser tier: left out of `python -m pytest -m "not slow"`, run in CI
@@ -146,7 +146,7 @@ def test_history_lists_the_run_and_sends_it_back(browser, served):
 def test_png_info_fills_the_form(browser, served, tmp_path):
     from playwright.sync_api import expect
 
-    from pipelines.metadata import png_info
+    from pipelines.pnginfo.write import png_info
 
     url, _ = served
     png = tmp_path / "a1111.png"
@@ -226,7 +226,7 @@ def test_switch_model_and_sampler_in_the_browser(browser, tmp_path):
     """The picker loads another model (controls follow it), then a sampler choice reaches the PNG."""
     from playwright.sync_api import expect
 
-    from pipelines.metadata import read_metadata
+    from pipelines.pnginfo.write import read_metadata
     from tests.tiny_model import save_tiny_pipeline
 
     if not embedded_model_available():
@@ -543,7 +543,7 @@ def test_send_to_generate_restores_the_step_cache_and_reruns_with_it(browser, tm
     from PIL import Image
     from playwright.sync_api import expect
 
-    from pipelines.metadata import png_info
+    from pipelines.pnginfo.write import png_info
     from tests import families
 
     model = families.build("flux", family_root / "flux")
@@ -593,7 +593,7 @@ def test_xyz_plot_of_sampler_by_cfg_in_the_browser(browser, served):
     says so) and the four cells in the gallery; then prompts from the textbox, one request a line."""
     from playwright.sync_api import expect
 
-    from pipelines.pnginfo import parse_a1111
+    from pipelines.pnginfo.read import parse_a1111
 
     url, out = served
     page = _one_image_form(browser, url, "a red circle on a blue background")

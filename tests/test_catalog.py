@@ -1,4 +1,4 @@
-"""Which models a server lists as loadable (pipelines.catalog): offline only the local ones, a recipe whose
+"""Which models a server lists as loadable (pipelines.weights.catalog): offline only the local ones, a recipe whose
 weights are in the Hugging Face cache, a remote recipe only where the Hub can be reached; never a wait on
 a Hub that does not answer. Was: every recipe listed, so a client's model dropdown offered models that
 could not load offline, and picking one switched the model for everyone after a long failing load."""
@@ -15,9 +15,9 @@ import httpx
 import pytest
 from huggingface_hub import constants
 
-from pipelines import catalog
-from pipelines.options import DEFAULT_MODEL
-from pipelines.request import RequestError
+from pipelines.run.options import DEFAULT_MODEL
+from pipelines.schema.request import RequestError
+from pipelines.weights import catalog
 from tests.tiny_model import save_tiny_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]

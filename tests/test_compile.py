@@ -11,7 +11,7 @@ import pytest
 from devices import DeviceManager
 from devices import compile as graph_compile
 from pipelines import GenerationRequest, ImagePipeline
-from pipelines.options import PipelineOptions
+from pipelines.run.options import PipelineOptions
 from tests import fakes
 
 
@@ -169,8 +169,8 @@ def test_a_failing_compile_falls_back_to_eager(tiny_model_dir, monkeypatch):
 
 
 def test_edit_only_models_warm_up_with_an_input_image():
-    from pipelines import model_setup
-    from pipelines.options import REPO_ROOT
+    from pipelines.run import model_setup
+    from pipelines.run.options import REPO_ROOT
 
     editor = ImagePipeline.from_pretrained(REPO_ROOT / "models" / "tiny-shapes-edit", DeviceManager("cpu"))
     assert not editor.traits.text_to_image

@@ -15,11 +15,12 @@ from models.eval_control import foreground, iou
 from models.train.control import CONTROL_OUT, silhouette
 from models.train.world import Scene, draw
 from pipelines import GenerationRequest, ImagePipeline
-from pipelines.control import ControlUnit, read_infotext
-from pipelines.control_maps import detect
-from pipelines.errors import UnsupportedTaskError
-from pipelines.fields import RequestError
-from pipelines.options import DEFAULT_MODEL
+from pipelines.control.controlnet import read_infotext
+from pipelines.control.maps import detect
+from pipelines.run.options import DEFAULT_MODEL
+from pipelines.schema.control import ControlUnit
+from pipelines.schema.errors import UnsupportedTaskError
+from pipelines.schema.fields import RequestError
 from tests.families import build
 from tests.sync import Overlap
 
@@ -125,8 +126,8 @@ def test_two_units_start_end_and_modes_run_and_what_cannot_is_said(pipeline):
 
 
 def test_units_are_written_as_a1111s_infotext_and_read_back(pipeline):
-    from pipelines.metadata import a1111_parameters
-    from pipelines.pnginfo import parse_a1111
+    from pipelines.pnginfo.read import parse_a1111
+    from pipelines.pnginfo.write import a1111_parameters
 
     result = run(pipeline, CORNERS[0], controlnet=[unit(CORNERS[0], module="canny", weight=0.8, threshold_a=50)])
     text = a1111_parameters(result.metadata[0])
@@ -216,7 +217,7 @@ def test_a_union_controlnet_takes_each_units_control_type(name, family_root, tmp
     types it takes. On SDXL two units share one call of the union model."""
     import diffusers
 
-    from pipelines.metadata import a1111_parameters
+    from pipelines.pnginfo.write import a1111_parameters
 
     path = build(name, family_root / name)
     pipeline = ImagePipeline.from_pretrained(path, controlnet_dir=tmp_path)
@@ -271,7 +272,7 @@ def test_controlnet_models_offers_folders_by_name_and_hub_ids_by_id(tmp_path):
     import shutil
 
     from config import SettingsError
-    from pipelines.options import PipelineOptions
+    from pipelines.run.options import PipelineOptions
 
     shutil.copytree(CONTROL_OUT, tmp_path / "my-silhouette")
     refs = PipelineOptions.from_env({"CONTROLNET_MODELS": f"{tmp_path / 'my-silhouette'}, someone/controlnet-x"}).controlnet_models
@@ -326,8 +327,8 @@ def test_a_pool_of_two_cpu_replicas_gives_the_single_replicas_images_with_a_unit
     import accelerate
 
     from devices.options import DeviceSettings
-    from pipelines.options import PipelineOptions
-    from pipelines.pool import DevicePool
+    from pipelines.run.options import PipelineOptions
+    from serving.pool import DevicePool
 
     pool = DevicePool.from_pretrained(str(DEFAULT_MODEL), "cpu", PipelineOptions(), DeviceSettings(cpu_replicas=2))
     register = torch.nn.Module.register_parameter
@@ -350,7 +351,7 @@ def test_a_pool_of_two_cpu_replicas_gives_the_single_replicas_images_with_a_unit
 
 
 def test_send_to_generate_restores_a_pngs_units_settings(pipeline):
-    from pipelines.pnginfo import parse_a1111
+    from pipelines.pnginfo.read import parse_a1111
     from ui.send import form_values
 
     text = ('a red circle on a blue background\nSteps: 12, Sampler: Euler, CFG scale: 4, Seed: 5, Size: 64x64, Model: tiny-shapes, '

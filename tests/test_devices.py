@@ -350,7 +350,7 @@ def test_cpu_peak_resets_where_the_kernel_ignores_clear_refs(monkeypatch, tmp_pa
     dm.reset_peak_memory()
     before = dm.memory_stats()
     brief = torch.ones(96 * MiB // 4)  # a step's working memory, gone before the result is read
-    dm.sample_peak()  # what each denoising step does (pipelines.callbacks)
+    dm.sample_peak()  # what each denoising step does (pipelines.run.callbacks)
     del brief
     assert (dm.memory_stats()["peak"] - before["peak"]) / MiB >= 88
 

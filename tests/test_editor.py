@@ -14,7 +14,7 @@ from models.eval_edit import EDITOR_DIR, edit_item, evaluate_edits, judge, make_
 from models.train.edit_world import KINDS, conflict_pair
 from models.train.world import Scene, draw
 from pipelines import GenerationRequest, ImagePipeline
-from pipelines.editing import EMBEDDED_T2I, EditRouter, default_editor
+from serving.editing import EMBEDDED_T2I, EditRouter, default_editor
 
 SCENES = {  # two inputs per kind of edit, drawn from the world
     "a": Scene("red", "circle", "blue", 0.5, 0.5, 0.5, 0.0),
@@ -110,7 +110,7 @@ def test_the_embedded_model_gets_the_embedded_editor_and_edits_go_to_it(editor, 
 
 
 def test_after_a_switch_to_another_model_edits_go_to_it_and_back(editor, tiny_model_dir):
-    from pipelines.pool import DevicePool
+    from serving.pool import DevicePool
 
     router = EditRouter(DevicePool.from_pretrained(str(EMBEDDED_T2I), devices="cpu", memory_mode="off"), editor)
     router.load_model(str(tiny_model_dir))
@@ -126,8 +126,8 @@ def test_an_edit_png_records_its_image_guidance_and_send_to_edit_restores_it(edi
     """A1111's "Image CFG scale" (its instruct-pix2pix field), not the "Denoising strength" an
     instruction editor never takes; read back, it fills the Edit tab's slider, clamped to its range,
     and PNG info checks it against the model that edits, not the main one."""
-    from pipelines.metadata import a1111_parameters, png_info
-    from pipelines.pnginfo import read_png_info
+    from pipelines.pnginfo.read import read_png_info
+    from pipelines.pnginfo.write import a1111_parameters, png_info
     from ui.send import form_values, model_for
 
     request = GenerationRequest(prompt="make it green", init_images=[draw(SCENES["a"])], steps=2, seed=1,

@@ -33,12 +33,12 @@ from engine import (
     build_engine,
 )
 from pipelines import GenerationRequest
-from pipelines.backend import Capabilities
-from pipelines.editing import EditRouter
-from pipelines.fields import RequestError
-from pipelines.options import DEFAULT_MODEL
-from pipelines.pool import DevicePool
-from pipelines.request import SEED_SPACE, RequestLimits, item_seed, pin_seed, spec, validate
+from pipelines.run.backend import Capabilities
+from pipelines.run.options import DEFAULT_MODEL
+from pipelines.schema.fields import RequestError
+from pipelines.schema.request import SEED_SPACE, RequestLimits, item_seed, pin_seed, spec, validate
+from serving.editing import EditRouter
+from serving.pool import DevicePool
 from tests.app_server import app_settings, embedded_model_available
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,7 +140,7 @@ class _Gate:
         self.started: list[str] = []
 
     def model_info(self):
-        from pipelines.backend import ModelInfo
+        from pipelines.run.backend import ModelInfo
 
         return ModelInfo("gate", 64, 64, 8, 256, 256 * 256, 16, 4, 4.0, "Euler")
 
@@ -157,7 +157,7 @@ class _Gate:
                                 cancelled=not done)  # fmt: skip
 
     def status(self):
-        from pipelines.backend import ReplicaStatus
+        from pipelines.run.backend import ReplicaStatus
 
         return [ReplicaStatus("cpu", "cpu", "cpu", "CPU", "float32", "sdpa")]
 
@@ -167,7 +167,7 @@ class _Gate:
 
 def test_steps_below_the_samplers_minimum_are_refused_at_admission_not_in_the_queue(app_engine):
     """Every front end submits here: the refusal names `steps` before the request takes a place."""
-    from pipelines.request import RequestError
+    from pipelines.schema.request import RequestError
 
     assert app_engine.model_info().min_steps["PLMS"] == 4  # the embedded model's PNDM runs its warm-up
     with pytest.raises(RequestError, match=r"^steps: PLMS needs at least 4 steps; got 3$") as refused:
@@ -371,8 +371,8 @@ def test_an_inpaint_is_checked_against_the_main_models_limits_not_the_editors():
 
     from PIL import Image
 
-    from pipelines.backend import ModelInfo
-    from pipelines.inpaint import Inpaint
+    from pipelines.run.backend import ModelInfo
+    from pipelines.schema.inpaint import Inpaint
 
     editor = ModelInfo("editor", 64, 64, 8, 64, 64 * 64, 1, 4, 4.0, "Euler")
     gate = _Gate()

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from devices import DeviceManager
 from pipelines import GenerationRequest, ImagePipeline
-from pipelines.errors import UnsupportedTaskError
+from pipelines.schema.errors import UnsupportedTaskError
 from tests import families
 
 NAMES = families.params(families.FAMILIES)
@@ -233,7 +233,7 @@ def _seeded(name: str, seed: int) -> GenerationRequest:
 
 
 # --------------------------------------------------------------------------- prompts
-# Their CLIPs take a prompt of any length in windows, and A1111's weights (pipelines.prompt_weights).
+# Their CLIPs take a prompt of any length in windows, and A1111's weights (pipelines.prompts.weights).
 CHUNKED = {"sd15": "clip", "sdxl": "clip2", "instruct-pix2pix": "clip", "sd3": "sd3"}
 
 
@@ -379,7 +379,7 @@ def test_token_counter_uses_the_models_tokenizers(family_root, name):
 
 
 # --------------------------------------------------------------------------- inpainting
-# The families diffusers has an inpainting pipeline for (pipelines.traits.inpaint_twin): checked by
+# The families diffusers has an inpainting pipeline for (pipelines.run.traits.inpaint_twin): checked by
 # name, so a change in what the detection finds cannot pass unnoticed.
 INPAINTS = {"sd15", "sdxl", "sd3", "flux", "flux-kontext", "qwen-image", "qwen-image-edit"}
 
@@ -396,7 +396,7 @@ def _scene(name: str) -> tuple[Image.Image, Image.Image]:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_inpaint_keeps_every_unmasked_pixel_or_refuses_clearly(family_root, name):
-    from pipelines.inpaint import Inpaint
+    from pipelines.schema.inpaint import Inpaint
 
     pipe = load(family_root, name)
     image, mask = _scene(name)

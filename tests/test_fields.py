@@ -1,6 +1,6 @@
 """Every front end takes every field of the request schema, or says why not.
 
-The schema (`pipelines.request.fields`) is the one list of what a request is. For each front end,
+The schema (`pipelines.schema.request.fields`) is the one list of what a request is. For each front end,
 this sets each field of the tasks it serves to a value (a sample unlike the default) the way that
 front end's callers send it, and checks the request it makes carries that value; a field it does
 not take must be declared, with the reason, in that front end's own `NOT_TAKEN`, and a declared
@@ -23,10 +23,10 @@ import pytest
 from PIL import Image
 
 from engine.inputs import Limits, read
-from pipelines.backend import ModelInfo
-from pipelines.fields import TASKS, Choice, Range, Seed, Spec
-from pipelines.ip_adapter import ImagePrompt
-from pipelines.request import GenerationRequest, fields, nest, spec
+from pipelines.run.backend import ModelInfo
+from pipelines.schema.fields import TASKS, Choice, Range, Seed, Spec
+from pipelines.schema.image_prompt import ImagePrompt
+from pipelines.schema.request import GenerationRequest, fields, nest, spec
 
 SIZE = (64, 64)
 MODEL = ModelInfo(
@@ -41,7 +41,7 @@ SAMPLES: dict[str, Any] = {"sampler": "Euler a", "hires_sampler": "DDIM", "hires
 
 
 def unit_sample(item: Spec) -> list[dict[str, Any]]:
-    """ControlNet units (pipelines.control.ControlUnit) or image prompts (pipelines.ip_adapter.ImagePrompt),
+    """ControlNet units (pipelines.schema.control.ControlUnit) or image prompts (pipelines.schema.image_prompt.ImagePrompt),
     each field unlike its default."""
     image = Image.new("RGB", SIZE, "white")
     image.paste((0, 0, 0), (10, 10, 30, 50))
@@ -213,7 +213,7 @@ def test_the_openai_api_takes_every_field():
 def command_line(parser_and_fields, tmp_path, finish=nest, first: tuple[str, ...] = ()):
     """`make` for a CLI: the field's flag and its value as text (images as files); `first`: the
     CLI's own required arguments."""
-    from pipelines.cli import FLAGS, request_values
+    from pipelines.schema.cli import FLAGS, request_values
 
     parser, added = parser_and_fields
 
@@ -326,11 +326,11 @@ def test_every_tab_and_its_endpoint_take_every_field_of_their_task(demo, tab):
 # ---------------------------------------------------------------- the declarations themselves
 def test_the_schemas_a1111_names_are_a1111s_and_the_fields_page_is_current():
     """An A1111 name the schema gives a field is a key of A1111's own request; docs/request-fields.md is
-    what `python -m pipelines.schema_docs` writes (run it after changing the schema)."""
-    from pipelines import schema_docs
+    what `python -m pipelines.schema.docs` writes (run it after changing the schema)."""
+    from pipelines.schema import docs as schema_docs
     from webapi.a1111_request import A1111_FIELDS
 
     a1111 = A1111_FIELDS["txt2img"] | A1111_FIELDS["img2img"]
     assert [item.name for item in fields() if item.about.a1111 and item.about.a1111 not in a1111] == []
     page = schema_docs.PAGE.read_text(encoding="utf-8")
-    assert page == schema_docs.page(page), "docs/request-fields.md is stale: run python -m pipelines.schema_docs"
+    assert page == schema_docs.page(page), "docs/request-fields.md is stale: run python -m pipelines.schema.docs"

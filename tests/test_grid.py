@@ -1,4 +1,4 @@
-"""The X/Y/Z plot grid (pipelines/grid.py): layout, labels where a reader expects them, cells pasted
+"""The X/Y/Z plot grid (pipelines/imaging/grid.py): layout, labels where a reader expects them, cells pasted
 unchanged, missing cells, the Nothing axis and Z joining. Pure PIL, no model."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipelines.grid import Grid, draw_grid, join_grids
+from pipelines.imaging.grid import Grid, draw_grid, join_grids
 
 RNG_SEED = 1234
 

@@ -1,4 +1,4 @@
-"""Guidance end (pipelines.guidance): guidance on the first share of the steps only, checked by
+"""Guidance end (pipelines.sampling.guidance): guidance on the first share of the steps only, checked by
 what the denoiser is given (one copy of the batch per guidance term, then one) and, on the
 embedded editor, against a sampling loop written out here."""
 
@@ -16,9 +16,9 @@ from models.eval_edit import EDITOR_DIR
 from models.train.world import Scene, draw
 from pipelines import GenerationRequest, ImagePipeline
 from pipelines.__main__ import main as cli
-from pipelines.metadata import a1111_parameters, read_metadata
-from pipelines.pnginfo import parse_a1111
-from pipelines.request import RequestLimits, validate
+from pipelines.pnginfo.read import parse_a1111
+from pipelines.pnginfo.write import a1111_parameters, read_metadata
+from pipelines.schema.request import RequestLimits, validate
 from tests import families
 from tests.test_families import load, pixels, request
 from ui.send import form_values

@@ -1,5 +1,5 @@
-"""Hires fix, the upscalers and tiled VAE on the embedded model (pipelines.hires, pipelines.upscalers,
-pipelines.vae_tiling): what a user of A1111's Hires. fix and Extras sees, without the browser."""
+"""Hires fix, the upscalers and tiled VAE on the embedded model (pipelines.imaging.hires, pipelines.imaging.upscalers,
+pipelines.sampling.vae_tiling): what a user of A1111's Hires. fix and Extras sees, without the browser."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from PIL import Image
 from models.eval_hires import psnr
 from models.train.upscale import HELD_OUT_SEED, OUT, scene_pair
 from pipelines import GenerationRequest, ImagePipeline
-from pipelines.fields import RequestError
-from pipelines.hires import Hires, target_size
-from pipelines.metadata import a1111_parameters
-from pipelines.options import DEFAULT_MODEL
-from pipelines.pnginfo import parse_a1111
-from pipelines.request import nest
-from pipelines.upscalers import Upscalers, tiles
+from pipelines.imaging.hires import target_size
+from pipelines.imaging.upscalers import Upscalers, tiles
+from pipelines.pnginfo.read import parse_a1111
+from pipelines.pnginfo.write import a1111_parameters
+from pipelines.run.options import DEFAULT_MODEL
+from pipelines.schema.fields import RequestError
+from pipelines.schema.hires import Hires
+from pipelines.schema.request import nest
 from tests.families import FAMILIES
 
 PROMPT = "a red circle on a blue background"
@@ -134,7 +135,7 @@ def test_the_embedded_upscaler_beats_lanczos_on_held_out_scenes():
 
 
 def test_tiles_cover_the_image_and_blend_without_seams(monkeypatch):
-    import pipelines.upscalers as upscaling
+    import pipelines.imaging.upscalers as upscaling
 
     for h, w in ((300, 200), (64, 64), (257, 513)):
         covered = np.zeros((h, w), bool)
@@ -173,7 +174,7 @@ def _cpu():
 
 
 def test_a_pool_of_two_replicas_gives_the_same_hires_images(pipeline):
-    from pipelines.pool import DevicePool
+    from serving.pool import DevicePool
 
     pool = DevicePool.from_pretrained(str(DEFAULT_MODEL), devices="cpu,cpu", micro_batch=1)
     try:

@@ -17,11 +17,12 @@ from PIL import Image
 from devices import DeviceManager
 from engine import Caller, Preview, build_engine
 from pipelines import GenerationRequest, ImagePipeline, save_images
-from pipelines.errors import UnsupportedTaskError
-from pipelines.inpaint import EMPTY_MASK_WARNING, Inpaint, binary_mask, extend_canvas, fill
-from pipelines.options import DEFAULT_MODEL
-from pipelines.pnginfo import parse_a1111, read_png_info
-from pipelines.pool import DevicePool
+from pipelines.imaging.inpaint import EMPTY_MASK_WARNING, binary_mask, extend_canvas, fill
+from pipelines.pnginfo.read import parse_a1111, read_png_info
+from pipelines.run.options import DEFAULT_MODEL
+from pipelines.schema.errors import UnsupportedTaskError
+from pipelines.schema.inpaint import Inpaint
+from serving.pool import DevicePool
 from tests.app_server import app_settings, embedded_model_available
 
 pytestmark = pytest.mark.skipif(not embedded_model_available(), reason="needs the embedded model")
@@ -185,7 +186,7 @@ def test_the_png_records_the_inpaint_as_a1111_does_and_reads_it_back(embedded, t
 
 
 def test_a_model_that_cannot_inpaint_says_which_families_can(tmp_path):
-    from pipelines.editing import EMBEDDED_EDITOR
+    from serving.editing import EMBEDDED_EDITOR
 
     editor = ImagePipeline.from_pretrained(str(EMBEDDED_EDITOR), DeviceManager("cpu"), memory_mode="off")
     assert not editor.model_info().inpaint

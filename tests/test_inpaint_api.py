@@ -11,8 +11,8 @@ import pytest
 from gradio_client import Client, handle_file
 from PIL import Image, ImageDraw
 
-from pipelines.inpaint import EMPTY_MASK_WARNING
-from pipelines.options import DEFAULT_MODEL
+from pipelines.imaging.inpaint import EMPTY_MASK_WARNING
+from pipelines.run.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, running_app
 
 PROMPT = "a red circle on a blue background"
@@ -116,11 +116,11 @@ def test_view_api_lists_inpaint_and_outpaint_with_named_parameters(client):
 def test_send_to_inpaint_from_png_info_fills_the_form(server, tmp_path):
     """PNG info's Send to Inpaint: the picture in the editor, the parameters in the form, clamped.
 
-    The parameters are given as PNG info parses them (`pipelines.pnginfo`: the keys of the result
+    The parameters are given as PNG info parses them (`pipelines.pnginfo.read`: the keys of the result
     metadata), so this checks the form's side whatever the reader finds in a given file."""
     import gradio as gr
 
-    from pipelines.metadata import png_info
+    from pipelines.pnginfo.write import png_info
     from ui.send import inpaint_updates
 
     meta = {"prompt": "a green square on a white background", "negative_prompt": "blurry", "steps": 12,
@@ -225,7 +225,7 @@ def test_inpaint_uploads_are_checked_before_decoding(client, files, tmp_path, mo
 def test_an_inpaint_png_round_trips_through_png_info_into_the_form(server, client, files):
     """The PNG an /inpaint returns records its settings as A1111 does; PNG info reads them, and Send
     to Inpaint puts them back in the form."""
-    from pipelines.pnginfo import read_png_info
+    from pipelines.pnginfo.read import read_png_info
     from ui.send import inpaint_updates
 
     asked = dict(strength=0.9, mask_blur=6, masked_content="fill", inpaint_area="only masked", padding=8)

@@ -17,11 +17,11 @@ from models.train.control import CONTROL_OUT, silhouette
 from models.train.ip_adapter import IP_ADAPTER_OUT, build_encoder, colourless_prompt, initial_adapter, write_adapter
 from models.train.world import draw
 from pipelines import GenerationRequest, ImagePipeline
-from pipelines.errors import UnsupportedTaskError
-from pipelines.fields import RequestError
-from pipelines.metadata import a1111_parameters
-from pipelines.options import DEFAULT_MODEL
-from pipelines.pnginfo import parse_a1111
+from pipelines.pnginfo.read import parse_a1111
+from pipelines.pnginfo.write import a1111_parameters
+from pipelines.run.options import DEFAULT_MODEL
+from pipelines.schema.errors import UnsupportedTaskError
+from pipelines.schema.fields import RequestError
 from tests.families import build
 
 ADAPTER = IP_ADAPTER_OUT.name

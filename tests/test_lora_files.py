@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from devices import DeviceManager
 from pipelines import GenerationRequest, ImagePipeline
-from pipelines.errors import LoraError
+from pipelines.schema.errors import LoraError
 from tests import families
 
 RANK, ALPHA = 4, 16  # scale alpha / rank = 4: ignoring alpha gives a 4x weaker LoRA
@@ -52,7 +52,7 @@ def lora_files(tmp_path_factory):
 
 
 def _options(folder):
-    from pipelines.options import PipelineOptions
+    from pipelines.run.options import PipelineOptions
 
     return PipelineOptions(lora_dir=folder, memory_mode="off")
 

@@ -15,7 +15,7 @@ from devices import DeviceManager
 from models.eval import classifier_self_check, classify, evaluate
 from models.train.world import Scene, draw
 from pipelines import GenerationRequest, ImagePipeline
-from pipelines.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
+from pipelines.run.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
 

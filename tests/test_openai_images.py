@@ -15,7 +15,7 @@ import openai
 import pytest
 from PIL import Image, ImageDraw
 
-from pipelines.options import DEFAULT_MODEL
+from pipelines.run.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, running_app
 from tests.sync import HoldAtStep, in_thread, send_and_leave, until
 

@@ -1,4 +1,4 @@
-"""The OpenVINO runtime (devices.runtime, pipelines.openvino) on the embedded model: what a CPU user who
+"""The OpenVINO runtime (devices.runtime, pipelines.weights.openvino) on the embedded model: what a CPU user who
 sets RUNTIME=openvino (or installs requirements-openvino.txt) gets, compared with torch on the same seeds.
 
 The embedded model is converted once per module (~35-50 s on 2 cores); the tests that need another
@@ -17,9 +17,9 @@ from devices import DeviceManager
 from devices import runtime as runtimes
 from models.eval_hires import psnr
 from pipelines import GenerationRequest, ImagePipeline
-from pipelines.errors import ModelLoadError, UnsupportedTaskError
-from pipelines.openvino import DYNAMIC_SAFE, networks
-from pipelines.options import DEFAULT_MODEL, PipelineOptions
+from pipelines.run.options import DEFAULT_MODEL, PipelineOptions
+from pipelines.schema.errors import ModelLoadError, UnsupportedTaskError
+from pipelines.weights.openvino import DYNAMIC_SAFE, networks
 from tests import families
 
 pytest.importorskip("openvino")
@@ -219,7 +219,7 @@ def test_a_pool_of_two_cpu_replicas_gives_the_single_replicas_images(ov_pipeline
     """CPU_REPLICAS=2 under OpenVINO: each replica has its own hooks and graphs (read from the cache), and
     the seeds give the one-replica images (PSNR: a 2-image batch is not the 4-image batch's kernels)."""
     from devices.options import DeviceSettings
-    from pipelines.pool import DevicePool
+    from serving.pool import DevicePool
 
     opts = PipelineOptions(runtime="openvino", openvino_cache=ov_cache)
     pool = DevicePool.from_pretrained(str(DEFAULT_MODEL), "cpu", opts, DeviceSettings(cpu_replicas=2))
@@ -268,7 +268,7 @@ def test_families_run_through_openvino_or_say_what_stays_torch(name, family_root
 
 
 def test_a_network_openvino_cannot_convert_is_named_with_the_ops():
-    from pipelines.openvino import _reason
+    from pipelines.weights.openvino import _reason
 
     log = (
         "Check 'false' failed at src/frontends/common_translators/src/unconverted_ops_report.cpp:151:\n"

@@ -23,9 +23,9 @@ from pipelines import (
     read_metadata,
     save_images,
 )
-from pipelines.hashing import lora_hash, short_hash
-from pipelines.request import RequestError, RequestLimits, validate
-from pipelines.samplers import schedule_type
+from pipelines.sampling.samplers import schedule_type
+from pipelines.schema.request import RequestError, RequestLimits, validate
+from pipelines.weights.hashing import lora_hash, short_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "a red circle on a blue background"
@@ -108,7 +108,7 @@ def test_offline_hub_id_says_how_to_fix(monkeypatch):
 def test_hub_ids_with_dots_are_hub_ids_not_missing_files():
     """Was: the dot counted as a file suffix, so the sdxl-base, sd3.5 and FLUX.1 recipes' repositories were
     refused as missing files before any download was tried (online too)."""
-    from pipelines.loading import looks_like_path
+    from pipelines.weights.loading import looks_like_path
 
     for hub_id in ("stabilityai/stable-diffusion-xl-base-1.0", "black-forest-labs/FLUX.1-dev", "Qwen/Qwen-Image"):
         assert not looks_like_path(hub_id), hub_id
@@ -451,7 +451,7 @@ def test_cli_end_to_end(tiny_model_dir, lora_dir, tmp_path):
 def test_guidance_rescale_changes_a_guided_image_and_is_recorded(pipeline, tmp_path):
     """`guidance_rescale` (the request schema's newest field): another image than plain guidance's, the
     same image at 0, "CFG rescale: 0.7" in the PNG and read back from it, so Send to Generate restores it."""
-    from pipelines.pnginfo import read_png_info
+    from pipelines.pnginfo.read import read_png_info
 
     base = dict(prompt=PROMPT, steps=3, seed=11, width=32, height=32, guidance_scale=7.0)
     plain = pipeline.generate(GenerationRequest(**base))

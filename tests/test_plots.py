@@ -10,9 +10,9 @@ from engine import Caller, Engine
 from engine.axes import axis_types, find_axis, parse_values, split_values
 from engine.plots import Axis, PlotOptions, plot_cells, run_script
 from pipelines import GenerationRequest, ImagePipeline, read_metadata
-from pipelines.metadata import save_png
-from pipelines.pnginfo import read_png_info
-from pipelines.pool import DevicePool
+from pipelines.pnginfo.read import read_png_info
+from pipelines.pnginfo.write import save_png
+from serving.pool import DevicePool
 from tests.sync import AtOnce, HoldAtStep, in_thread
 
 PROMPT = "a red circle on a blue background"

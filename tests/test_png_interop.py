@@ -14,13 +14,13 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from pipelines import pnginfo_files
-from pipelines.backend import ModelInfo
-from pipelines.hashing import lora_hash, short_hash
-from pipelines.metadata import a1111_parameters, save_png
-from pipelines.pnginfo import parse_a1111, read_png_info
-from pipelines.request import spec
-from pipelines.samplers import SAMPLERS, from_any
+from pipelines.pnginfo import files as pnginfo_files
+from pipelines.pnginfo.read import parse_a1111, read_png_info
+from pipelines.pnginfo.write import a1111_parameters, save_png
+from pipelines.run.backend import ModelInfo
+from pipelines.sampling.samplers import SAMPLERS, from_any
+from pipelines.schema.request import spec
+from pipelines.weights.hashing import lora_hash, short_hash
 from tests.a1111_infotext import effective_schedule, get_sampler_and_scheduler, parse_generation_parameters
 from ui.history import params_markdown
 from ui.send import form_values, inpaint_values
@@ -293,7 +293,7 @@ def test_the_step_cache_an_image_ran_with_is_sent_back():
     """Our PNG's `Step cache` fills the form (the seed reproduces the image only with that cache); a
     PNG without one sets none, with a note where the server's default is a cache; a model without
     step caches sends none and says the run is uncached."""
-    from pipelines.metadata import a1111_parameters
+    from pipelines.pnginfo.write import a1111_parameters
 
     cached = ModelInfo(*_SHAPE, samplers=("Euler",), step_cache=True, default_step_cache="TaylorSeer")
     meta = {"prompt": "x", "steps": 4, "seed": 2, "guidance_scale": 3.0, "width": 64, "height": 64, "sampler": "Euler",

@@ -7,9 +7,9 @@ import json
 import pytest
 from PIL import Image, PngImagePlugin
 
-from pipelines.hashing import short_hash
-from pipelines.metadata import a1111_parameters, png_info
-from pipelines.pnginfo import parse_a1111, parse_comfyui, read_png_info
+from pipelines.pnginfo.read import parse_a1111, parse_comfyui, read_png_info
+from pipelines.pnginfo.write import a1111_parameters, png_info
+from pipelines.weights.hashing import short_hash
 
 # As A1111 writes them (modules/processing.py create_infotext; quoted values via infotext_utils.quote).
 A1111_FULL = """masterpiece, a castle on a hill, (sunset:1.2) <lora:add_detail:0.6> <lora:castle_v2:1>

@@ -14,8 +14,8 @@ from devices import DeviceManager
 from devices.options import DeviceSettings
 from devices.pool import devices_for
 from pipelines import GenerationRequest, ImagePipeline, PipelineError
-from pipelines.health import Retest
-from pipelines.pool import DevicePool, share_cpu_threads, split_range
+from serving.health import Retest
+from serving.pool import DevicePool, share_cpu_threads, split_range
 from tests import fakes
 from tests.sync import in_thread
 from ui.status import status_markdown
@@ -306,7 +306,7 @@ def test_two_replicas_loading_a_lora_at_once_leave_torch_building_real_weights(m
     the LoRA, and a module built afterwards has real weights, not meta ones."""
     from peft.tuners import tuners_utils
 
-    from pipelines.options import DEFAULT_MODEL
+    from pipelines.run.options import DEFAULT_MODEL
     from tests.sync import Overlap
 
     pool = DevicePool.from_pretrained(str(DEFAULT_MODEL), "cpu", device_settings=DeviceSettings(cpu_replicas=2))

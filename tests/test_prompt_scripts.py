@@ -6,7 +6,7 @@ import pytest
 
 from engine.prompt_scripts import prompt_matrix_cells, prompts_from_text_cells
 from pipelines import GenerationRequest
-from pipelines.samplers import from_any
+from pipelines.sampling.samplers import from_any
 
 
 def base(**kwargs) -> GenerationRequest:

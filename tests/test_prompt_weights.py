@@ -1,5 +1,5 @@
-"""A1111's prompt language (pipelines.prompt_syntax) and its weighted, chunked encoding for CLIP
-pipelines (pipelines.prompt_weights). Expected values are written out by hand from A1111's wiki
+"""A1111's prompt language (pipelines.prompts.syntax) and its weighted, chunked encoding for CLIP
+pipelines (pipelines.prompts.weights). Expected values are written out by hand from A1111's wiki
 ("Features": attention/emphasis, BREAK, infinite prompt length)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import torch
 from PIL import Image
 
-from pipelines.prompt_syntax import parse
-from pipelines.prompt_weights import Encoder, call_embeds, chunks, emphasized, kind_of
-from pipelines.prompts import PromptPlan
+from pipelines.prompts.plan import PromptPlan
+from pipelines.prompts.syntax import parse
+from pipelines.prompts.weights import Encoder, call_embeds, chunks, emphasized, kind_of
 
 EMBEDDED = Path(__file__).resolve().parent.parent / "models" / "tiny-shapes"
 
@@ -148,7 +148,7 @@ def test_a_plain_prompt_that_fits_goes_to_the_pipeline_untouched(sd):
 @pytest.fixture(scope="module")
 def embedded():
     from devices import DeviceManager
-    from pipelines.image_pipeline import ImagePipeline
+    from pipelines.run.image_pipeline import ImagePipeline
 
     return ImagePipeline.from_pretrained(EMBEDDED, device_manager=DeviceManager("cpu"), memory_mode="off")
 
@@ -156,7 +156,7 @@ def embedded():
 def test_weights_and_long_prompts_reach_the_image(embedded):
     """Through ImagePipeline, as every front end calls it: a weight of 1 is the plain image bit for bit,
     another weight changes it, and the words past the window are not dropped."""
-    from pipelines.request import GenerationRequest
+    from pipelines.schema.request import GenerationRequest
 
     pipe = embedded
     assert pipe.prompt_weighting == "clip"
@@ -200,7 +200,7 @@ def test_weights_and_long_prompts_reach_the_image(embedded):
     ],
 )
 def test_prompt_editing_and_alternation_schedules(prompt, steps, expected):
-    from pipelines.prompt_schedule import schedule
+    from pipelines.prompts.schedule import schedule
 
     assert schedule(prompt, steps) == expected
 
@@ -209,7 +209,7 @@ def test_prompt_editing_and_alternation_schedules(prompt, steps, expected):
 def test_a_prompt_of_brackets_is_read_at_once(prompt):
     """Unclosed or deeply nested brackets are text: no exponential scan, no recursion error. Counted in
     operations, not seconds: the brackets a parse looks inside stay linear in the prompt's length."""
-    from pipelines import prompt_schedule
+    from pipelines.prompts import schedule as prompt_schedule
 
     calls = []
     original = prompt_schedule._Parser._bracket
@@ -233,7 +233,7 @@ def _denoiser_inputs(pipe):
 
 @pytest.mark.parametrize("guidance_end", [1.0, 0.5])
 def test_edited_and_alternating_prompts_change_the_embeddings_at_their_steps(embedded, sd, guidance_end):
-    from pipelines.request import GenerationRequest
+    from pipelines.schema.request import GenerationRequest
 
     encoder = Encoder(sd, "clip")
     red, blue = encoder.encode("a red circle").embeds, encoder.encode("a blue circle").embeds
@@ -256,7 +256,7 @@ def test_edited_and_alternating_prompts_change_the_embeddings_at_their_steps(emb
 
 
 def test_an_edited_prompt_draws_neither_plain_prompt(embedded):
-    from pipelines.request import GenerationRequest
+    from pipelines.schema.request import GenerationRequest
 
     def image(prompt: str) -> np.ndarray:
         request = GenerationRequest(prompt=prompt, steps=6, seed=5, width=64, height=64)
@@ -292,7 +292,7 @@ def embeddings_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def with_embeddings(embeddings_dir):
     from devices import DeviceManager
-    from pipelines.image_pipeline import ImagePipeline
+    from pipelines.run.image_pipeline import ImagePipeline
 
     return ImagePipeline.from_pretrained(
         EMBEDDED, device_manager=DeviceManager("cpu"), memory_mode="off", embeddings_dir=embeddings_dir
@@ -315,8 +315,8 @@ def test_embeddings_load_by_file_name_and_the_rest_are_skipped_with_the_reason(w
 def test_an_embedding_word_changes_the_image_on_every_path_and_its_hash_is_recorded(with_embeddings, embeddings_dir):
     import hashlib
 
-    from pipelines.metadata import a1111_parameters
-    from pipelines.request import GenerationRequest
+    from pipelines.pnginfo.write import a1111_parameters
+    from pipelines.schema.request import GenerationRequest
 
     def run(prompt: str):
         result = with_embeddings.generate(GenerationRequest(prompt=prompt, steps=3, seed=2, width=64, height=64))
@@ -366,7 +366,7 @@ def _weighted_copies(folder: Path) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    from pipelines.options import DEFAULT_MODEL
+    from pipelines.run.options import DEFAULT_MODEL
     from tests.app_server import running_app
 
     with running_app(DEFAULT_MODEL, tmp_path_factory.mktemp("outputs")) as (demo, _):
@@ -380,7 +380,7 @@ def test_another_tools_png_sent_to_generate_runs_with_its_weights(app, tmp_path,
     from gradio_client import Client
 
     from pipelines import read_metadata
-    from pipelines.pnginfo import read_png_info
+    from pipelines.pnginfo.read import read_png_info
     from ui.send import generate_updates
 
     form = app.tabs["generate"]["form"]

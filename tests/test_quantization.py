@@ -1,4 +1,4 @@
-"""Quantized checkpoints (pipelines.quantization) on the tiny model families, on the CPU.
+"""Quantized checkpoints (pipelines.weights.quantization) on the tiny model families, on the CPU.
 
 GGUF fixtures are written once per module from the tiny Flux / SD3 / Qwen-Image transformers with the
 `gguf` package (benchmarks.quant_bench.write_gguf: Q8_0 and Q4_0, non-Linear tensors, biases, norms
@@ -21,10 +21,11 @@ import torch
 
 from benchmarks import quant_bench
 from devices import DeviceManager
-from pipelines import GenerationRequest, hashing, quantization
-from pipelines.errors import ModelLoadError
-from pipelines.options import PipelineOptions
-from pipelines.recipes import open_model
+from pipelines import GenerationRequest
+from pipelines.run.options import PipelineOptions
+from pipelines.schema.errors import ModelLoadError
+from pipelines.weights import hashing, quantization
+from pipelines.weights.recipes import open_model
 from tests.fakes import fake_cuda, fake_mps, fake_npu, no_accelerators
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +91,7 @@ def test_gguf_model_id_with_base_model_makes_close_images_and_says_so(made, name
 def test_gguf_model_in_a_two_replica_cpu_pool(made):
     """Each replica opens the quantized model itself: diffusers' GGUF parameters cannot be deep-copied."""
     from devices.options import DeviceSettings
-    from pipelines.pool import DevicePool
+    from serving.pool import DevicePool
 
     flux = made["flux"]
     opts = PipelineOptions(memory_mode="off", base_model=str(flux["folder"]))
@@ -236,7 +237,7 @@ def test_torchao_int8_weight_only_on_a_transformer_and_a_text_encoder(tmp_path):
 
 # ---------------------------------------------------------------- refusals, per device
 def test_bitsandbytes_is_refused_on_the_cpu_before_loading(made, tmp_path, monkeypatch):
-    from pipelines import loading
+    from pipelines.weights import loading
 
     loads: list[str] = []
     monkeypatch.setattr(loading, "load_diffusers_pipeline", lambda source, *a, **k: loads.append(source))
@@ -306,7 +307,7 @@ def test_bad_settings_name_the_setting(setting, message):
 
 
 def test_recipe_field_is_validated_and_a_missing_component_named(made, tmp_path):
-    from pipelines import recipes
+    from pipelines.weights import recipes
 
     with pytest.raises(recipes.RecipeError, match=r"recipe x: quantization.unet: unknown quantization 'q2'"):
         recipes.parse({"name": "x", "source": "y", "quantization": {"unet": "q2"}}, "x")

@@ -140,7 +140,7 @@ def test_an_image_prompt_travels_with_its_picture_and_gives_the_in_process_image
 
 
 def test_an_inpaint_travels_with_its_mask_and_keeps_the_unmasked_pixels(backend, local):
-    from pipelines.inpaint import Inpaint
+    from pipelines.schema.inpaint import Inpaint
 
     image, mask = Image.new("RGB", (32, 32), (200, 30, 30)), Image.new("L", (32, 32), 0)
     mask.paste(255, (8, 8, 24, 24))
@@ -319,7 +319,7 @@ def test_a_replica_falls_back_to_the_old_model_only_while_its_switch_is_under_wa
 
 def test_a_model_switch_reaches_every_replica_and_a_failed_one_keeps_the_old_model(backend, tiny_model_dir, tmp_path):
     from pipelines import ModelLoadError
-    from pipelines.editing import EMBEDDED_T2I
+    from serving.editing import EMBEDDED_T2I
 
     info = backend.load_model(str(EMBEDDED_T2I))
     assert (info.model_name, info.default_width, info.default_height) == ("tiny-shapes", 64, 64)

@@ -10,8 +10,9 @@ import torch
 from PIL import Image
 
 from devices import DeviceManager
-from pipelines import GenerationRequest, ImagePipeline, recipes
-from pipelines.samplers import BY_NAME
+from pipelines import GenerationRequest, ImagePipeline
+from pipelines.sampling.samplers import BY_NAME
+from pipelines.weights import recipes
 from tests import families
 
 # A custom pipeline file, as HiDream-E1 ships one: an editing pipeline on HiDream's components.

@@ -23,8 +23,8 @@ from PIL import Image
 from engine import Admission, Engine
 from engine.settings import AppSettings, SettingsError
 from pipelines import GenerationRequest, read_metadata
-from pipelines.metadata import save_png
-from pipelines.options import DEFAULT_LORA_DIR
+from pipelines.pnginfo.write import save_png
+from pipelines.run.options import DEFAULT_LORA_DIR
 from tests.app_server import running_app
 from tests.sync import HoldAtStep, in_thread, until
 from ui.outputs import OutputStore

@@ -17,9 +17,10 @@ from models.eval import classify
 from models.eval_edit import EDITOR_DIR, edit_item, judge
 from models.train import edit_world
 from models.train.world import Scene
-from pipelines import GenerationRequest, ImagePipeline, samplers
-from pipelines.options import DEFAULT_MODEL
-from pipelines.request import RequestError
+from pipelines import GenerationRequest, ImagePipeline
+from pipelines.run.options import DEFAULT_MODEL
+from pipelines.sampling import samplers
+from pipelines.schema.request import RequestError
 from tests import families
 
 PROMPTS = ("a green circle on a blue background", "a red triangle on a white background")

@@ -27,7 +27,7 @@ from devices import DeviceManager
 from devices.options import DeviceSettings
 from engine import settings_docs
 from engine.settings import AppSettings
-from pipelines.options import PipelineOptions
+from pipelines.run.options import PipelineOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIABLES = [v for section in sections(AppSettings) for v in variables(section)]

@@ -1,4 +1,4 @@
-"""Step caching (pipelines.step_cache): applied per request on the families whose transformer diffusers
+"""Step caching (pipelines.sampling.step_cache): applied per request on the families whose transformer diffusers
 gives a cache (tiny Flux, tiny Qwen-Image), reported, removed after the request (the next uncached
 image is bit-identical), refused clearly elsewhere (SD 1.5's UNet); the form, the API and the Ray wire
 carry the choice. Random tiny weights: the PSNR bounds check the mechanism, not image quality."""
@@ -14,13 +14,13 @@ import torch
 from benchmarks.cache_bench import AttentionCounter, psnr
 from devices import DeviceManager
 from pipelines import GenerationRequest, ImagePipeline
-from pipelines.errors import UnsupportedTaskError
-from pipelines.metadata import a1111_parameters
-from pipelines.options import PipelineOptions
-from pipelines.recipes import RecipeError, parse
-from pipelines.request import validate
-from pipelines.step_cache import StepCache
-from pipelines.traits import denoiser
+from pipelines.pnginfo.write import a1111_parameters
+from pipelines.run.options import PipelineOptions
+from pipelines.run.traits import denoiser
+from pipelines.sampling.step_cache import StepCache
+from pipelines.schema.errors import UnsupportedTaskError
+from pipelines.schema.request import validate
+from pipelines.weights.recipes import RecipeError, parse
 from tests import families
 
 STEPS = 10
@@ -102,11 +102,11 @@ def test_removed_after_cancel_and_after_an_error(family_root):
 def test_image_to_image_edits_and_inpaints_run_with_the_cache_too(family_root, name):
     """The Edit and Inpaint tabs send no step cache of their own: their requests get the model's
     (STEP_CACHE). diffusers' Flux img2img, inpaint and Kontext pipelines name no cache context
-    (its hooks raised "No cache context is set"); with pipelines.step_cache.CallContexts they run
+    (its hooks raised "No cache context is set"); with pipelines.sampling.step_cache.CallContexts they run
     cached, and the cache comes off again."""
     from PIL import Image, ImageDraw
 
-    from pipelines.inpaint import Inpaint
+    from pipelines.schema.inpaint import Inpaint
 
     pipe = pipeline(family_root, name, step_cache="TaylorSeer")
     transformer = denoiser(pipe.pipe)
@@ -162,7 +162,7 @@ def test_bad_settings_name_the_variable(env):
 
 
 def test_request_and_recipe_validation():
-    from pipelines.request import RequestLimits
+    from pipelines.schema.request import RequestLimits
 
     with pytest.raises(ValueError, match="step_cache: 'TeaCache' is not one of none, FirstBlockCache"):
         validate(request(step_cache="TeaCache"), RequestLimits())
@@ -177,8 +177,8 @@ def test_request_and_recipe_validation():
 def test_form_and_api_values_pass_through():
     """The form's or /generate's raw values become the request's fields (engine.inputs.read)."""
     from engine.inputs import Limits, read
-    from pipelines.backend import ModelInfo
-    from pipelines.fields import RequestError
+    from pipelines.run.backend import ModelInfo
+    from pipelines.schema.fields import RequestError
     from ui.fields import parameters
 
     assert {"step_cache", "step_cache_threshold"} <= set(parameters("generate"))
@@ -197,7 +197,7 @@ def test_form_and_api_values_pass_through():
 
 
 def test_ray_wire_carries_the_choice_and_the_report():
-    from pipelines.request import GenerationResult
+    from pipelines.schema.request import GenerationResult
     from serving.wire import request_from_wire, request_to_wire, result_from_wire, result_to_wire
 
     sent = request(step_cache="FirstBlockCache", step_cache_threshold=0.1)

@@ -1,4 +1,4 @@
-"""A1111's styles (pipelines.styles): the file as A1111 writes it, the merge rules of its wiki, the
+"""A1111's styles (pipelines.prompts.styles): the file as A1111 writes it, the merge rules of its wiki, the
 request field on the pipeline and in the Generate tab."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import styles
-from pipelines.request import GenerationRequest
+from pipelines.prompts import styles
+from pipelines.schema.request import GenerationRequest
 
 EMBEDDED = Path(__file__).resolve().parent.parent / "models" / "tiny-shapes"
 CSV = (
@@ -66,7 +66,7 @@ def test_styles_apply_in_order_to_prompt_and_negative(styles_file):
 @pytest.fixture(scope="module")
 def pipe(styles_file):
     from devices import DeviceManager
-    from pipelines.image_pipeline import ImagePipeline
+    from pipelines.run.image_pipeline import ImagePipeline
 
     return ImagePipeline.from_pretrained(
         EMBEDDED, device_manager=DeviceManager("cpu"), memory_mode="off", styles_file=styles_file

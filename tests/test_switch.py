@@ -10,7 +10,7 @@ from gradio_client import Client
 
 from engine import build_engine
 from engine.settings import AppSettings, SettingsError
-from pipelines.options import DEFAULT_MODEL
+from pipelines.run.options import DEFAULT_MODEL
 from tests.app_server import main_pipeline, running_app
 from tests.tiny_model import save_tiny_pipeline
 
@@ -46,7 +46,7 @@ def _generate(client: Client, **kw):
 
 def test_models_lists_what_can_load_here_and_the_picker_agrees(app):
     """Offline (the tests' HF_HUB_OFFLINE=1) only local models can load; the others are listed apart with
-    the reason, left out of the UI's picker, and a switch to one is refused at once (pipelines.catalog)."""
+    the reason, left out of the UI's picker, and a switch to one is refused at once (pipelines.weights.catalog)."""
     demo, _, client = app
     listed = client.predict(api_name="/models")
     names = {m["name"]: m["kind"] for m in listed["models"]}

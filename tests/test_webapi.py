@@ -17,7 +17,7 @@ from PIL import Image
 from engine import AppSettings, Caller, Engine, SettingsError
 from engine.auth import Users, hash_password
 from pipelines import GenerationRequest
-from pipelines.options import DEFAULT_MODEL
+from pipelines.run.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, running_app
 from tests.test_engine import _Gate
 from webapi.access import Access, Unauthorized

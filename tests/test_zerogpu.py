@@ -29,7 +29,7 @@ import pytest
 from PIL import Image
 
 from engine import AppSettings
-from pipelines.options import DEFAULT_MODEL
+from pipelines.run.options import DEFAULT_MODEL
 from tests.app_server import embedded_model_available, free_port
 from tests.sync import in_thread
 

@@ -69,7 +69,7 @@ def main() -> None:
 def refusal(dm) -> str:
     """What loading the embedded model on the TPU says (the pipelines do not run on JAX devices yet)."""
     from pipelines import ImagePipeline
-    from pipelines.errors import ModelLoadError
+    from pipelines.schema.errors import ModelLoadError
 
     try:
         ImagePipeline.from_pretrained("models/tiny-shapes", dm)

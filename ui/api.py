@@ -16,7 +16,7 @@ import gradio as gr
 
 from engine.plots import PLOT_PARAMETERS, PlotOptions, named_plot
 from pipelines import GenerationRequest
-from pipelines.request import spec
+from pipelines.schema.request import spec
 from ui import plot_panel
 from ui.fields import FORM_ONLY, api_name, parameters
 from ui.form import FIRST_VALUES

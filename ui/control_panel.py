@@ -1,5 +1,5 @@
 """The ControlNet accordion of a tab: units as tabs, each an image, its preprocessor and preview, a model,
-weight, start/end, control and resize modes (the fields of `pipelines.control.ControlUnit`).
+weight, start/end, control and resize modes (the fields of `pipelines.control.controlnet.ControlUnit`).
 
 Built by the form for the request's `controlnet` field (a list of units), so every tab of a task that
 takes units has it. A unit with no image, or not enabled, is left out of the request. "Preview map"
@@ -15,8 +15,8 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.control import CONTROL_MODES, CONTROL_TYPES, RESIZE_MODES, ControlUnit
-from pipelines.control_maps import PreprocessorError, detect, resolve
+from pipelines import detect
+from pipelines.schema.control import CONTROL_MODES, CONTROL_TYPES, RESIZE_MODES, ControlUnit, PreprocessorError, resolve
 
 UNITS_SHOWN = 2  # tabs in the accordion (the API takes up to the schema's 8)
 

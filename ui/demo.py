@@ -14,7 +14,7 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from engine import AppSettings, Engine
-from pipelines.backend import ModelInfo
+from pipelines import ModelInfo
 from ui import (
     api,
     edit_tab,

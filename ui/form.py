@@ -1,7 +1,7 @@
 """A tab's form, derived from the request schema: its fields, their controls, their values.
 
 Each tab serves one kind of request (Generate: txt2img, Edit: img2img, Inpaint: inpaint) and shows
-every field of that task (`pipelines.request.fields`), except the ones it says it does not take,
+every field of that task (`pipelines.schema.request.fields`), except the ones it says it does not take,
 with the reason (`NOT_TAKEN`; tests/test_fields.py checks). A tab places the fields it lays out
 itself (`Form.add`), and `Form.add_rest` puts every other one in its Advanced section, so a field
 added to the schema appears on every tab of its task with no change here. A control's bounds,
@@ -19,13 +19,12 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.backend import ModelInfo
-from pipelines.control import ControlUnit
-from pipelines.control_maps import PREPROCESSORS
-from pipelines.fields import Choice, Range, Seed, Spec
-from pipelines.ip_adapter import ImagePrompt
-from pipelines.request import STEP_CACHE_THRESHOLDS, STRENGTH, fields, spec
-from pipelines.step_cache import FAMILIES
+from pipelines import STEP_CACHE_FAMILIES as FAMILIES
+from pipelines import ModelInfo
+from pipelines.schema.control import PREPROCESSORS, ControlUnit
+from pipelines.schema.fields import Choice, Range, Seed, Spec
+from pipelines.schema.image_prompt import ImagePrompt
+from pipelines.schema.request import STEP_CACHE_THRESHOLDS, STRENGTH, fields, spec
 from ui import control_panel, image_prompt_panel
 
 # The panels of the request's lists of parts (kind "units"): components, read, fill.
@@ -50,7 +49,7 @@ NOT_TAKEN: dict[str, dict[str, str]] = {
 FROM_WIDGETS = {"init_images", "mask"}
 # What a tab shows before the user changes it, where that is not the schema's default: Generate
 # makes a batch of 4 (what the app is for), every other tab one image per input; the strength is
-# the task's (the request's own default, `pipelines.request.STRENGTH`).
+# the task's (the request's own default, `pipelines.schema.request.STRENGTH`).
 FIRST_VALUES = {
     "generate": {"num_images": 4},
     **{tab: {"strength": STRENGTH[TASK[tab]]} for tab in ("edit", "inpaint")},

@@ -6,7 +6,7 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.backend import ModelInfo
+from pipelines import ModelInfo
 from ui import plot_panel
 from ui.form import Form, wire_step_cache
 from ui.studio import Studio

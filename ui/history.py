@@ -14,7 +14,7 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.pnginfo import read_png_info
+from pipelines import read_png_info
 from ui import gallery_sends
 from ui.send import generate_updates, targets
 from ui.studio import Studio

@@ -1,5 +1,5 @@
 """The Image prompt accordion of a tab: reference pictures for IP-Adapters, each with an adapter and a
-scale (the fields of `pipelines.ip_adapter.ImagePrompt`).
+scale (the fields of `pipelines.schema.image_prompt.ImagePrompt`).
 
 Built by the form for the request's `ip_adapter` field, beside the ControlNet accordion, with the same
 small protocol (`components`, `read`, `fill`). A slot with no picture, or not enabled, is left out of
@@ -13,7 +13,7 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.ip_adapter import ImagePrompt
+from pipelines.schema.image_prompt import ImagePrompt
 
 SHOWN = 2  # slots in the accordion (the API takes up to the schema's 4)
 

@@ -13,9 +13,7 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.backend import ModelInfo
-from pipelines.inpaint import INPAINT_FAMILIES
-from pipelines.pnginfo import read_png_info
+from pipelines import INPAINT_FAMILIES, ModelInfo, read_png_info
 from ui import inpainting
 from ui.fields import OUTPAINT_SIDES
 from ui.form import Form, wire_step_cache
@@ -24,7 +22,7 @@ from ui.studio import Studio
 from ui.text import info_line, refuse
 from ui.uploads import InputError
 
-MAX_OUTPAINT_SLIDER = 512  # the sliders' range; the API takes up to pipelines.inpaint.MAX_EXTEND
+MAX_OUTPAINT_SLIDER = 512  # the sliders' range; the API takes up to pipelines.schema.inpaint.MAX_EXTEND
 
 
 def unavailable_text(info: ModelInfo) -> str:

@@ -13,8 +13,8 @@ from typing import Any
 import gradio as gr
 from PIL import Image
 
-from pipelines.fields import whole
-from pipelines.inpaint import EMPTY_MASK_WARNING, binary_mask, extend_canvas
+from pipelines import EMPTY_MASK_WARNING, binary_mask, extend_canvas
+from pipelines.schema.fields import whole
 from ui import uploads
 from ui.fields import OUTPAINT_SIDES
 from ui.studio import Studio, _previews

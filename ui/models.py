@@ -7,7 +7,7 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.backend import ModelInfo
+from pipelines import ModelInfo
 from ui import edit_tab, generate_tab, inpaint_tab
 from ui.studio import Studio
 
@@ -15,7 +15,7 @@ from ui.studio import Studio
 def build(studio: Studio) -> dict[str, Any]:
     """A dropdown of what can load here and a Load button (shown only where switching is allowed).
 
-    Models that cannot load here (pipelines.catalog: not downloaded while the Hub is off, files
+    Models that cannot load here (pipelines.weights.catalog: not downloaded while the Hub is off, files
     missing) are left out rather than shown disabled: a user expects every choice of a dropdown to
     work, and Gradio's Dropdown cannot disable one choice; the info line names them, and the API's
     `/models` lists each with its reason (the same listing A1111's sd-models reads)."""

@@ -20,8 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines import GenerationResult, save_images
-from pipelines.metadata import TEMP_SUFFIX
+from pipelines import TEMP_SUFFIX, GenerationResult, save_images
 
 log = logging.getLogger(__name__)
 

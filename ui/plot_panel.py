@@ -20,7 +20,7 @@ from engine.axes import axis_types
 from engine.plots import Cell, Layout, named_plot, run_script
 from engine.prompt_scripts import LINES_PROMPT, POSITIONS, prompt_matrix_cells, prompts_from_text_cells
 from pipelines import GenerationRequest
-from pipelines.fields import RequestError
+from pipelines.schema.fields import RequestError
 from ui.callers import caller_of
 from ui.form import Form
 from ui.studio import Studio

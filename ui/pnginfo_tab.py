@@ -9,7 +9,7 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.pnginfo import read_png_info
+from pipelines import read_png_info
 from ui.history import params_markdown, table_cell
 from ui.send import edit_updates, form_values, generate_updates, inpaint_targets, inpaint_updates, model_for, targets
 from ui.studio import Studio

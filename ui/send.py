@@ -5,7 +5,7 @@ LoRAs the server does not have are left out; what had to change is returned as n
 
 - Sampler: any tool's name and schedule (A1111 "DPM++ 2M" + "Karras", ComfyUI "euler_ancestral" +
   "karras", "dpmpp_2m_sde_gpu", InvokeAI "dpmpp_2m_k", NovelAI "k_euler_ancestral") is mapped by
-  pipelines.samplers.from_any to one this model offers; where none fits, the model's own is kept and
+  pipelines.sampling.samplers.from_any to one this model offers; where none fits, the model's own is kept and
   the note says why.
 - Prompt: the Generate form runs one prompt per line, so a multi-line prompt read from a PNG is
   sent as ONE line, its lines joined by a space (what CLIP's tokenizer makes of a newline anyway).
@@ -21,13 +21,12 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines import control
-from pipelines.backend import ModelInfo
-from pipelines.hires import HIRES_DEFAULTS
-from pipelines.inpaint import DEFAULT_STRENGTH
-from pipelines.request import IMG2IMG_STRENGTH, SEED_SPACE, fields, spec
-from pipelines.samplers import from_any
-from pipelines.step_cache import NONE, StepCache, canonical
+from pipelines import NO_STEP_CACHE as NONE
+from pipelines import ModelInfo, StepCache, control_settings, from_any
+from pipelines import step_cache_name as canonical
+from pipelines.schema.hires import HIRES_DEFAULTS
+from pipelines.schema.inpaint import DEFAULT_STRENGTH
+from pipelines.schema.request import IMG2IMG_STRENGTH, SEED_SPACE, fields, spec
 from ui.form import PANELS, SLIDER_THRESHOLD_MIN, Form, slider_threshold
 
 
@@ -68,7 +67,7 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
     if params.get("model") and params["model"] != info.model_name:
         notes.append(f"made with model {params['model']}; this server runs {info.model_name}")
     _recorded_values(params, values)
-    values["controlnet"] = [control.settings_of(unit) for unit in params.get("controlnet") or []]
+    values["controlnet"] = [control_settings(unit) for unit in params.get("controlnet") or []]
     if values["controlnet"]:
         notes.append(f"{len(values['controlnet'])} ControlNet unit(s): settings restored; add their control images")
     values["ip_adapter"] = [p for p in params.get("ip_adapter") or [] if p.get("model") in info.ip_adapters]
@@ -147,7 +146,7 @@ def _edit_values(params: dict[str, Any], info: ModelInfo, values: dict[str, Any]
 
 
 def _step_cache_values(params: dict[str, Any], info: ModelInfo, values: dict[str, Any], notes: list[str]) -> None:
-    """The step cache the image ran with: a PNG without one ran uncached (pipelines.metadata writes
+    """The step cache the image ran with: a PNG without one ran uncached (pipelines.pnginfo.write writes
     `Step cache` only where one ran), and the same seed only gives the same image with the same cache."""
     method = params.get("step_cache")
     cache = StepCache.of(canonical(method) if isinstance(method, str) else None, params.get("step_cache_threshold"))

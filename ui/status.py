@@ -12,7 +12,7 @@ import gradio as gr
 import pandas as pd
 
 from devices.memory import human_bytes
-from pipelines.backend import ReplicaStatus
+from pipelines import ReplicaStatus
 
 
 @dataclass

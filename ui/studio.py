@@ -16,10 +16,8 @@ import gradio as gr
 from engine import AppSettings, Engine, Finished, Preview, Progress, Queued, Refused
 from engine.inputs import Limits, read
 from engine.jobs import Job
-from pipelines import GenerationRequest, GenerationResult, OutOfMemoryError, PipelineError
-from pipelines.backend import ModelInfo
-from pipelines.request import unit_fields
-from pipelines.tokens import token_summary
+from pipelines import GenerationRequest, GenerationResult, ModelInfo, OutOfMemoryError, PipelineError, token_summary
+from pipelines.schema.request import unit_fields
 from ui import uploads
 from ui.callers import caller_of, user_of
 from ui.outputs import OutputStore

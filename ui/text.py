@@ -7,8 +7,7 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines import GenerationResult
-from pipelines.backend import ModelInfo
+from pipelines import GenerationResult, ModelInfo
 
 log = logging.getLogger("diffusion_anywhere")
 

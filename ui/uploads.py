@@ -91,7 +91,7 @@ def open_image(item: Any, limits: Limits, name: str = "image") -> Image.Image:
 
 def open_image_and_mask(image: Any, mask: Any, limits: Limits) -> tuple[Image.Image, Image.Image]:
     """An inpaint's uploads: both headers checked (pixels, then equal sizes) before either is decoded;
-    the image as RGB, the mask as it was painted (its alpha counts: `pipelines.inpaint.binary_mask`)."""
+    the image as RGB, the mask as it was painted (its alpha counts: `pipelines.imaging.inpaint.binary_mask`)."""
     paths = [upload_path(image, "image"), upload_path(mask, "mask")]
     (iw, ih), (mw, mh) = _check_headers(paths, limits, ["image", "mask"])
     if (iw, ih) != (mw, mh):

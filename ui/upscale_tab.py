@@ -1,5 +1,5 @@
 """The Upscale tab (A1111's Extras): enlarge uploaded images by a factor or to a size, with an
-upscaler model (pipelines.upscalers: the embedded one, UPSCALER_DIR's) or Lanczos/Nearest, and
+upscaler model (pipelines.imaging.upscalers: the embedded one, UPSCALER_DIR's) or Lanczos/Nearest, and
 optionally a second upscaler blended in. The work runs in the engine (`Engine.upscale`)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.upscalers import MAX_FACTOR, NONE, UpscalerError
+from pipelines import MAX_FACTOR, UpscalerError
+from pipelines import NO_UPSCALER as NONE
 from ui.studio import Studio
 from ui.text import refuse
 from ui.uploads import InputError, open_images, upload_paths

@@ -29,10 +29,9 @@ from engine import AppSettings, Caller, Engine
 from engine.inputs import Limits
 from engine.jobs import CancelledBeforeStart, QueueFull, Refused, SwitchRefused, TooManyJobs
 from engine.plots import ScriptStop, run_script
-from pipelines import GenerationResult
-from pipelines.errors import PipelineError
-from pipelines.fields import RequestError
-from pipelines.upscalers import UpscalerError
+from pipelines import GenerationResult, UpscalerError
+from pipelines.schema.errors import PipelineError
+from pipelines.schema.fields import RequestError
 
 from . import a1111_controlnet as controlnet
 from . import a1111_extras as extras
@@ -233,9 +232,9 @@ class A1111:
             raise SwitchRefused(
                 f"sd_model_checkpoint: {name[:80]!r} is not the loaded model ({current}); {self.engine.switch_off_reason}"
             )
-        from pipelines.fields import RequestError
+        from pipelines.schema.fields import RequestError
 
-        try:  # unknown, or cannot load here (pipelines.catalog): refused at once with why, not a failing load
+        try:  # unknown, or cannot load here (pipelines.weights.catalog): refused at once with why, not a failing load
             self.engine.find_model(want)
         except RequestError as exc:
             raise WireError(loc, exc.detail) from None

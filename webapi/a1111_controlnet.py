@@ -2,7 +2,7 @@
 
 A txt2img or img2img body carries units as `alwayson_scripts: {"controlnet": {"args": [unit, ...]}}`
 (the `webuiapi` package's `ControlNetUnit.to_dict()`, or raw HTTP as the extension's wiki shows).
-Each unit's keys are read into our `ControlUnit` (pipelines.control); what the extension encodes
+Each unit's keys are read into our `ControlUnit` (pipelines.control.controlnet); what the extension encodes
 differently is converted here once:
 
 | key | the extension sends | we take |
@@ -26,10 +26,9 @@ from typing import Any
 
 from PIL import Image
 
-from pipelines import ip_adapter
-from pipelines.backend import ModelInfo
-from pipelines.control import CONTROL_MODES, RESIZE_MODES, setting
-from pipelines.control_maps import ALIASES, PREPROCESSORS, PreprocessorError
+from pipelines import IP_ADAPTER_MODULE, ModelInfo, is_ip_unit
+from pipelines import control_setting as setting
+from pipelines.schema.control import ALIASES, CONTROL_MODES, PREPROCESSORS, RESIZE_MODES, PreprocessorError
 
 from . import images
 from .errors import WireError
@@ -88,8 +87,8 @@ def split(found: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The body's units as our two fields: ControlNet units, and IP-Adapter units (module "ip-adapter*",
     as the extension and Forge send them) as image prompts, their weight the scale (the schema checks it)."""
     prompts = [{**{k: u[k] for k in ("image", "model") if k in u}, **({"scale": u["weight"]} if "weight" in u else {})}
-               for u in found if ip_adapter.is_ip_unit(u)]  # fmt: skip
-    return {"controlnet": [u for u in found if not ip_adapter.is_ip_unit(u)], "ip_adapter": prompts}
+               for u in found if is_ip_unit(u)]  # fmt: skip
+    return {"controlnet": [u for u in found if not is_ip_unit(u)], "ip_adapter": prompts}
 
 
 def _image(raw: dict[str, Any], where: tuple, fallback: Image.Image | None, limits: Any, max_bytes: int) -> Image.Image:
@@ -114,7 +113,7 @@ def _converted(raw: dict[str, Any], where: tuple) -> dict[str, Any]:
         if name is None:
             raise WireError((*where, key), f"{value!r} is not one of {', '.join(k for k in table if not k.isdigit())}")
         out[key] = name
-    if raw.get("union_control_type") is not None:  # the schema checks it (pipelines.control.CONTROL_TYPES)
+    if raw.get("union_control_type") is not None:  # the schema checks it (pipelines.control.controlnet.CONTROL_TYPES)
         out["control_type"] = raw["union_control_type"]
     if raw.get("pixel_perfect") in (True, "true", 1):
         out["processor_res"] = 0
@@ -156,9 +155,9 @@ def module_list(info: ModelInfo) -> dict[str, Any]:
                    for slider in (pre.threshold_a, pre.threshold_b) if slider]  # fmt: skip
         detail[name] = {"model_free": name == "none", "sliders": sliders}
     detail.update({name: {"model_free": False, "sliders": []} for name in info.annotators})
-    detail[ip_adapter.MODULE] = {"model_free": False, "sliders": []}  # the adapter's own encoder reads the picture
+    detail[IP_ADAPTER_MODULE] = {"model_free": False, "sliders": []}  # the adapter's own encoder reads the picture
     usable = [*PREPROCESSORS, *info.annotators]
-    names = [*usable, *(a for a, ours in ALIASES.items() if ours in usable and a not in usable), ip_adapter.MODULE]
+    names = [*usable, *(a for a, ours in ALIASES.items() if ours in usable and a not in usable), IP_ADAPTER_MODULE]
     return {"module_list": names, "module_detail": detail}
 
 

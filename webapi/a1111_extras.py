@@ -15,8 +15,9 @@ from typing import Any
 
 from PIL import Image
 
-from pipelines.fields import Range, shown
-from pipelines.upscalers import MAX_FACTOR, NONE, UpscalerError
+from pipelines import MAX_FACTOR, UpscalerError
+from pipelines import NO_UPSCALER as NONE
+from pipelines.schema.fields import Range, shown
 
 from . import images
 from .errors import WireError

@@ -16,13 +16,10 @@ from PIL import Image
 
 from engine import Engine
 from engine.jobs import Job
-from pipelines import GenerationResult
-from pipelines.backend import ModelInfo
-from pipelines.metadata import a1111_parameters
-from pipelines.pnginfo import parse_a1111, read_png_info
-from pipelines.pnginfo_files import read_text
-from pipelines.samplers import BY_NAME
-from pipelines.upscalers import LATENT
+from pipelines import LATENT_UPSCALERS as LATENT
+from pipelines import SAMPLERS_BY_NAME as BY_NAME
+from pipelines import GenerationResult, ModelInfo, a1111_parameters, parse_a1111, read_png_info
+from pipelines import read_png_text as read_text
 
 from .a1111_request import Parsed, a1111_sampler_names
 from .running import png_base64
@@ -105,7 +102,7 @@ def checkpoint_name(value: str) -> str:
 
 def sd_models(engine: Engine, model_hash: str | None) -> list[dict[str, Any]]:
     """A1111's checkpoint list: the loaded model, and, only where switching is allowed, the others that
-    can load here (`Engine.models()["models"]`, pipelines.catalog): a client's model dropdown then offers
+    can load here (`Engine.models()["models"]`, pipelines.weights.catalog): a client's model dropdown then offers
     nothing that cannot load (before, every recipe, downloadable or not)."""
     listing = engine.models()
     names = [m["name"] for m in listing["models"]] if engine.can_switch else []
@@ -167,7 +164,7 @@ def schedulers(model: ModelInfo) -> list[dict[str, Any]]:
 
 def upscalers(engine: Engine) -> list[dict[str, Any]]:
     """A1111's /upscalers: "None" (a plain resize), Lanczos, Nearest, then the server's models
-    (pipelines.upscalers), each with its file and factor."""
+    (pipelines.imaging.upscalers), each with its file and factor."""
     out = [{"name": "None", "model_name": None, "model_path": None, "model_url": None, "scale": 4}]
     for item in engine.upscalers.list(latent=False) if engine.upscalers else []:
         name = item.name if item.kind == "model" else None
@@ -176,7 +173,7 @@ def upscalers(engine: Engine) -> list[dict[str, Any]]:
 
 
 def latent_upscale_modes() -> list[dict[str, str]]:
-    """A1111's latent modes, which hires fix takes as `hr_upscaler` (pipelines.upscalers.LATENT)."""
+    """A1111's latent modes, which hires fix takes as `hr_upscaler` (pipelines.imaging.upscalers.LATENT)."""
     return [{"name": n} for n in LATENT]
 
 
@@ -279,7 +276,7 @@ def _prompt_lines(text: str, has_settings: bool) -> str:
 def png_info(data: bytes) -> dict[str, Any]:
     """A1111's /png-info: `info` is the `parameters` infotext (A1111's, ours, Forge's...), `items` the
     other text chunks, `parameters` the infotext's fields as A1111 names them; a file from another
-    tool (ComfyUI, InvokeAI, ...) has no infotext: its fields as pipelines.pnginfo reads them."""
+    tool (ComfyUI, InvokeAI, ...) has no infotext: its fields as pipelines.pnginfo.read reads them."""
     try:
         text, _ = read_text(io.BytesIO(data))  # chunks and EXIF/XMP; the pixels are not decoded
     except Exception as exc:  # any damage: A1111 answers an unreadable file with empty fields too

@@ -1,6 +1,6 @@
 """A1111's txt2img / img2img request bodies, read into our `GenerationRequest`.
 
-Field names come from the request schema (`pipelines.request.fields`: each field's A1111 key, or
+Field names come from the request schema (`pipelines.schema.request.fields`: each field's A1111 key, or
 our own name for the fields A1111 lacks, such as `guidance_end` and `step_cache`, taken as
 extensions), so a field added to the schema is read here without a change. What A1111 encodes
 differently is converted here, once (`CONVERTED`): `batch_size` x `n_iter` images, `sampler_name`
@@ -23,11 +23,10 @@ from typing import Any
 from PIL import Image
 
 from engine.inputs import Limits, read
-from pipelines import GenerationRequest
-from pipelines.backend import ModelInfo
-from pipelines.fields import Flag, RequestError, shown, whole
-from pipelines.request import fields, names, spec
-from pipelines.samplers import BY_NAME, from_any
+from pipelines import SAMPLERS_BY_NAME as BY_NAME
+from pipelines import GenerationRequest, ModelInfo, from_any
+from pipelines.schema.fields import Flag, RequestError, shown, whole
+from pipelines.schema.request import fields, names, spec
 
 from . import a1111_controlnet, images
 from .errors import WireError
@@ -130,7 +129,7 @@ def split_loras(prompt: str) -> tuple[str, dict[str, Any]]:
 
 def sampler(payload: dict[str, Any], model: ModelInfo, warnings: list[str]) -> str | None:
     """Our sampler for A1111's sampler_name (+ scheduler); None: the model's own. Names as any tool
-    writes them (k-diffusion aliases too) through the one alias table, `pipelines.samplers.from_any`."""
+    writes them (k-diffusion aliases too) through the one alias table, `pipelines.sampling.samplers.from_any`."""
     name = payload.get("sampler_name") or payload.get("sampler_index")
     schedule = payload.get("scheduler")
     if schedule is not None and not isinstance(schedule, str):

@@ -25,8 +25,7 @@ from typing import Any
 from engine.axes import AxisType, axis_types, find_axis
 from engine.plots import MAX_MARGIN, Cell, Layout, named_plot
 from engine.prompt_scripts import LINES_PROMPT, prompt_matrix_cells, prompts_from_text_cells
-from pipelines import GenerationRequest, GenerationResult
-from pipelines.backend import ModelInfo
+from pipelines import GenerationRequest, GenerationResult, ModelInfo
 
 from .errors import WireError
 

@@ -1,6 +1,6 @@
 """A refusal named as an HTTP API's client sent it.
 
-Request fields are refused by the schema as `pipelines.request.RequestError`, named by our field
+Request fields are refused by the schema as `pipelines.schema.request.RequestError`, named by our field
 (each API maps that name to its own: A1111's `loc`, OpenAI's `param`). What only one API has (its
 body's shape, A1111's `n_iter`, OpenAI's `size` and `response_format`, an upload's bytes) is refused
 as a `WireError` that already carries that API's name for it.

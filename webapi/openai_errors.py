@@ -25,7 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from pipelines.fields import RequestError
+from pipelines.schema.fields import RequestError
 
 from .errors import WireError
 from .openai_params import param_name

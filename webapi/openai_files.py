@@ -19,7 +19,7 @@ from typing import Any
 
 from PIL import Image
 
-from pipelines.metadata import a1111_parameters
+from pipelines import a1111_parameters
 
 from .running import png_bytes
 

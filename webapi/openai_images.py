@@ -36,10 +36,8 @@ from starlette.formparsers import MultiPartException
 from engine import AppSettings, Caller, Engine
 from engine.inputs import Limits
 from engine.jobs import CancelledBeforeStart, QueueFull, Refused, TooManyJobs
-from pipelines import GenerationRequest, GenerationResult
-from pipelines.backend import ModelInfo
-from pipelines.errors import ModelLoadError, PipelineError
-from pipelines.inpaint import INPAINT_FAMILIES, binary_mask
+from pipelines import INPAINT_FAMILIES, GenerationRequest, GenerationResult, ModelInfo, binary_mask
+from pipelines.schema.errors import ModelLoadError, PipelineError
 
 from . import body, openai_params
 from .access import Access, Unauthorized

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.inputs import Limits, read
-from pipelines import GenerationRequest
-from pipelines.backend import ModelInfo
-from pipelines.fields import Range, RequestError, shown
-from pipelines.inpaint import render_size
-from pipelines.request import fields, names, spec
+from pipelines import GenerationRequest, ModelInfo
+from pipelines import inpaint_render_size as render_size
+from pipelines.schema.fields import Range, RequestError, shown
+from pipelines.schema.request import fields, names, spec
 
 from . import images
 from .errors import WireError
@@ -91,7 +90,7 @@ def output(raw: dict[str, Any]) -> Output:
 
 
 def size(value: Any, model: ModelInfo, edit: bool) -> tuple[int | None, int | None]:
-    """(width, height) for `size`; (None, None) for an edit's automatic size (`pipelines.calls.size`)."""
+    """(width, height) for `size`; (None, None) for an edit's automatic size (`pipelines.run.calls.size`)."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
         return (None, None) if edit else (model.default_width, model.default_height)
     match = _SIZE.fullmatch(value) if isinstance(value, str) else None

@@ -21,8 +21,7 @@ from PIL import Image
 
 from engine import Caller, Engine
 from engine.jobs import Job
-from pipelines import GenerationRequest, GenerationResult
-from pipelines.metadata import png_info
+from pipelines import GenerationRequest, GenerationResult, png_info
 
 log = logging.getLogger(__name__)
 

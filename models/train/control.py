@@ -8,7 +8,7 @@ embedding has three blocks (16, 32, 96 channels), two downsamplings: tiny-shapes
 not SD's 8. Scenes put the shape anywhere (off-centre, smaller than the base model's world), which
 the base model alone never does, so the evaluation (`python -m models.eval control`) can tell a
 placed shape from a lucky one. Each sample's map is, at random, the scene's silhouette (white on
-black) or the canny edges of the scene itself, through the same `pipelines.control_maps.canny` the
+black) or the canny edges of the scene itself, through the same `pipelines.control.maps.canny` the
 app runs, so a user's picture gives the map the model learned.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from pipelines.control_maps import canny
+from pipelines.control.maps import canny
 
 from . import configs
 from .common import (

@@ -1,0 +1,9 @@
+"""Where the weights come from and what is done to them: loading, recipes, the catalog, LoRA,
+hashes, quantization and the OpenVINO runtime.
+
+Owns: finding and loading a diffusers pipeline (`loading`), model recipes (`recipes`), the models a
+server offers (`catalog`), LoRA adapters (`lora`), A1111's model and LoRA hashes (`hashing`),
+quantized checkpoints (`quantization`), the networks as OpenVINO graphs (`openvino`).
+
+May import: schema, sampling, devices.
+"""

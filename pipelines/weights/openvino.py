@@ -1,0 +1,405 @@
+"""The OpenVINO runtime: the pipeline's networks run as OpenVINO graphs, the diffusers pipeline unchanged.
+
+How (issue 46, docs/performance.md#openvino): each network (the denoiser, the text encoders, the VAE's
+encoder and decoder) gets a diffusers `ModelHook` whose `new_forward` runs an OpenVINO compiled
+model instead of the torch module. The graph is made from the module itself by `ov.convert_model`
+on the first call, traced with that call's own inputs, so any call the pipeline makes (CFG batch,
+img2img strength, tiles of a tiled VAE, SDXL's extra conditioning) converts as it is made. The
+module stays a torch module: diffusers still reads its config, dtype and device, LoRAs load into
+it, and the samplers, previews, Stop, inpaint and the device pool run unchanged around it.
+
+What a graph is keyed by (`_Entry.key`): the call's structure (pytree spec, tensor dtypes and ranks,
+its non-tensor arguments, which are baked in the trace), the module's weights (a hash taken when
+the runtime is installed), the active LoRAs and their scales (peft's scaling is a constant in the
+trace: a new LoRA set is a new graph), the OpenVINO version and device; and, where the graph is not
+known to stay right at other shapes (`DYNAMIC_SAFE`), the input shapes. Graphs are saved under
+OPENVINO_CACHE (model.xml/.bin + meta.json), so a restart reads them instead of converting;
+OpenVINO's own CACHE_DIR keeps the compiled blobs beside them. A graph is compiled once for dynamic
+shapes, or once per input shapes with static shapes (the NPU's rule, OPENVINO_SHAPES=static).
+
+Each converted graph is checked once against the torch module on the inputs it was traced with
+(`TOLERANCE`); a graph that fails the check, or a module OpenVINO cannot convert, stays torch, and
+`describe()` says which and why (the torch ops OpenVINO has no conversion for, by name).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from diffusers.hooks import HookRegistry, ModelHook
+
+from devices.compile import denoiser_of
+from devices.runtime import RuntimePlan, check_device, openvino_devices
+
+log = logging.getLogger(__name__)
+
+HOOK = "openvino"
+_SUMMARY = ("No conversion rule found for operations", "Conversion is failed for")  # OpenVINO's failure summary
+# Module classes whose traced graph was checked to give the torch output at other batch sizes and
+# image sizes than the traced ones (tests/test_openvino.py::test_openvino_images_match_torch_fp32): no
+# shape is read into Python there but what `_shape_class` keys. Any other class is converted per input shape.
+DYNAMIC_SAFE = ("UNet2DConditionModel", "Decoder", "Encoder", "CLIPTextModel", "CLIPTextModelWithProjection")
+# Text encoders converted at all: a text encoder with data-dependent Python branches (an attention
+# mask read into an `if`, as Qwen2.5-VL's and Gemma's are) would bake one prompt's branch into the graph.
+TEXT_ENCODERS = ("CLIPTextModel", "CLIPTextModelWithProjection", "T5EncoderModel")
+VAES = ("AutoencoderKL",)  # encoder/decoder plain functions of their input (video VAEs keep caches between calls)
+TOLERANCE = 1e-3  # largest |openvino - torch| / (1 + max |torch|) accepted for a new graph (measured: ~1e-6 in f32)
+# Converted graphs kept in memory per network (LoRA sets): an older one is read again from disk when asked for.
+GRAPHS_KEPT = 3
+# Distinct graphs per network in a process before it goes back to torch: a pipeline passing a new Python
+# number each step would otherwise convert at every step (LoRA sets and DiT shapes count too).
+MAX_GRAPHS = 32
+# With static shapes, compiled shapes kept per graph: the CFG batch and the batch after guidance ends. Each
+# compiled shape holds its own buffers (measured on the embedded UNet: ~80 MB each for 25 MB of weights).
+SHAPES_KEPT = 2
+
+
+@dataclass
+class _Entry:
+    """One compiled graph of one network, or why that network stays torch for this key."""
+
+    key: str
+    model: Any = None  # the converted openvino.Model (dynamic shapes where the network allows)
+    compiled: OrderedDict[tuple, Any] = field(default_factory=OrderedDict)  # by input shapes; () = dynamic
+    out_spec: Any = None
+    error: str | None = None
+    seconds: float = 0.0
+    source: str = ""  # "converted" or "disk cache"
+    out_at: list[int] = field(default_factory=list)  # where the graph's outputs go among the output's leaves
+    out_leaves: list[Any] = field(default_factory=list)  # the output's leaves, tensors as None (the rest as returned)
+
+
+def _flat(args: tuple, kwargs: dict) -> tuple[list[Any], Any, list[int]]:
+    """(leaves, spec, indices of the tensor leaves) of a call."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    return leaves, spec, [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+
+
+class _Traced(torch.nn.Module):
+    """The module as a function of the call's tensors alone (the other arguments fixed), returning the
+    output's tensors as a flat tuple: the form `ov.convert_model` traces."""
+
+    def __init__(self, module: torch.nn.Module, forward: Callable, leaves: list[Any], spec: Any, tensor_at: list[int]):
+        super().__init__()
+        self.module = module  # registered, so the trace sees its weights as parameters
+        self.call, self.leaves, self.spec, self.tensor_at = forward, leaves, spec, tensor_at
+
+    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        leaves = list(self.leaves)
+        for i, tensor in zip(self.tensor_at, tensors, strict=True):
+            leaves[i] = tensor
+        args, kwargs = pytree.tree_unflatten(leaves, self.spec)
+        out = pytree.tree_leaves(self.call(*args, **kwargs))
+        return tuple(t for t in out if isinstance(t, torch.Tensor))
+
+
+def _shape_class(module: torch.nn.Module, tensors: list[torch.Tensor]) -> list[Any]:
+    """What of its input shapes a dynamic graph still depends on. UNet2DConditionModel passes an explicit
+    upsample size when the latent's sides are not multiples of 2**num_upsamplers: a Python branch the
+    trace bakes, so a graph traced at 64 px gave an empty output at 56x80 (latents 14x20)."""
+    if type(module).__name__ != "UNet2DConditionModel":
+        return []
+    factor = 2**module.num_upsamplers
+    return [[side % factor == 0 for side in t.shape[-2:]] for t in tensors if t.ndim == 4]
+
+
+def weights_hash(module: torch.nn.Module) -> str:
+    """A hash of the module's parameters and buffers (names, shapes, dtypes, bytes): the cache key's
+    weights part. Taken at install, before any per-request LoRA is loaded into the module."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name, tensor in module.state_dict().items():
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        data = tensor.detach().contiguous().cpu()
+        digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+    return digest.hexdigest()
+
+
+def has_lora_layers(module: torch.nn.Module) -> bool:
+    """Whether peft injected LoRA layers into the module (then the LoRA set is part of its graphs' key)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return any(isinstance(m, BaseTunerLayer) for m in module.modules())
+
+
+class OpenVinoHook(ModelHook):
+    """Runs one network's calls through OpenVINO graphs (one per key, `_Entry`), or torch where it cannot."""
+
+    def __init__(self, runtime: OpenVinoRuntime, name: str, module: torch.nn.Module):
+        super().__init__()
+        self.runtime, self.name, self.kind = runtime, name, type(module).__name__
+        self.dynamic = self.kind in DYNAMIC_SAFE  # one graph for every shape, else one per input shapes
+        self.weights = weights_hash(module)
+        self.lora = ""  # the active LoRA set where the module has LoRA layers (OpenVinoRuntime.use_loras)
+        self.ip_adapter = ""  # the denoiser's IP-Adapters and scales (OpenVinoRuntime.use_ip_adapters)
+        self.graphs: OrderedDict[str, _Entry] = OrderedDict()
+        self.seen: set[str] = set()
+        self.last: _Entry | None = None
+
+    def new_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        leaves, spec, tensor_at = _flat(args, kwargs)
+        key = self._key(leaves, spec, tensor_at, module)
+        entry = self.graphs.get(key)
+        if entry is None:
+            entry = self._new_entry(module, key, args, kwargs)
+        self.graphs.move_to_end(key)
+        self.last = entry
+        if entry.error is not None:
+            return self.fn_ref.original_forward(*args, **kwargs)
+        return self.runtime.run(entry, [leaves[i] for i in tensor_at])
+
+    def _key(self, leaves: list[Any], spec: Any, tensor_at: list[int], module: torch.nn.Module) -> str:
+        tensors = set(tensor_at)
+        shapes = _shape_class(module, [leaves[i] for i in tensor_at]) if self.dynamic else None
+        parts = {
+            "call": str(spec),
+            "module": self.kind,
+            "weights": self.weights,
+            "lora": self.lora,
+            "ip_adapter": self.ip_adapter,
+            "runtime": self.runtime.identity,
+            "tensors": [
+                [str(leaves[i].dtype), leaves[i].ndim if self.dynamic else list(leaves[i].shape)] for i in tensor_at
+            ],
+            "constants": [repr(leaf) for i, leaf in enumerate(leaves) if i not in tensors],
+            "shape_class": shapes,
+        }
+        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+
+    def _new_entry(self, module: torch.nn.Module, key: str, args: tuple, kwargs: dict) -> _Entry:
+        if len(self.seen) >= MAX_GRAPHS:
+            entry = _Entry(key, error=f"over {MAX_GRAPHS} distinct calls: its inputs vary in values a graph bakes in")
+        else:
+            entry = self.runtime.graph(self, module, key, args, kwargs)
+        self.seen.add(key)
+        self.graphs[key] = entry
+        converted = [k for k, e in self.graphs.items() if e.model is not None]
+        for old in converted[:-GRAPHS_KEPT]:  # read again from disk if asked for again (still counted in `seen`)
+            del self.graphs[old]
+        return entry
+
+    def describe(self) -> str:
+        if self.last is None:
+            return "not used yet"
+        if self.last.error is not None:
+            return f"torch ({self.last.error})"
+        return f"{self.last.source} in {self.last.seconds:.1f} s" + ("" if self.dynamic else ", converted per shape")
+
+
+class OpenVinoRuntime:
+    """One pipeline's OpenVINO side: the Core, the compile settings, the hooks on its networks and the
+    graph cache on disk. One per ImagePipeline (a pool's replicas each have their own modules)."""
+
+    def __init__(self, plan: RuntimePlan, cache_dir: Path, threads: int | None = None):
+        import openvino
+
+        self.ov, self.plan = openvino, plan
+        self.core = openvino.Core()
+        check_device(self.core, plan.openvino_device)  # ValueError naming what OpenVINO sees
+        self.version = openvino.get_version()
+        self.cache_dir = Path(cache_dir).expanduser()
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.core.set_property({"CACHE_DIR": str(self.cache_dir / "compiled")})
+        # the replica's share of the cores: serving.pool.share_cpu_threads set torch's
+        self.config = _compile_config(plan.openvino_device, threads or torch.get_num_threads())
+        self.identity = f"{self.version}|{plan.openvino_device}|{sorted(self.config.items())}"
+        self.device_label = _device_label(self.core, plan.openvino_device)
+        self.hooks: dict[str, OpenVinoHook] = {}
+        self.modules: dict[str, torch.nn.Module] = {}
+        self.skipped: dict[str, str] = {}  # network -> why it stays torch
+        self.conversions = 0  # graphs converted by this runtime (the disk cache's reads are not counted)
+        self.compiles = 0  # graphs compiled for the device (per shape with static shapes)
+        self.on_activity: Callable[[str], None] = lambda text: None  # the replica's activity line
+        self._lock = threading.Lock()
+
+    def install(self, pipe: Any) -> None:
+        """A hook on each network `networks` finds; graphs are made on each network's first call."""
+        found, self.skipped = networks(pipe)
+        for name, module in found:
+            hook = OpenVinoHook(self, name, module)
+            HookRegistry.check_if_exists_or_initialize(module).register_hook(hook, HOOK)
+            self.hooks[name], self.modules[name] = hook, module
+        log.info("OpenVINO %s on %s for %s", self.version, self.plan.openvino_device, ", ".join(self.hooks))
+
+    def use_loras(self, key: str) -> None:
+        """The active LoRA set (names, files, scales) of the next calls: part of the key of the networks
+        that hold LoRA layers, so each set gets (and caches) its own graphs."""
+        for name, hook in self.hooks.items():
+            hook.lora = key if key and has_lora_layers(self.modules[name]) else ""
+
+    def use_ip_adapters(self, key: str) -> None:
+        """The IP-Adapters in the denoiser and their scales for the next calls (pipelines.control.ip_adapter): their
+        processors and scales are traced into the denoiser's graph (SD's UNet, Flux's and SD3's
+        transformer), so each set gets its own graphs, as a LoRA set does."""
+        for name in ("unet", "transformer"):
+            if name in self.hooks:
+                self.hooks[name].ip_adapter = key
+
+    def describe(self) -> str:
+        parts = [f"{name} {hook.describe()}" for name, hook in self.hooks.items()]
+        parts += [f"{name} torch ({why})" for name, why in self.skipped.items()]
+        return f"OpenVINO {self.version.split('-')[0]} {self.device_label}: " + "; ".join(parts)
+
+    def graph(self, hook: OpenVinoHook, module: torch.nn.Module, key: str, args: tuple, kwargs: dict) -> _Entry:
+        """The compiled graph for `key`: from the disk cache, else converted from the module (and saved)."""
+        with self._lock:
+            folder = self.cache_dir / key
+            began = time.perf_counter()
+            try:
+                if (folder / "meta.json").is_file():
+                    entry = self._read(key, folder)
+                else:
+                    self.on_activity(f"OpenVINO: converting {hook.name} (once; cached on disk)")
+                    entry = self._convert(hook, module, key, (args, kwargs), folder)
+            except Exception as exc:  # OpenVINO's conversion errors name the op; the network stays torch
+                entry = _Entry(key, error=f"not converted: {_reason(exc)}")
+                log.warning("OpenVINO: %s stays torch: %s", hook.name, entry.error, exc_info=True)
+            finally:
+                self.on_activity("")
+            entry.seconds = time.perf_counter() - began
+            if entry.error is None:
+                log.info("OpenVINO: %s %s in %.1f s (%s)", hook.name, entry.source, entry.seconds, key)
+            return entry
+
+    def _convert(self, hook: OpenVinoHook, module: torch.nn.Module, key: str, call: tuple, folder: Path) -> _Entry:
+        """Trace the module with this call's inputs, compile, check against torch on them, save."""
+        original = hook.fn_ref.original_forward
+        leaves, spec, tensor_at = _flat(*call)
+        example = tuple(leaves[i] for i in tensor_at)
+        with torch.no_grad():
+            expected = original(*call[0], **call[1])
+            traced = _Traced(module, original, leaves, spec, tensor_at).eval()
+            model = self.ov.convert_model(traced, example_input=example)
+        out_leaves, out_spec = pytree.tree_flatten(expected)
+        entry = _Entry(key, model=model, source="converted", out_spec=out_spec)
+        entry.out_at = [i for i, leaf in enumerate(out_leaves) if isinstance(leaf, torch.Tensor)]
+        entry.out_leaves = [None if i in entry.out_at else leaf for i, leaf in enumerate(out_leaves)]
+        meta = {"out_spec": pytree.treespec_dumps(out_spec), "out_at": entry.out_at, "out_leaves": entry.out_leaves}
+        text = json.dumps(meta)  # TypeError for an output leaf JSON cannot keep: the network stays torch
+        _check(hook.name, self.run(entry, list(example)), expected)
+        _save(self.ov, model, text, folder)
+        self.conversions += 1
+        return entry
+
+    def _read(self, key: str, folder: Path) -> _Entry:
+        """A graph saved by `_convert` (checked then), compiled for this device."""
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        model = self.core.read_model(str(folder / "model.xml"))
+        entry = _Entry(key, model=model, source="disk cache", out_spec=pytree.treespec_loads(meta["out_spec"]))
+        entry.out_at, entry.out_leaves = meta["out_at"], meta["out_leaves"]
+        return entry
+
+    def compiled(self, entry: _Entry, tensors: list[torch.Tensor]) -> Any:
+        """The graph compiled for this device: once (dynamic shapes), or per input shapes with static shapes
+        (the NPU's rule; OPENVINO_SHAPES=static on the others), the last SHAPES_KEPT kept."""
+        shapes = tuple(tuple(t.shape) for t in tensors) if self.plan.static_shapes else ()
+        found = entry.compiled.get(shapes)
+        if found is not None:
+            entry.compiled.move_to_end(shapes)
+            return found
+        model = entry.model
+        if shapes:
+            model = model.clone()
+            model.reshape({model.input(i): self.ov.PartialShape(list(shape)) for i, shape in enumerate(shapes)})
+        began = time.perf_counter()
+        found = entry.compiled[shapes] = self.core.compile_model(model, self.plan.openvino_device, self.config)
+        self.compiles += 1
+        log.info("OpenVINO: compiled for %s in %.1f s", shapes or "dynamic shapes", time.perf_counter() - began)
+        while len(entry.compiled) > SHAPES_KEPT:
+            entry.compiled.popitem(last=False)
+        return found
+
+    def run(self, entry: _Entry, tensors: list[torch.Tensor]) -> Any:
+        """One call of a compiled graph; the output in the torch module's structure (its ModelOutput, tuple)."""
+        request = self.compiled(entry, tensors).create_infer_request()  # per call: replicas never share one
+        request.infer([t.detach().cpu().contiguous().numpy() for t in tensors])
+        leaves = list(entry.out_leaves)
+        for n, i in enumerate(entry.out_at):
+            leaves[i] = torch.from_numpy(request.get_output_tensor(n).data.copy())
+        return pytree.tree_unflatten(leaves, entry.out_spec)
+
+
+def _reason(exc: Exception) -> str:
+    """Why a network did not convert, in a line: OpenVINO's summary of the torch ops it has no conversion
+    rule for ("No conversion rule found for operations: aten::einsum, ..."), else the first lines."""
+    text = str(exc)
+    summary = [line.strip(" -") for line in text.splitlines() if line.strip(" -").startswith(_SUMMARY)]
+    if summary:
+        return "OpenVINO: " + "; ".join(summary)[:400]
+    return f"{type(exc).__name__}: {' '.join(text.strip().splitlines()[:3])[:300]}"
+
+
+def _check(name: str, got: Any, expected: Any) -> None:
+    """ValueError when a new graph's outputs are not the torch module's on the inputs it was traced with."""
+    pairs = zip(pytree.tree_leaves(got), pytree.tree_leaves(expected), strict=True)
+    for a, b in ((a, b) for a, b in pairs if isinstance(b, torch.Tensor)):
+        if a.shape != b.shape:
+            raise ValueError(f"{name}: OpenVINO output shape {tuple(a.shape)} != torch's {tuple(b.shape)}")
+        error = (a.float() - b.float()).abs().max().item() / (1.0 + b.float().abs().max().item())
+        if not error <= TOLERANCE:
+            raise ValueError(f"{name}: OpenVINO output differs from torch's by {error:.2e} (> {TOLERANCE})")
+
+
+def _save(ov: Any, model: Any, meta: str, folder: Path) -> None:
+    """model.xml/.bin and meta.json, written beside `folder` and renamed into place (replicas may race)."""
+    partial = folder.with_name(f"{folder.name}.partial-{threading.get_ident()}")
+    partial.mkdir(parents=True, exist_ok=True)
+    ov.save_model(model, str(partial / "model.xml"), compress_to_fp16=False)
+    (partial / "meta.json").write_text(meta, encoding="utf-8")
+    try:
+        partial.rename(folder)
+    except OSError:  # another replica saved the same graph first
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def _device_label(core: Any, device: str) -> str:
+    """ "GPU.0 (Intel Arc A770, 15.9 GiB)": the device, its name and memory where OpenVINO reports them."""
+    for found in openvino_devices(core)[0]:
+        if found.name == device or (device == "GPU" and found.name.startswith("GPU")):
+            memory = f", {found.memory_total / 2**30:.1f} GiB" if found.memory_total else ""
+            return f"{device} ({found.full_name}{memory})"
+    return device
+
+
+def _compile_config(device: str, threads: int | None) -> dict[str, Any]:
+    """compile_model's settings: on the CPU f32 (torch fp32's numbers: the parity gate's 40 dB holds; a
+    CPU with AMX would otherwise pick bf16) and the replica's share of the cores."""
+    config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
+    if device == "CPU":
+        config["INFERENCE_PRECISION_HINT"] = "f32"
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = int(threads)
+    return config
+
+
+def networks(pipe: Any) -> tuple[list[tuple[str, torch.nn.Module]], dict[str, str]]:
+    """(name, module) of the networks OpenVINO runs, and (name -> why) for those left to torch."""
+    components = pipe.components
+    name, denoiser = denoiser_of(pipe)
+    found = [(name, denoiser)]
+    skipped: dict[str, str] = {}
+    for te in ("text_encoder", "text_encoder_2", "text_encoder_3"):
+        module = components.get(te)
+        if isinstance(module, torch.nn.Module):
+            kind = type(module).__name__
+            if kind in TEXT_ENCODERS:
+                found.append((te, module))
+            else:
+                skipped[te] = f"{kind} is not among the text encoders checked to convert: {', '.join(TEXT_ENCODERS)}"
+    vae = components.get("vae")
+    if type(vae).__name__ in VAES:
+        found += [("vae.decoder", vae.decoder), ("vae.encoder", vae.encoder)]
+    elif vae is not None:
+        skipped["vae"] = f"{type(vae).__name__} is not among the VAEs checked to convert: {', '.join(VAES)}"
+    return found, skipped
