@@ -1,4 +1,10 @@
-"""Serving beyond one machine with Ray Serve (optional: `pip install -r requirements-ray.txt`).
+"""The backends layer: what runs a request behind the engine, in this process or over a Ray cluster.
+
+- `serving.pool.DevicePool`: the in-process backend, one `ImagePipeline` per device (one device is a
+  pool of one), with `serving.health`'s re-tests of a failed replica.
+- `serving.editing.EditRouter`: the embedded editor beside the main model (instruction edits go to it).
+
+Serving beyond one machine with Ray Serve (optional: `pip install -r requirements-ray.txt`):
 
 - `serving.deployment`: the Serve deployment, one `ImagePipeline` per replica on one accelerator.
 - `serving.ray_backend.RayBackend`: the app's `GenerationBackend` on top of it

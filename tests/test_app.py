@@ -189,7 +189,7 @@ def test_out_of_memory_keeps_what_finished(server, client, monkeypatch):
     images, info = generate(client, num_images=4, steps=2, seed=40)
     assert len(images) == 1 and info["seeds"] == [40]
     assert any("even with one image at a time" in w for w in info["warnings"]), info["warnings"]
-    pipeline._micro_batch_limit.clear()
+    pipeline.micro_batch_limit.clear()
 
 
 def test_ui_limits_and_defaults_are_the_models(server, client):

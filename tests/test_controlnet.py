@@ -260,8 +260,8 @@ def test_a_union_controlnet_takes_each_units_control_type(name, family_root, tmp
     if name == "sdxl":
         both = run({"control_type": "Depth"}, {"control_type": "Hard Edge", "weight": 0.5})
         assert given == [[1, 3], [1, 3]]  # one call per step, with both conditions
-        assert type(pipeline._control[1]).__name__ == "StableDiffusionXLControlNetUnionPipeline"
-        assert type(pipeline._control[1].controlnet).__name__ == "ControlNetUnionModel"  # one call, two conditions
+        assert type(pipeline.twins.control[1]).__name__ == "StableDiffusionXLControlNetUnionPipeline"
+        assert type(pipeline.twins.control[1].controlnet).__name__ == "ControlNetUnionModel"  # one call, two conditions
         assert apart(both, depth) > 0.1  # the second condition steers too
 
 
@@ -307,12 +307,12 @@ def test_a_t2i_adapter_unit_runs_in_text_to_image_and_says_what_it_cannot(family
         return pipeline.generate(GenerationRequest("a red circle", steps=4, seed=3, width=64, height=64, controlnet=sent, **fields))
 
     plain, steered = run(), run({})
-    assert type(pipeline._control[1]).__name__ == "StableDiffusionAdapterPipeline" and apart(steered, plain) > 1
+    assert type(pipeline.twins.control[1]).__name__ == "StableDiffusionAdapterPipeline" and apart(steered, plain) > 1
     assert apart(run({"weight": 0}), plain) == 0
     half = run({"guidance_end": 0.5})  # SD's adapter pipeline has no conditioning factor (SDXL's has)
     assert apart(half, steered) == 0 and any("ending control step was not applied" in w for w in half.warnings)
     both = run({}, {"weight": 0.5, "guidance_start": 0.25})
-    assert type(pipeline._control[1].adapter).__name__ == "MultiAdapter" and apart(both, steered) > 0
+    assert type(pipeline.twins.control[1].adapter).__name__ == "MultiAdapter" and apart(both, steered) > 0
     assert any("starting control step was not applied" in w for w in both.warnings)
     with pytest.raises(UnsupportedTaskError, match="T2I-Adapters run in text-to-image only"):
         run({}, init_images=[picture])

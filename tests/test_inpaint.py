@@ -213,7 +213,7 @@ def test_a_recipe_names_an_inpainting_pipeline_or_checkpoint(tmp_path, tiny_mode
                                  "inpaint_pipeline": "StableDiffusionPAGInpaintPipeline"}))  # fmt: skip
     pipe = ImagePipeline.from_pretrained(str(named), DeviceManager("cpu"), memory_mode="off")
     assert pipe.traits.inpaint == "StableDiffusionPAGInpaintPipeline"
-    assert type(pipe._inpaint_pipeline()).__name__ == "StableDiffusionPAGInpaintPipeline"
+    assert type(pipe.twins.inpaint_pipeline()).__name__ == "StableDiffusionPAGInpaintPipeline"
 
 
 def test_the_command_line_inpaints_and_outpaints(tmp_path):

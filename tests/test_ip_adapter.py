@@ -66,7 +66,7 @@ def test_the_references_colour_carries_over_and_scale_0_or_none_changes_nothing(
     plain = run(pipeline, scene)
     assert same(run(pipeline, scene, ip_adapter=[prompt(reference, scale=0)]), plain)
     assert same(run(pipeline, scene), plain)
-    assert pipeline._ip.names == () and pipeline.pipe.image_encoder is None  # nothing left in the UNet
+    assert pipeline.ip_loaded.names == () and pipeline.pipe.image_encoder is None  # nothing left in the UNet
 
 
 def test_two_image_prompts_run_two_adapters_each_at_its_own_scale(pipeline):

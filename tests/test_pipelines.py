@@ -254,7 +254,7 @@ def test_out_of_memory_halves_the_batch_and_warns(pipeline, monkeypatch):
     assert state["batches"][0] == 8 and 4 in state["batches"]  # CFG doubles: 4 images -> 8, then 2 -> 4
     for a, b in zip(result.images, reference.images, strict=True):
         assert_same_image(a, b)
-    pipeline._micro_batch_limit.clear()
+    pipeline.micro_batch_limit.clear()
 
 
 def test_out_of_memory_at_one_image_is_a_clear_error_keeping_results(pipeline, monkeypatch):
@@ -346,7 +346,7 @@ def test_img2img_batch_over_input_images(pipeline):
     result = pipeline.generate(request(init_images=inputs, strength=0.5, steps=4, num_images=1))
     assert len(result.images) == 3 and result.inputs == inputs
     assert all(m["strength"] == 0.5 and "image_guidance_scale" not in m for m in result.metadata)
-    assert pipeline._img2img.unet is pipeline.pipe.unet  # from_pipe: weights shared, not reloaded
+    assert pipeline.twins.img2img.unet is pipeline.pipe.unet  # from_pipe: weights shared, not reloaded
     assert result.seeds == [7, 8, 9]
     # a random tiny VAE does not reproduce colors, but the input must steer the output
     same_seed = pipeline.generate(request(init_images=[inputs[2], inputs[0]], strength=0.5, steps=4, seed=9))
@@ -364,7 +364,7 @@ def test_instruction_edit_pipeline_uses_its_image_guidance(tmp_path):
     inputs = [Image.new("RGB", (32, 32), "red"), Image.new("RGB", (32, 32), "blue")]
     low = edit.generate(request(prompt="make it green", init_images=inputs, image_guidance_scale=1.0, steps=3))
     high = edit.generate(request(prompt="make it green", init_images=inputs, image_guidance_scale=3.0, steps=3))
-    assert len(low.images) == 2 and edit._img2img is None  # the pipeline itself edits: no from_pipe
+    assert len(low.images) == 2 and edit.twins.img2img is None  # the pipeline itself edits: no from_pipe
     assert np.abs(pixels(low.images[0]) - pixels(high.images[0])).mean() > 0.5
 
 

@@ -166,3 +166,73 @@ def test_no_import_cycles():
         for c in cycles
     ]
     assert cycles == [], "import cycles (imports at any level):\n" + "\n".join(lines)
+
+
+def test_the_schema_loads_no_runtime():
+    """`import pipelines.schema` (and the face, `import pipelines`) is torch-free: a thin front end can read,
+    validate and document a request without torch, diffusers or transformers (import-linter forbids the
+    imports; this checks what a fresh interpreter really loads, lazy imports of the face included)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pipelines, pipelines.schema, pipelines.schema.request, pipelines.schema.cli, pipelines.schema.docs\n"
+        "from pipelines.schema.request import GenerationRequest\n"
+        "GenerationRequest(prompt='a cat', steps=3)\n"
+        "heavy = sorted(m for m in ('torch', 'diffusers', 'transformers', 'accelerate', 'devices') if m in sys.modules)\n"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"importing the schema loaded {out.stdout.strip()}"
+
+
+def test_the_face_contract_names_every_room_and_the_face_resolves():
+    """The one-face contract forbids every room of pipelines but the schema (a new room is covered the day
+    it is added, or this fails), and every name the face offers loads from its room."""
+    import tomllib
+
+    import pipelines
+
+    contract = next(
+        c for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+        if c["name"].startswith("One face")
+    )
+    inner = {
+        f"pipelines.{p.stem if p.is_file() else p.name}"
+        for p in (ROOT / "pipelines").iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py")
+    }
+    assert set(contract["forbidden_modules"]) == inner - {"pipelines.schema"}
+    assert set(contract["source_modules"]) == {"ui", "webapi", "engine", "serving"}
+    missing = [name for name in pipelines.__all__ if getattr(pipelines, name, None) is None]
+    assert missing == [], f"face names that do not resolve: {missing}"
+
+
+def test_rooms_say_what_they_own_and_stay_small():
+    """Every package and module of the app's layers has a docstring (the architecture page's table is made
+    of their first lines); no module in pipelines/ is over 600 lines and no class over 400."""
+    from tests.architecture_page import PACKAGES, docstring, modules
+
+    undocumented = [name for package in PACKAGES for name, path in modules(package) if not docstring(path)]
+    assert undocumented == [], f"modules without a docstring: {undocumented}"
+    long_modules = [
+        f"{p.relative_to(ROOT)} ({n} lines)"
+        for p in sorted((ROOT / "pipelines").rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > 600
+    ]
+    long_classes = [
+        f"{p.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for p in source_files()
+        for node in ast.walk(tree(p))
+        if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > 400
+    ]
+    assert long_modules == [] and long_classes == [], long_modules + long_classes
+
+
+def test_the_architecture_page_is_generated_from_the_code():
+    """docs/architecture.md's layer picture and module table are what `python -m tests.architecture_page`
+    writes from pyproject.toml's contracts and the modules' docstrings: a moved module, a new room or a
+    changed docstring without the page regenerated fails here."""
+    from tests.architecture_page import PAGE, page
+
+    assert PAGE.read_text(encoding="utf-8") == page(), "docs/architecture.md is stale: run python -m tests.architecture_page"

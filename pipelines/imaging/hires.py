@@ -224,7 +224,7 @@ def run(self: Any, request: Any, progress: Any, should_cancel: Any, item_range: 
     offset = item_range[0] if item_range else 0
     second = self._generate(second_request, both.second, should_cancel, None, preview, items=items, first=offset)
     if swapped is not None:
-        self._use_scheduler(swapped)
+        self.twins.use_scheduler(swapped)
     return _joined(self, first, second, hires, first_size, size, steps, enlarge_seconds, warnings)
 
 
@@ -253,7 +253,7 @@ def _use_sampler(self: Any, name: str | None) -> Any:
     current = self.pipe.scheduler
     if self._own_scheduler is None:
         self._own_scheduler = current  # what the model offers must not follow this request's swap
-    self._use_scheduler(samplers.build(self._own_scheduler, name))
+    self.twins.use_scheduler(samplers.build(self._own_scheduler, name))
     return current
 
 

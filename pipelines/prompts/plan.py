@@ -36,7 +36,7 @@ def first_steps(kwargs: dict[str, Any]) -> int:
 
 
 class PromptPlan:
-    """One request's prompts, for each of its diffusers calls (`ImagePipeline._plan`)."""
+    """One request's prompts, for each of its diffusers calls (pipelines.run.planning)."""
 
     def __init__(self, pipe: Any, params: frozenset[str], steps: int, words: Callable[[str], str] = str) -> None:
         self.pipe, self.steps = pipe, max(1, steps)  # the request's steps: when a first text ends

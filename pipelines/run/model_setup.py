@@ -26,6 +26,7 @@ from devices.one_load import ONE_LOAD
 from pipelines.control import controlnet as control
 from pipelines.control import ip_adapter
 from pipelines.imaging import hires
+from pipelines.run import planning
 from pipelines.run.backend import ModelInfo
 from pipelines.run.options import PipelineOptions
 from pipelines.sampling import samplers
@@ -282,7 +283,7 @@ def apply_recipe(self: Any, recipe: Recipe) -> None:
         self.default_image_guidance = float(d["image_guidance"])
     if "guidance_end" in d:
         self.default_guidance_end = float(d["guidance_end"])
-        if not self._stops_guidance(self.pipe):
+        if not planning.stops_guidance(self, self.pipe):
             log.warning(
                 "%s: %s cannot stop guidance early; guidance_end is ignored", recipe.name, type(self.pipe).__name__
             )
@@ -334,7 +335,7 @@ def describe(self: Any) -> ModelInfo:
     enforce them (the vocabulary's and recipe's defaults over diffusers' signature defaults)."""
     vocab, traits = self.vocabulary, self.traits
     w, h = self.default_size
-    stops_guidance = self._stops_guidance(self.pipe)
+    stops_guidance = planning.stops_guidance(self, self.pipe)
     return ModelInfo(
         model_name=self.model_name,
         default_width=w,

@@ -1,0 +1,171 @@
+"""The diffusers calls of one plan (steps 5-6 of `ImagePipeline.generate`): micro-batches with their own
+CPU generators, halved on out-of-memory; progress, previews, the prompt switch and guidance end through
+the step callback (pipelines.run.callbacks); Stop through the pipeline's interrupt.
+Each function takes the `ImagePipeline` it works for as `p` (typed Any: that module imports this one).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from typing import Any
+
+import torch
+
+from pipelines.prompts.plan import PromptSwitch
+from pipelines.run import results
+from pipelines.run.callbacks import (
+    CallMonitor,
+    CancelFn,
+    Chained,
+    Interrupted,
+    LegacyCallback,
+    PreviewFn,
+    Previews,
+    ProgressFn,
+)
+from pipelines.run.calls import call_kwargs
+from pipelines.run.planning import Finished, Plan
+from pipelines.run.traits import step_callback_style
+from pipelines.sampling.guidance import DEFAULT_GUIDANCE_END, GuidanceCutoff
+from pipelines.schema.errors import OutOfMemoryError
+from pipelines.schema.request import GenerationRequest
+
+log = logging.getLogger(__name__)
+
+# Out-of-memory messages of the backends that do not raise torch.OutOfMemoryError.
+OOM_MARKERS = ("out of memory", "NPU out of memory", "MPS backend out of memory", "ACL_ERROR_RT_MEMORY_ALLOCATION")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and any(m.lower() in str(exc).lower() for m in OOM_MARKERS)
+
+
+def denoise(
+    p: Any, plan: Plan, progress: ProgressFn | None, should_cancel: CancelFn | None, preview: PreviewFn | None
+) -> Finished:
+    """Steps 5-6: the items in micro-batches (halved on out-of-memory), progress and cancel
+    through the step callback. A chunk interrupted by cancel is dropped: it is only partly denoised."""
+    items = plan.items
+    out = Finished(micro=min(len(items), p.options.micro_batch, p.micro_batch_limit.get(plan.size, 10**6)))
+    p.dm.reset_peak_memory()
+    done = 0
+    steps_done = 0
+    while done < len(items):
+        if should_cancel is not None and should_cancel():
+            out.cancelled = True
+            break
+        chunk = items[done : done + out.micro]
+        steps_per_call = steps_for(p, plan.request, plan.accepted)
+        total_steps = steps_done + steps_per_call * -(-(len(items) - done) // out.micro)
+        call, switch = chunk_kwargs(p, plan, chunk)
+        first = plan.first + done
+        timer = CallMonitor(plan.pipe, p.dm, progress, should_cancel, steps_done, total_steps, first, steps_per_call)
+        try:
+            output, timing = run_call(p, plan.pipe, call, timer, preview, first, plan.guidance_end, switch)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            # what finished so far, for OutOfMemoryError (nothing was cancelled yet)
+            partial = functools.partial(
+                results.make_result, p, out.images, out.metas, out.inputs, out.timings, plan.warnings, False
+            )
+            out.micro = shrink_after_oom(p, exc, out.micro, plan.size, partial)
+            out.oom_splits += 1
+            continue
+        if timer.cancelled:
+            out.cancelled = True
+            break
+        out.timings.append(timing)
+        steps_done += steps_per_call
+        for item, image in zip(chunk, output.images, strict=True):
+            image = plan.finish(item, image)
+            out.images.append(image)
+            out.inputs.append(item["image"])
+            rescale = plan.request.guidance_rescale if "guidance_rescale" in plan.accepted else None  # what ran
+            out.metas.append(results.metadata(p, plan.request, item, *image.size, plan.guidance_end, rescale))
+        done += len(chunk)
+    return out
+
+
+def chunk_kwargs(p: Any, plan: Plan, chunk: list[dict[str, Any]]) -> tuple[dict[str, Any], PromptSwitch | None]:
+    """The diffusers call of one micro-batch: its own CPU generators, its prompts as the encoders take
+    them (pipelines.prompts.plan), and the step callback that changes them between steps, if any."""
+    generators = [p.dm.create_generator(item["seed"]) for item in chunk]
+    fitted = [{**item, "prompt": plan.prompts[item["prompt"]]} for item in chunk]
+    if not plan.prepared:
+        kwargs = call_kwargs(p.traits, plan.accepted, plan.request, fitted, plan.size, generators)
+        return plan.texts.apply({**kwargs, **plan.control})
+    prepared = [plan.prepared[id(item["image"])] for item in chunk]
+    fitted = [{**item, "image": prep.image} for item, prep in zip(fitted, prepared, strict=True)]
+    kwargs = call_kwargs(p.traits, plan.accepted, plan.request, fitted, plan.size, generators)
+    kwargs["mask_image"] = [prep.mask for prep in prepared]
+    return plan.texts.apply({**kwargs, **plan.control})
+
+
+def run_call(
+    p: Any,
+    pipe: Any,
+    call: dict[str, Any],
+    timer: CallMonitor,
+    preview: PreviewFn | None,
+    first: int,
+    guidance_end: float = DEFAULT_GUIDANCE_END,
+    switch: PromptSwitch | None = None,
+):
+    """One diffusers call with the step callback (previews, the prompt switch, guidance end); returns
+    (output, phase timings)."""
+    callback = timer
+    if preview is not None:
+        callback = Previews(timer, p.preview_decoder, preview, first, p.options.preview_every)
+    style = step_callback_style(inspect.signature(pipe.__call__).parameters)  # a twin's may differ (SD's T2I-Adapter)
+    if style == "on_step_end":
+        call["callback_on_step_end"] = callback
+        changers = [c for c in (switch, GuidanceCutoff(pipe, guidance_end) if guidance_end < 1.0 else None) if c]
+        if changers:
+            chained = Chained(callback, *changers)
+            call["callback_on_step_end"] = chained
+            call["callback_on_step_end_tensor_inputs"] = chained.tensor_inputs
+    elif style == "legacy":  # PixArt: callback(step, timestep, latents), no interrupt flag
+        call["callback"] = LegacyCallback(pipe, callback)
+        call["callback_steps"] = 1
+    output = None
+    try:
+        timer.begin()
+        with p.dm.attention_context():
+            output = pipe(**call)
+    except Interrupted:
+        pass  # a legacy-callback pipeline stopped by Stop: timer.cancelled says so
+    finally:
+        timing = timer.finish()
+        pipe._interrupt = False
+    if timer.progress is not None and not timer.cancelled:
+        timer.progress(timer.base + timer.call_steps, timer.total, timer.first_image)  # done == total
+    if preview is not None and output is not None:
+        callback.learn(output.images)
+    return output, timing
+
+
+def shrink_after_oom(p: Any, exc: Exception, micro: int, size: tuple[int, int], partial) -> int:
+    """The halved micro-batch after an out-of-memory error, or OutOfMemoryError (with what
+    finished) when one image at a time does not fit either."""
+    p.dm.empty_cache()
+    if micro == 1:
+        raise OutOfMemoryError(
+            f"out of memory at {size[0]}x{size[1]} even with one image at a time on {p.dm.device}; "
+            "try a smaller width/height, or MEMORY_MODE=max to offload weights",
+            partial(),
+        ) from exc
+    p.micro_batch_limit[size] = micro // 2
+    log.warning("out of memory at micro-batch %d; retrying with %d", micro, micro // 2)
+    return micro // 2
+
+
+def steps_for(p: Any, request: GenerationRequest, accepted: set[str]) -> int:
+    """Denoising steps one call runs: image-to-image skips the first (1 - strength) of them."""
+    if request.init_images is None or "strength" not in accepted:
+        return request.steps
+    return max(1, int(request.steps * request.strength))
