@@ -66,6 +66,7 @@ def walk(steps: int = 2) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     with tempfile.TemporaryDirectory() as out:
         settings = AppSettings.from_env({"MODEL_ID": str(DEFAULT_MODEL), "OUTPUT_DIR": out})
         threading.setprofile(profile)  # before the engine starts its threads: each one is profiled
+        sys.setprofile(profile)  # and this one, which submits
         try:
             engine = build_engine(settings)
             try:
@@ -74,6 +75,7 @@ def walk(steps: int = 2) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
             finally:
                 engine.close()
         finally:
+            sys.setprofile(None)
             threading.setprofile(None)
     if not found:
         raise RuntimeError("diffusers' pipeline was never called")

@@ -109,7 +109,7 @@ def test_a_listed_cached_recipe_really_loads_offline(tmp_path):
     save_tiny_pipeline(fake_cache(cache, "someone/tiny-1.0"))
     recipe(tmp_path / "recipes", "cached", "someone/tiny-1.0")
     code = (
-        "import sys; from pathlib import Path; from pipelines import catalog, recipes; from devices import DeviceManager\n"
+        "import sys; from pathlib import Path; from pipelines.weights import catalog, recipes; from devices import DeviceManager\n"
         "entry = catalog.find('cached', None, Path(sys.argv[1]))\n"
         "pipe, _, _ = recipes.open_model(str(Path(sys.argv[1]) / 'cached.json'), DeviceManager('cpu'))\n"
         "print(entry.name, type(pipe).__name__)\n"

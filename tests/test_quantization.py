@@ -347,7 +347,7 @@ def test_settings_are_read_once_and_back_ends_never_imported_by_the_policy_modul
     assert PipelineOptions.from_env({}).quantization == ""
     with pytest.raises(ValueError, match=r"QUANTIZATION=.*is not component=method"):
         PipelineOptions.from_env({"QUANTIZATION": "int8"})
-    source = (ROOT / "pipelines" / "quantization.py").read_text()
+    source = (ROOT / "pipelines" / "weights" / "quantization.py").read_text()
     top_level = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
     assert not any(name in line for line in top_level for name in ("gguf", "torchao", "bitsandbytes", "diffusers"))
 
