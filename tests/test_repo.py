@@ -56,3 +56,28 @@ def test_requirements_txt_repeats_the_common_pins_and_adds_only_torch():
     assert [line for line in base if line not in common] == ["torch==2.14.1", "torchvision==0.29.1"]
     assert [line for line in common if line not in base] == []
     assert len(base) == len(common) + 2, "requirements.txt repeats a line"
+
+
+def test_the_testing_page_counts_come_from_junit_reports(tmp_path):
+    """docs/testing.md's table is `python -m tests.suite_report`'s, made from pytest's JUnit reports: the
+    counts, the times and the slowest tests with the first line of their docstrings."""
+    from tests import suite_report
+
+    def report(name: str, cases: str, seconds: float) -> Path:
+        path = tmp_path / name
+        path.write_text(f'<testsuites><testsuite name="pytest" time="{seconds}">{cases}</testsuite></testsuites>')
+        return path
+
+    this = "tests.test_repo"
+    ok = f'<testcase classname="{this}" name="test_readme_has_exactly_two_setup_commands" time="1.5"/>'
+    slow = f'<testcase classname="{this}" name="test_torch_is_pinned_and_layers_stack" time="30"/>'
+    skipped = f'<testcase classname="{this}" name="test_x" time="0"><skipped/></testcase>'
+    failed = f'<testcase classname="{this}" name="test_y" time="2"><failure/></testcase>'
+    runs = [suite_report.read(report("q.xml", ok + skipped, 61.0), "quick"),
+            suite_report.read(report("a.xml", ok + slow + failed, 125.0), "all")]  # fmt: skip
+    text = suite_report.section(runs, 1500.0, "a test")
+    assert "| `quick` | 1 | 0 | 1 | 1 min 01 s |" in text and "| `all` | 2 | 1 | 0 | 2 min 05 s |" in text
+    assert "25 min 00 s" in text
+    rows = [line for line in text.splitlines() if line.startswith("| 30 |")]
+    assert rows and "torch is pinned and layers stack" in rows[0]  # no docstring: its name as a sentence
+    assert suite_report.BEGIN in (ROOT / "docs" / "testing.md").read_text()

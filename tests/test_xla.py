@@ -6,6 +6,11 @@ requirements files and the Python version, and a matching venv is reused), then 
 on a 2-device mesh (XLA_FLAGS=--xla_force_host_platform_device_count=2, which the check sets, with
 PJRT_NPROC: see devices.xla.host_threads). One process: the imports (~25 s here) are paid once.
 
+The venv sees the test run's own packages through a `.pth` file (requirements-tpu.txt's `-r
+requirements.txt` is exactly that stack, so pip finds it satisfied) and installs what the TPU path
+adds, JAX, jaxlib and torchax, into its own site-packages: the main venv never gets them (the last
+test checks), and the build costs the JAX wheels, not a second copy of torch and CUDA's wheels.
+
 A venv that cannot be built FAILS the tests (CI must notice), it never skips them. The added wall
 time (build + check) is printed and saved in test-artifacts/xla-check.json; JAX's compile cache
 lives in .venv-tpu/jax-cache, so a rerun on a kept venv skips XLA's compile.
@@ -19,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -55,16 +61,28 @@ def ensure_venv() -> float:
         return 0.0
     started = time.perf_counter()
     shutil.rmtree(VENV, ignore_errors=True)
-    steps = (
-        [sys.executable, "-m", "venv", str(VENV)],
-        [str(venv_python()), "-m", "pip", "install", "--no-compile", "-r", "requirements-tpu.txt"],
-    )
-    for command in steps:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-        if done.returncode != 0:
-            pytest.fail(f"building .venv-tpu failed: {' '.join(command)}\n{(done.stdout + done.stderr)[-4000:]}")
+    install = [str(venv_python()), "-m", "pip", "install", "--no-compile", "-r", "requirements-tpu.txt"]
+    _run_or_fail([sys.executable, "-m", "venv", str(VENV)])
+    _share_main_stack()
+    _run_or_fail(install)
     STAMP.write_text(wanted + "\n")
     return time.perf_counter() - started
+
+
+def _run_or_fail(command: list[str]) -> None:
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    if done.returncode != 0:
+        pytest.fail(f"building .venv-tpu failed: {' '.join(command)}\n{(done.stdout + done.stderr)[-4000:]}")
+
+
+def _share_main_stack() -> None:
+    """A .pth in the new venv naming this interpreter's site-packages: the app's pinned stack, seen, not copied."""
+    purelib = subprocess.run(
+        [str(venv_python()), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (Path(purelib) / "main-stack.pth").write_text("".join(f"{path}\n" for path in sorted(ours)))
 
 
 CHECKS = (("float32,bfloat16", 2),)  # (dtypes, devices) per process

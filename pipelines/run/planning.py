@@ -78,12 +78,12 @@ def work_items(request: GenerationRequest, seed: int) -> list[dict[str, Any]]:
 def styled(p: Any, request: GenerationRequest) -> GenerationRequest:
     """`request` with its styles applied to the prompt(s) and the negative (pipelines.prompts.styles); the
     result records the prompt that ran, as A1111's does. Names this server lacks stay in `styles`
-    for the warning (`_request_warnings`)."""
+    for the warning (`request_warnings`)."""
     known = tuple(name for name in request.styles if name in p.styles)
     if not known:
         return request
-    styled = [styles.apply(p.styles, known, p, request.negative_prompt or "") for p in request.prompts]
-    prompt = [p for p, _ in styled] if isinstance(request.prompt, list) else styled[0][0]
+    styled = [styles.apply(p.styles, known, text, request.negative_prompt or "") for text in request.prompts]
+    prompt = [text for text, _ in styled] if isinstance(request.prompt, list) else styled[0][0]
     unknown = tuple(name for name in request.styles if name not in p.styles)  # said in the result
     return request.replace(prompt=prompt, negative_prompt=styled[0][1], styles=unknown)
 
@@ -119,7 +119,7 @@ def plan(
     guidance_end = guidance_end_for(p, request, pipe, warnings)
     texts = PromptPlan(pipe, accepted, request.steps, p.embeddings.words)
     warnings += texts.warnings(request.prompts, request.negative_prompt)
-    prompts = {p: texts.text(p) for p in request.prompts}  # metadata keeps the prompt as written
+    prompts = {text: texts.text(text) for text in request.prompts}  # metadata keeps the prompt as written
     plan = Plan(pipe, request, items, first, accepted, prompts, size, guidance_end, warnings, texts=texts)
     plan.cache = step_cache_for(p, request, warnings)
     if request.inpaint is not None:
