@@ -61,6 +61,18 @@ def tiny_model_dir(tmp_path_factory):
     return save_tiny_pipeline(tmp_path_factory.mktemp("tiny-sd") / "model")
 
 
+@pytest.fixture(scope="module")
+def ray_turn(tmp_path_factory):
+    """One Ray cluster on this machine at a time. The suite runs in pytest-xdist's workers (pyproject's
+    addopts), which share the machine: two local clusters at once would share its 2 cores and its shared
+    memory, and each module's timings would be the other's. The lock file sits in the run's base folder,
+    which every worker of the run shares (without xdist: one process, the lock is always free)."""
+    from filelock import FileLock
+
+    with FileLock(str(tmp_path_factory.getbasetemp().parent / "ray.lock")):
+        yield
+
+
 @pytest.fixture(scope="session")
 def family_root(tmp_path_factory):
     """Where the tiny model families (tests/families.py) are built, once per session."""

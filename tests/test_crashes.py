@@ -118,7 +118,7 @@ def test_leaves_ray_running():
 
 
 @pytest.mark.slow  # starts a local Ray instance (~12 s here)
-def test_ray_left_running_is_shut_down_at_the_session_end(tmp_path, monkeypatch):
+def test_ray_left_running_is_shut_down_at_the_session_end(ray_turn, tmp_path, monkeypatch):
     pytest.importorskip("ray", reason="Ray is optional: pip install -r requirements-ray.txt")
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")

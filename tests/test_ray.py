@@ -66,7 +66,7 @@ def adapter_dir(tiny_model_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def backend(tiny_model_dir, control_dir, adapter_dir):
+def backend(ray_turn, tiny_model_dir, control_dir, adapter_dir):
     from ray import serve
 
     from serving.ray_backend import RayBackend

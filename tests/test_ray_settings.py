@@ -26,7 +26,7 @@ SETTINGS = {
 
 
 @pytest.fixture(scope="module")
-def backend(family_root):
+def backend(ray_turn, family_root):
     from ray import serve
 
     from engine import build_backend
