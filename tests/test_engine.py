@@ -234,10 +234,15 @@ def test_the_form_sliders_are_built_from_the_bounds(tmp_path):
         capabilities = Capabilities(previews=True)
 
     config = create_demo(Engine(Fixed()), AppSettings(output_dir=tmp_path)).get_config_file()
-    sliders = {}
+    sliders, dropdowns = {}, {}
     for c in config["components"]:
         if c["type"] == "slider":
             sliders.setdefault(c["props"]["label"], c["props"])
+        if c["type"] == "dropdown":
+            dropdowns.setdefault(c["props"]["label"], c["props"])
+    # the gate's own sampler ("Euler") is in no table it offers (samplers=()): listed all the same, so the
+    # dropdown's value is one of its choices (gradio warned "not in the list of choices")
+    assert dropdowns["Sampler"]["value"] == "Euler" and ("Euler", "Euler") in dropdowns["Sampler"]["choices"]
     for label, name in (("Steps", "steps"), ("Guidance (CFG)", "guidance_scale"), ("Guidance end", "guidance_end"),
                         ("Strength", "strength"), ("Image guidance", "image_guidance_scale")):  # fmt: skip
         bound = spec(name).value

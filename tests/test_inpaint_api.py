@@ -48,7 +48,13 @@ def files(tmp_path_factory):
 
 
 def pixels(path) -> np.ndarray:
-    return np.asarray(Image.open(path).convert("RGB")).astype(int)
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB")).astype(int)
+
+
+def size(path) -> tuple[int, int]:
+    with Image.open(path) as image:  # closed here: reading only the header leaves the file open
+        return image.size
 
 
 def inpaint(client: Client, files, mask: str = "mask.png", **kwargs):
@@ -176,7 +182,7 @@ def test_rest_callers_name_what_they_send_and_the_rest_is_the_default(server, fi
     outpaint = {name: value for name, value in first.items() if name != "mask"}
     kind, data = rest_result(url, "outpaint", rest_call(url, "v2/outpaint", {**outpaint, "right": 32}))
     assert kind == "complete" and data[1]["num_images"] == 1, data
-    assert Image.open(data[0][0]["image"]["path"]).size == (96, 64)  # the server is this process: its file is here
+    assert size(data[0][0]["image"]["path"]) == (96, 64)  # the server is this process: its file is here
     values = {"prompt": PROMPT, "steps": 2, "seed": 4}
     positional = [image, mask, *(values.get(name, "") for name in parameters("inpaint"))]
     kind, data = rest_result(url, "inpaint", rest_call(url, "inpaint", positional))
@@ -185,7 +191,7 @@ def test_rest_callers_name_what_they_send_and_the_rest_is_the_default(server, fi
     kind, data = rest_result(url, "inpaint", rest_call(url, "inpaint", first_published))
     assert kind == "complete" and data[1]["seeds"] == [4] and data[1]["num_images"] == 1, data
     kind, data = rest_result(url, "outpaint", rest_call(url, "outpaint", [image, 0, 0, 32, 0, PROMPT]))
-    assert kind == "complete" and Image.open(data[0][0]["image"]["path"]).size == (96, 64), data
+    assert kind == "complete" and size(data[0][0]["image"]["path"]) == (96, 64), data
 
 
 def test_a_model_that_cannot_inpaint_turns_the_buttons_off_with_the_reason(server):

@@ -139,7 +139,6 @@ def test_sd15s_own_pndm_skips_the_warm_up_and_keeps_every_step_count(family_root
     assert len(pipeline.generate(GenerationRequest(prompt=PROMPTS[0], steps=2, seed=1)).images) == 1
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # numpy 2 notes from every sigma table
 @pytest.mark.parametrize("config", ["tiny-shapes", "sd15"])
 def test_each_minimum_in_the_table_runs_and_one_step_fewer_fails(config):
     """The table's numbers against diffusers itself (the measurement in docs/samplers-and-guidance.md):

@@ -84,10 +84,18 @@ def _threshold(info: ModelInfo) -> dict[str, Any]:
     return {"value": value, "visible": method in STEP_CACHE_THRESHOLDS}
 
 
+def _samplers(info: ModelInfo) -> list[str]:
+    """The samplers this model offers, its own first where the table has none for it (a scheduler class or
+    options without an A1111 name, e.g. Euler with Karras sigmas): the dropdown's value is always one of
+    its choices, and a request naming the model's own runs it (`ModelInfo.accept`)."""
+    offered = list(info.samplers)
+    return offered if info.scheduler in offered else [info.scheduler, *offered]
+
+
 # A control's properties that depend on the loaded model: used to build it and to update it after a
 # model switch (one place, so both always agree with the server's limits).
 MODEL_PROPS: dict[str, Callable[[ModelInfo], dict[str, Any]]] = {
-    "sampler": lambda info: {"choices": list(info.samplers), "value": info.scheduler},
+    "sampler": lambda info: {"choices": _samplers(info), "value": info.scheduler},
     "steps": lambda info: {"value": info.default_steps},
     "guidance_scale": lambda info: {"value": info.default_guidance, "info": info.guidance_label},
     "guidance_end": lambda info: {"value": info.default_guidance_end, "visible": info.guidance_end},

@@ -146,9 +146,7 @@ def _constructible(name: str, config: dict[str, Any]) -> bool:
     import diffusers
 
     try:
-        with warnings.catch_warnings():  # numpy 2 deprecation notes from diffusers' sigma tables
-            warnings.simplefilter("ignore", DeprecationWarning)
-            getattr(diffusers, name).from_config(config)
+        getattr(diffusers, name).from_config(config)
     except (ImportError, AttributeError, TypeError, ValueError) as exc:
         log.debug("sampler %s not offered: %s", name, exc)
         return False
