@@ -13,11 +13,12 @@ and the code differ.
 from __future__ import annotations
 
 import ast
-import re
 import sys
 from pathlib import Path
 
 import tomllib
+
+from tests.doc_parts import with_part
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "architecture.md"
@@ -71,11 +72,7 @@ def module_table() -> str:
 
 
 def replaced(text: str, what: str, body: str) -> str:
-    begin = BEGIN.format(what=what)
-    pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(END), re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"{PAGE}: no generated part for {what!r} (a line {begin!r} ... {END!r})")
-    return pattern.sub(lambda _: f"{begin}\n{body}\n{END}", text)
+    return with_part(PAGE, text, BEGIN.format(what=what), END, body)
 
 
 def page() -> str:
