@@ -29,17 +29,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from pipelines.schema.control import (
-    ALIASES,
-    ANNOTATOR_TASKS,
-    MODEL_BASED,
-    PREPROCESSORS,
-    PreprocessorError,
-    missing,
-    resolve,
-)
-
-__all__ = ["ALIASES", "ANNOTATOR_TASKS", "MODEL_BASED", "PREPROCESSORS", "PreprocessorError", "missing"]  # the schema's names, re-exported for the runners' callers
+from pipelines.schema.control import PREPROCESSORS, PreprocessorError, missing, resolve
 
 
 def _gray(image: Image.Image) -> np.ndarray:
