@@ -158,7 +158,8 @@ class AppSettings(Section, title="App"):
         "RAY_CPUS_PER_REPLICA", 1.0, "CPUs reserved per Ray replica (and its torch threads on CPU)", ge=0.1, le=256.0
     )
     settings_file: str | None = setting(
-        "SETTINGS_FILE", None,
+        "SETTINGS_FILE",
+        None,
         "the settings file every entry point reads under the environment (`python -m devices optimize --apply` "
         "and `set` write it; empty: none; docs/settings.md#the-settings-file)",
         shown="`~/.config/diffusion-anywhere/settings.json`",
@@ -205,16 +206,20 @@ class AppSettings(Section, title="App"):
         return _rules(read_section(env, cls))
 
     @property
+    def loopback(self) -> bool:
+        """Listening on this machine only (127.0.0.1, localhost or ::1)."""
+        return self.server_name in ("127.0.0.1", "localhost", "::1")
+
+    @property
     def exposed_without_sign_in(self) -> bool:
         """Listening beyond this machine with no AUTH (Spaces have their own visibility settings)."""
-        local = self.server_name in ("127.0.0.1", "localhost", "::1")
-        return not local and self.users is None and not self.on_spaces
+        return not self.loopback and self.users is None and not self.on_spaces
 
     @property
     def model_switch_allowed(self) -> bool:
         """A switch changes the model for every user: by default only a server on localhost allows it."""
         if self.allow_model_switch == "auto":
-            return self.server_name in ("127.0.0.1", "localhost", "::1")
+            return self.loopback
         return self.allow_model_switch == "1"
 
     @property
@@ -239,7 +244,7 @@ class AppSettings(Section, title="App"):
         """
         if self.http_api != "auto":
             return self.http_api == "1"
-        local = self.server_name in ("127.0.0.1", "localhost", "::1") and not self.on_spaces
+        local = self.loopback and not self.on_spaces
         return (local or self.signed_in_only) and not self.zero_gpu
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -14,10 +15,12 @@ import pytest
 from gradio_client import Client
 from PIL import Image
 
+import app
 from devices.memory import STATS_KEYS
+from engine import build_engine
 from pipelines import read_metadata
 from pipelines.run.options import DEFAULT_MODEL
-from tests.app_server import embedded_model_available, main_pipeline, running_app
+from tests.app_server import app_settings, embedded_model_available, main_pipeline, running_app
 from tests.sync import HoldAtStep, in_thread, until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -320,3 +323,36 @@ def test_a_64_bit_seed_reproduces_through_the_api(client):
     pixels = [np.asarray(Image.open(i["image"])) for i in (first[1], again[0])]
     assert np.array_equal(*pixels)
     assert read_metadata(first[0]["image"])["parameters"]["seed"] == top
+
+
+def test_the_app_starts_when_gradios_start_up_probe_times_out_once(tmp_path, tiny_model_dir, monkeypatch):
+    """On a loaded machine Gradio's own probe of the page (a HEAD, 3 s) can time out and Gradio then
+    refuses to start ("localhost is not accessible"); on 127.0.0.1 the app starts again instead."""
+    import gradio.networking
+
+    probes = []
+    real = gradio.networking.url_ok
+
+    def slow_once(url):
+        probes.append(url)
+        return len(probes) > 1 and real(url)
+
+    monkeypatch.setattr(gradio.networking, "url_ok", slow_once)
+    with running_app(tiny_model_dir, tmp_path) as (demo, _):
+        assert len(probes) == 2
+        assert httpx.get(demo.local_url, timeout=30).status_code == 200
+
+
+def test_a_probe_that_keeps_failing_still_stops_the_start(tmp_path, tiny_model_dir, monkeypatch):
+    import gradio.networking
+
+    monkeypatch.setattr(gradio.networking, "url_ok", lambda url: False)
+    settings = app_settings(tiny_model_dir, tmp_path)
+    engine = build_engine(settings)
+    try:
+        with pytest.raises(ValueError, match="localhost is not accessible"):
+            app.serve(engine, settings, quiet=True)
+    finally:
+        engine.close()
+    with socket.socket() as s:  # the port is free again: no server left behind
+        s.bind(("127.0.0.1", settings.server_port))

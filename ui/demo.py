@@ -81,7 +81,10 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
         edit_tab.wire(studio, e)
         inpaint_tab.wire(studio, i)
         upscale_tab.wire(studio, u)
-        sends = {"inpaint": gallery_sends.to_inpaint(studio, i, tabs), "controlnet": gallery_sends.to_controlnet(g, tabs)}
+        sends = {
+            "inpaint": gallery_sends.to_inpaint(studio, i, tabs),
+            "controlnet": gallery_sends.to_controlnet(g, tabs),
+        }
         gallery_sends.wire(
             [
                 gallery_sends.Source(g["gallery"], g["downloads"], 1, {n: g[f"send_{n}"] for n in sends}),
@@ -132,5 +135,31 @@ def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:
         app_kwargs={"middleware": [Middleware(PositionalCalls)]},  # short positional REST calls (ui.positional)
     )
     options.update(kwargs)
-    demo.launch(**options)
-    return demo
+    return _start(demo, settings, options)
+
+
+def _start(demo: gr.Blocks, settings: AppSettings, options: dict[str, Any]) -> gr.Blocks:
+    """`demo.launch(**options)`, started again when Gradio's start-up probe timed out (`_probe_timed_out`)."""
+    for attempt in range(LAUNCH_ATTEMPTS):
+        try:
+            demo.launch(**options)
+            return demo
+        except ValueError as error:
+            if not _probe_timed_out(error, settings):
+                raise
+            demo.close(verbose=False)  # the server thread Gradio started before its probe
+            if attempt == LAUNCH_ATTEMPTS - 1:
+                raise
+            log.warning("Gradio's start-up probe of %s timed out (a busy machine); starting again", demo.local_url)
+    raise AssertionError("unreachable")
+
+
+LAUNCH_ATTEMPTS = 3
+
+
+def _probe_timed_out(error: ValueError, settings: AppSettings) -> bool:
+    """Gradio's launch probes its own page (a HEAD with a 3 s timeout, once) and, when that fails, takes
+    localhost to be unreachable and raises. On a loopback address localhost is reachable by definition,
+    so that error means the probe was slow (seen once in CI on a loaded 2-core machine): the server is
+    closed and started again, at most LAUNCH_ATTEMPTS times in all."""
+    return settings.loopback and str(error).startswith("When localhost is not accessible")
