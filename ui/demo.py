@@ -81,10 +81,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
         edit_tab.wire(studio, e)
         inpaint_tab.wire(studio, i)
         upscale_tab.wire(studio, u)
-        sends = {
-            "inpaint": gallery_sends.to_inpaint(studio, i, tabs),
-            "controlnet": gallery_sends.to_controlnet(g, tabs),
-        }
+        sends = {"inpaint": gallery_sends.to_inpaint(studio, i, tabs), "controlnet": gallery_sends.to_controlnet(g, tabs)}
         gallery_sends.wire(
             [
                 gallery_sends.Source(g["gallery"], g["downloads"], 1, {n: g[f"send_{n}"] for n in sends}),
