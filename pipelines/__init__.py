@@ -40,7 +40,7 @@ _FACE: dict[str, tuple[str, str]] = {
         for n in ("GenerationBackend", "ModelInfo", "Capabilities", "ReplicaStatus", "CancelFn", "PreviewFn", "ProgressFn")
     },
     # PNG metadata
-    **{n: ("pipelines.pnginfo.write", n) for n in ("save_images", "save_png", "png_info", "a1111_parameters", "TEMP_SUFFIX")},
+    **{n: ("pipelines.pnginfo.write", n) for n in ("save_images", "save_pngs", "save_png", "png_info", "a1111_parameters", "TEMP_SUFFIX")},
     **{n: ("pipelines.pnginfo.read", n) for n in ("read_metadata", "read_png_info", "parse_a1111")},
     "read_png_text": ("pipelines.pnginfo.files", "read_text"),
     # control

@@ -90,7 +90,7 @@ def test_outputs_and_cancel_are_per_user(signed_in_app, monkeypatch):
 
 
 def test_history_is_per_user(signed_in_app):
-    from ui.outputs import OutputStore
+    from engine.outputs import OutputStore
 
     _, out = signed_in_app
     store = OutputStore(out, 0, 0)

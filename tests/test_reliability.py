@@ -21,13 +21,13 @@ from gradio_client import Client
 from PIL import Image
 
 from engine import Admission, Engine
+from engine.outputs import OutputStore
 from engine.settings import AppSettings, SettingsError
 from pipelines import GenerationRequest, read_metadata
 from pipelines.pnginfo.write import save_png
 from pipelines.run.options import DEFAULT_LORA_DIR
 from tests.app_server import running_app
 from tests.sync import HoldAtStep, in_thread, until
-from ui.outputs import OutputStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "a red circle on a blue background"

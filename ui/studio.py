@@ -16,11 +16,11 @@ import gradio as gr
 from engine import AppSettings, Engine, Finished, Preview, Progress, Queued, Refused
 from engine.inputs import Limits, read
 from engine.jobs import Job
+from engine.outputs import OutputStore
 from pipelines import GenerationRequest, GenerationResult, ModelInfo, OutOfMemoryError, PipelineError, token_summary
 from pipelines.schema.request import unit_fields
 from ui import uploads
 from ui.callers import caller_of, user_of
-from ui.outputs import OutputStore
 from ui.status import MemoryHistory, status_markdown
 from ui.text import refuse
 

@@ -61,6 +61,15 @@ class Access:
             raise Unauthorized("missing or wrong credentials: use HTTP Basic user:password or a Bearer API key")
         return Caller(user=user, session=session, address=address, one_off=True)
 
+    def key_caller(self, request: Any, key: str) -> Caller:
+        """The caller of a request that carries one of API_KEYS in its path (for clients that send no
+        credentials at all: SillyTavern's ComfyUI calls); `Unauthorized` for anything else."""
+        address = request.client.host if request.client else None
+        for n, known in enumerate(self.keys):
+            if hmac.compare_digest(known.encode(), key.encode()):
+                return Caller(user=f"key:{n + 1}", session=secrets.token_hex(8), address=address, one_off=True)
+        raise Unauthorized("the key in the path is not one of API_KEYS")
+
     def _user(self, scheme: str, value: str) -> str | None:
         """The signed-in name ("key:N" for the N-th API key), or None."""
         if scheme == "basic":

@@ -116,17 +116,21 @@ def inpaint_fields(meta: dict[str, Any]) -> list[tuple[str, Any]]:
     ]
 
 
-def png_info(meta: dict[str, Any]) -> PngImagePlugin.PngInfo:
+def png_info(meta: dict[str, Any], extra: dict[str, str] | None = None) -> PngImagePlugin.PngInfo:
+    """The PNG text chunks of one image: A1111's `parameters`, our JSON, then `extra` (ComfyUI's
+    `prompt` and `workflow` for an image made by a ComfyUI graph)."""
     info = PngImagePlugin.PngInfo()
     info.add_text("parameters", a1111_parameters(meta))
     info.add_text(JSON_KEY, json.dumps(meta, default=str))
+    for key, text in (extra or {}).items():
+        info.add_text(key, text)
     return info
 
 
 TEMP_SUFFIX = ".part"  # files being written; never read, listed or pruned as outputs
 
 
-def save_png(image: Image.Image, meta: dict[str, Any], path: str | Path) -> Path:
+def save_png(image: Image.Image, meta: dict[str, Any], path: str | Path, extra: dict[str, str] | None = None) -> Path:
     """Write one PNG with its metadata atomically: a temporary file in the same folder, then a rename.
 
     A process killed mid-write leaves only a `*.part` file, never a truncated PNG under the final
@@ -135,7 +139,7 @@ def save_png(image: Image.Image, meta: dict[str, Any], path: str | Path) -> Path
     path = Path(path)
     temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
     try:
-        image.save(temp, format="PNG", pnginfo=png_info(meta))
+        image.save(temp, format="PNG", pnginfo=png_info(meta, extra))
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
@@ -143,8 +147,18 @@ def save_png(image: Image.Image, meta: dict[str, Any], path: str | Path) -> Path
     return path
 
 
-def save_images(result: GenerationResult, out_dir: str | Path, prefix: str | None = None) -> list[Path]:
-    """Write each image as PNG with its metadata; returns the paths.
+def save_images(
+    result: GenerationResult, out_dir: str | Path, prefix: str | None = None, extra: dict[str, str] | None = None
+) -> list[Path]:
+    """Write each image of a result as PNG with its metadata; returns the paths (`save_pngs`)."""
+    return save_pngs(result.images, result.metadata, out_dir, prefix, extra)
+
+
+def save_pngs(
+    images: list[Image.Image], metadata: list[dict[str, Any]], out_dir: str | Path, prefix: str | None = None,
+    extra: dict[str, str] | None = None,
+) -> list[Path]:  # fmt: skip
+    """Write each image as PNG with its metadata (and `extra` text chunks); returns the paths.
 
     Names are `<prefix>-<request id>-<index>-<seed>.png`: the random request id keeps two requests
     with the same seed in the same second from overwriting each other, and makes names unguessable.
@@ -154,6 +168,6 @@ def save_images(result: GenerationResult, out_dir: str | Path, prefix: str | Non
     stamp = prefix or time.strftime("%Y%m%d-%H%M%S")
     request_id = secrets.token_hex(8)
     return [
-        save_png(image, meta, out / f"{stamp}-{request_id}-{i:02d}-{meta['seed']}.png")
-        for i, (image, meta) in enumerate(zip(result.images, result.metadata, strict=True))
+        save_png(image, meta, out / f"{stamp}-{request_id}-{i:02d}-{meta['seed']}.png", extra)
+        for i, (image, meta) in enumerate(zip(images, metadata, strict=True))
     ]

@@ -19,8 +19,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from pipelines import TEMP_SUFFIX, GenerationResult, save_images
+from PIL import Image
+
+from pipelines import TEMP_SUFFIX, GenerationResult, save_pngs
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +52,16 @@ class OutputStore:
         """Where a user's outputs live: `users/<name>/` with sign-in, the root without."""
         return self.root / "users" / owner if owner else self.root
 
-    def save(self, result: GenerationResult, owner: str | None = None) -> SavedImages:
-        """Write the result's PNGs; on an OS error write them to a private temp folder instead."""
+    def save(self, result: GenerationResult, owner: str | None = None, extra: dict[str, str] | None = None) -> SavedImages:
+        """Write the result's PNGs (with `extra` text chunks besides our metadata); on an OS error write
+        them to a private temp folder instead."""
         folder = self.folder(owner) / time.strftime("%Y-%m-%d")
         prefix = time.strftime("%H%M%S")
         try:
-            paths = save_images(result, folder, prefix=prefix)
+            paths = save_pngs(result.images, result.metadata, folder, prefix=prefix, extra=extra)
         except OSError as exc:
             log.error("cannot write to OUTPUT_DIR (%s): %s", folder, exc)
-            paths = save_images(result, self._fallback_dir(), prefix=prefix)
+            paths = save_pngs(result.images, result.metadata, self._fallback_dir(), prefix=prefix, extra=extra)
             reason = exc.strerror or type(exc).__name__
             return SavedImages(
                 [str(p) for p in paths],
@@ -65,6 +69,15 @@ class OutputStore:
             )
         self.prune()
         return SavedImages([str(p) for p in paths])
+
+    def save_pictures(
+        self, images: list[Image.Image], metadata: list[dict[str, Any]], owner: str | None, extra: dict[str, str]
+    ) -> list[Path]:
+        """Write pictures with their metadata into the owner's folder (History lists them); OSError
+        propagates (the HTTP caller is told, as ComfyUI tells it)."""
+        paths = save_pngs(images, metadata, self.folder(owner) / time.strftime("%Y-%m-%d"), time.strftime("%H%M%S"), extra)
+        self.prune()
+        return paths
 
     def _fallback_dir(self) -> Path:
         if self._fallback is None:

@@ -1,0 +1,425 @@
+"""ComfyUI's API (`webapi.comfy`) through its clients' own calls, against the app as `python app.py`
+builds it (the embedded tiny-shapes model), with sign-in on: AUTH users and API_KEYS.
+
+The clients: ComfyUI's `script_examples/websockets_api_example.py` (websocket-client + urllib),
+the comfy-api-simplified package, and exact replays of Open WebUI's (aiohttp, Bearer key on HTTP
+and the websocket) and SillyTavern's calls (text/plain bodies, /history polled every 100 ms, no
+credentials: the key goes in the URL's path)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import time
+import urllib.parse
+import urllib.request
+import uuid
+
+import aiohttp
+import httpx
+import numpy as np
+import pytest
+import websocket
+from PIL import Image
+
+from pipelines import GenerationRequest, read_png_info
+from pipelines.pnginfo.comfy import parse_comfyui
+from pipelines.run.options import DEFAULT_MODEL
+from pipelines.schema.hires import Hires
+from tests.app_server import embedded_model_available, running_app
+from tests.sync import HoldAtStep, until
+
+KEY = "comfy-key-0123456789abcdef"
+ALICE, BOB = ("alice", "wonderland-42"), ("bob", "builder-7")
+PROMPT = "a red circle on a blue background"
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    return tmp_path_factory.mktemp("outputs")
+
+
+@pytest.fixture(scope="module")
+def app(outputs):
+    if not embedded_model_available():
+        pytest.skip("needs the embedded model (models/tiny-shapes)")
+    env = {"API_KEYS": KEY, "AUTH": f"{ALICE[0]}:{ALICE[1]},{BOB[0]}:{BOB[1]}"}
+    with running_app(DEFAULT_MODEL, outputs, env=env) as (demo, _):
+        yield demo
+
+
+@pytest.fixture(scope="module")
+def url(app) -> str:
+    return app.local_url.rstrip("/")
+
+
+@pytest.fixture(scope="module")
+def engine(app):
+    return app.studio.engine
+
+
+@pytest.fixture(scope="module")
+def ckpt(url) -> str:
+    info = httpx.get(f"{url}/object_info", headers=bearer()).json()
+    return info["CheckpointLoaderSimple"]["input"]["required"]["ckpt_name"][0][0]
+
+
+def basic(user=ALICE) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user[0]}:{user[1]}".encode()).decode()}
+
+
+def bearer(key: str = KEY) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def text_graph(ckpt: str, prompt: str = PROMPT, seed: int = 5, steps: int = 6, size: int = 64, batch: int = 1) -> dict:
+    """ComfyUI's own API example graph (7 nodes), with our model, size and a few steps."""
+    return {
+        "3": {"class_type": "KSampler", "inputs": {
+            "cfg": 4, "denoise": 1, "latent_image": ["5", 0], "model": ["4", 0], "negative": ["7", 0],
+            "positive": ["6", 0], "sampler_name": "euler", "scheduler": "normal", "seed": seed, "steps": steps}},
+        "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": ckpt}},
+        "5": {"class_type": "EmptyLatentImage", "inputs": {"batch_size": batch, "height": size, "width": size}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"clip": ["4", 1], "text": prompt}},
+        "7": {"class_type": "CLIPTextEncode", "inputs": {"clip": ["4", 1], "text": ""}},
+        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["4", 2]}},
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "ComfyUI", "images": ["8", 0]}},
+    }  # fmt: skip
+
+
+def same_request(prompt: str = PROMPT, seed: int = 5, steps: int = 6, size: int = 64, **more) -> GenerationRequest:
+    """What text_graph asks for, as our request."""
+    return GenerationRequest(prompt=prompt, seed=seed, steps=steps, guidance_scale=4.0, width=size, height=size,
+                             sampler="Euler", **more)  # fmt: skip
+
+
+def pixels(image: Image.Image) -> np.ndarray:
+    return np.asarray(image.convert("RGB"), dtype=np.int16)
+
+
+class Example:
+    """ComfyUI's websockets_api_example.py, its calls as written (urllib, websocket-client), with a
+    credentials header added to each (ComfyUI itself has no sign-in)."""
+
+    def __init__(self, url: str, headers: dict[str, str]):
+        self.address, self.headers = url.split("//")[1], headers
+        self.client_id = str(uuid.uuid4())
+        self.ws = websocket.WebSocket()
+        self.ws.connect(f"ws://{self.address}/ws?clientId={self.client_id}", header=[f"{k}: {v}" for k, v in headers.items()])
+        self.messages: list[dict] = []
+
+    def queue_prompt(self, prompt: dict) -> dict:
+        data = json.dumps({"prompt": prompt, "client_id": self.client_id}).encode("utf-8")
+        req = urllib.request.Request(f"http://{self.address}/prompt", data=data, headers=self.headers)
+        return json.loads(urllib.request.urlopen(req).read())
+
+    def get(self, path: str) -> bytes:
+        req = urllib.request.Request(f"http://{self.address}{path}", headers=self.headers)
+        with urllib.request.urlopen(req) as response:
+            return response.read()
+
+    def get_images(self, prompt: dict) -> tuple[str, dict[str, list[bytes]]]:
+        prompt_id = self.queue_prompt(prompt)["prompt_id"]
+        while True:
+            out = self.ws.recv()
+            if isinstance(out, str):
+                message = json.loads(out)
+                self.messages.append(message)
+                if message["type"] == "executing" and message["data"]["node"] is None and message["data"]["prompt_id"] == prompt_id:
+                    break
+        history = json.loads(self.get(f"/history/{prompt_id}"))[prompt_id]
+        found = {}
+        for node_id, node_output in history["outputs"].items():
+            found[node_id] = [self.get("/view?" + urllib.parse.urlencode(im)) for im in node_output.get("images", [])]
+        return prompt_id, found
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+@pytest.fixture
+def example(url):
+    client = Example(url, basic())
+    yield client
+    client.close()
+
+
+def mine(messages: list[dict], prompt_id: str) -> list[dict]:
+    return [m for m in messages if m["type"] != "status" and m["data"].get("prompt_id") == prompt_id]
+
+
+def test_comfyuis_own_example_returns_the_models_image_with_progress_per_step(example, ckpt, engine, outputs):
+    prompt_id, images = example.get_images(text_graph(ckpt, steps=6))
+    messages = mine(example.messages, prompt_id)
+    kinds = [m["type"] for m in messages]
+    assert kinds[:2] == ["execution_start", "execution_cached"] and kinds[-1] == "executing"
+    progress = [m["data"] for m in messages if m["type"] == "progress"]
+    assert [p["value"] for p in progress] == [1, 2, 3, 4, 5, 6] and {p["max"] for p in progress} == {6}
+    assert {p["node"] for p in progress} == {"3"}
+    assert [m["data"]["node"] for m in messages if m["type"] == "executed"] == ["9"]
+    (png,) = images["9"]
+    with Image.open(io.BytesIO(png)) as got:
+        expected = engine.run(same_request()).images[0]
+        assert np.abs(pixels(got) - pixels(expected)).max() == 0  # the one-call pipeline's image exactly
+        comfy = parse_comfyui(json.loads(got.text["prompt"]))  # ComfyUI's graph, as a ComfyUI reader sees it
+        assert (comfy["prompt"], comfy["seed"], comfy["steps"]) == (PROMPT, 5, 6)
+    ours = read_png_info(io.BytesIO(png))  # and our reader our parameters (A1111's infotext beside them)
+    assert ours["source"] == "diffusion-anywhere" and ours["raw"].startswith(PROMPT + "\nSteps: 6, Sampler: Euler")
+    assert (ours["parameters"]["prompt"], ours["parameters"]["seed"]) == (PROMPT, 5)
+    assert len(list((outputs / "users" / "alice").glob("*/*.png"))) >= 1  # History lists it
+
+
+def test_a_second_identical_prompt_is_answered_from_the_cache(example, ckpt):
+    graph = text_graph(ckpt, seed=11)
+    _first_id, first = example.get_images(graph)
+    second_id, second = example.get_images(graph)
+    cached = [m["data"]["nodes"] for m in mine(example.messages, second_id) if m["type"] == "execution_cached"]
+    assert sorted(cached[0]) == sorted(graph)  # every node
+    assert not [m for m in mine(example.messages, second_id) if m["type"] in ("progress", "executing") and m["data"]["node"]]
+    assert first["9"] == second["9"]
+
+
+def test_comfy_api_simplified_with_basic_auth(url, ckpt):
+    from comfy_api_simplified import ComfyApiWrapper, ComfyWorkflowWrapper
+
+    graph = text_graph(ckpt, seed=21)
+    for node_id, node in graph.items():
+        node["_meta"] = {"title": "Save Image" if node_id == "9" else f"{node['class_type']} {node_id}"}
+    api = ComfyApiWrapper(url, user=ALICE[0], password=ALICE[1])
+    workflow = ComfyWorkflowWrapper(graph)
+    workflow.set_node_param("CLIPTextEncode 6", "text", "a green square on a yellow background")
+    images = api.queue_and_wait_images(workflow, "Save Image")
+    (png,) = images.values()  # no previews asked for: the only binary frames would be previews
+    from models.scoring import classify
+
+    found = classify(Image.open(io.BytesIO(png)).convert("RGB"))
+    assert (found.color, found.shape, found.background) == ("green", "square", "yellow")
+
+
+def test_open_webui_calls_with_a_bearer_key_generate_and_edit(url, ckpt):
+    """Open WebUI's comfyui.py: /object_info to verify, the websocket and every HTTP call with
+    `Authorization: Bearer <key>`, JSON bodies; an edit uploads to /api/upload/image first."""
+
+    async def run() -> tuple[bytes, bytes]:
+        headers = {"User-Agent": "Mozilla/5.0", **bearer()}
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{url}/object_info", headers=headers) as r:
+                assert r.status == 200 and "KSampler" in await r.json()
+            made = await workflow(session, text_graph(ckpt, seed=3), headers)
+            form = aiohttp.FormData()
+            form.add_field("image", made, filename="from chat.png", content_type="image/png")
+            form.add_field("type", "input")
+            async with session.post(f"{url}/api/upload/image", data=form, headers=bearer()) as r:
+                uploaded = await r.json()
+            edit = text_graph(ckpt, prompt="a red circle on a green background", seed=4)
+            edit["5"] = {"class_type": "VAEEncode", "inputs": {"pixels": ["10", 0], "vae": ["4", 2]}}
+            edit["10"] = {"class_type": "LoadImage", "inputs": {"image": uploaded["name"]}}
+            edit["3"]["inputs"]["denoise"] = 0.6
+            return made, await workflow(session, edit, headers)
+
+    async def workflow(session, graph, headers) -> bytes:
+        client_id = str(uuid.uuid4())
+        async with session.ws_connect(f"{url.replace('http://', 'ws://')}/ws?clientId={client_id}", headers=bearer()) as ws:
+            async with session.post(f"{url}/prompt", json={"prompt": graph, "client_id": client_id}, headers=headers) as r:
+                prompt_id = (await r.json())["prompt_id"]
+            async for msg in ws:
+                if msg.type == aiohttp.WSMsgType.TEXT:
+                    data = json.loads(msg.data)
+                    if data["type"] == "executing" and data["data"]["node"] is None and data["data"]["prompt_id"] == prompt_id:
+                        break
+        async with session.get(f"{url}/history/{prompt_id}", headers=headers) as r:
+            history = (await r.json())[prompt_id]
+        image = history["outputs"]["9"]["images"][0]
+        async with session.get(f"{url}/view?{urllib.parse.urlencode(image)}", headers=headers) as r:
+            assert r.status == 200
+            return await r.read()
+
+    made, edited = asyncio.run(run())
+    from models.scoring import classify
+
+    assert classify(Image.open(io.BytesIO(made)).convert("RGB")).background == "blue"
+    assert classify(Image.open(io.BytesIO(edited)).convert("RGB")).background == "green"
+
+
+def test_sillytavern_calls_with_the_key_in_the_path(url, ckpt):
+    """SillyTavern's stable-diffusion.js: no credentials on its ComfyUI calls, so the key goes in the
+    URL; /object_info read without guards, the body sent as text/plain, /history polled every 100 ms."""
+    base = f"{url}/key/{KEY}"
+    info = httpx.get(f"{base}/object_info").json()
+    assert info["UNETLoader"]["input"]["required"]["unet_name"][0] == []
+    assert ckpt in info["CheckpointLoaderSimple"]["input"]["required"]["ckpt_name"][0]
+    assert "euler" in info["KSampler"]["input"]["required"]["sampler_name"][0]
+    assert "karras" in info["KSampler"]["input"]["required"]["scheduler"][0]
+    assert info["VAELoader"]["input"]["required"]["vae_name"][0]
+    assert httpx.get(f"{base}/system_stats").json()["devices"][0]["type"] == "cpu"
+    body = json.dumps({"prompt": text_graph(ckpt, prompt="a blue triangle on a red background", seed=8)})
+    answer = httpx.post(f"{base}/prompt", content=body, headers={"Content-Type": "text/plain;charset=UTF-8"})
+    prompt_id = answer.json()["prompt_id"]
+    deadline = time.monotonic() + 120
+    while (item := httpx.get(f"{base}/history").json().get(prompt_id)) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert item["status"]["status_str"] == "success"
+    image = next(iter(item["outputs"].values()))["images"][0]
+    view = httpx.get(f"{base}/view?filename={image['filename']}&subfolder={image['subfolder']}&type={image['type']}")
+    from models.scoring import classify
+
+    assert classify(Image.open(io.BytesIO(view.content)).convert("RGB")).shape == "triangle"
+    assert httpx.get(f"{url}/key/not-a-key/object_info").status_code == 401
+
+
+def test_shapes_adherence_through_the_api_on_20_prompts(url, ckpt):
+    from models.eval import prompt_for, random_prompts
+    from models.scoring import classify
+
+    ids, wanted = [], random_prompts(20, seed=7)
+    for n, scene in enumerate(wanted):
+        graph = text_graph(ckpt, prompt=prompt_for(*scene), seed=1000 + n, steps=10)
+        ids.append(httpx.post(f"{url}/prompt", json={"prompt": graph}, headers=bearer()).json()["prompt_id"])
+    assert until(lambda: set(ids) <= set(httpx.get(f"{url}/history", headers=bearer()).json()), timeout=300)
+    history = httpx.get(f"{url}/history", headers=bearer()).json()
+    right = 0
+    for prompt_id, scene in zip(ids, wanted, strict=True):
+        image = history[prompt_id]["outputs"]["9"]["images"][0]
+        png = httpx.get(f"{url}/view", params=image, headers=bearer()).content
+        found = classify(Image.open(io.BytesIO(png)).convert("RGB"))
+        right += (found.color, found.shape, found.background) == scene
+    assert right / len(ids) >= 0.9, right
+
+
+def test_two_samplers_on_an_enlarged_latent_are_our_hires_fix(example, ckpt, engine):
+    graph = text_graph(ckpt, seed=9, steps=8)
+    graph["10"] = {"class_type": "LatentUpscaleBy", "inputs": {"samples": ["3", 0], "upscale_method": "bilinear", "scale_by": 1.5}}
+    graph["11"] = {"class_type": "KSampler", "inputs": {**graph["3"]["inputs"], "latent_image": ["10", 0], "denoise": 0.5, "steps": 4}}
+    graph["8"]["inputs"]["samples"] = ["11", 0]
+    _, images = example.get_images(graph)
+    hires = Hires(hires_fix=True, hires_upscaler="Latent", hires_width=96, hires_height=96, hires_steps=8, hires_strength=0.5)
+    expected = engine.run(same_request(steps=8, seed=9).model_copy(update={"hires": hires})).images[0]
+    with Image.open(io.BytesIO(images["9"][0])) as got:
+        assert got.size == (96, 96)
+        assert np.abs(pixels(got) - pixels(expected)).max() <= 1
+
+
+def test_interrupt_stops_a_150_step_run_within_one_step(example, ckpt, app, monkeypatch):
+    backend = app.studio.engine.backend
+    hold = HoldAtStep(backend.generate, step=3)
+    monkeypatch.setattr(backend, "generate", hold)
+    prompt_id = example.queue_prompt(text_graph(ckpt, seed=31, steps=150))["prompt_id"]
+    assert hold.reached.wait(120), hold
+    assert httpx.post(f"{example_url(example)}/interrupt", headers=basic()).status_code == 200
+    assert until(lambda: json.loads(example.get(f"/history/{prompt_id}")), timeout=60)
+    item = json.loads(example.get(f"/history/{prompt_id}"))[prompt_id]
+    assert item["status"]["status_str"] == "error"
+    assert [m[0] for m in item["status"]["messages"]][-1] == "execution_interrupted"
+    assert hold.stopped_early() and max(hold.steps) <= 4, hold.steps
+
+
+def example_url(example: Example) -> str:
+    return f"http://{example.address}"
+
+
+def test_each_caller_sees_only_its_own_prompts_and_files(example, ckpt, url):
+    prompt_id, _images = example.get_images(text_graph(ckpt, seed=41))
+    image = json.loads(example.get(f"/history/{prompt_id}"))[prompt_id]["outputs"]["9"]["images"][0]
+    as_bob = basic(BOB)
+    assert httpx.get(f"{url}/history/{prompt_id}", headers=as_bob).json() == {}
+    assert prompt_id not in httpx.get(f"{url}/history", headers=as_bob).json()
+    assert httpx.get(f"{url}/view", params=image, headers=as_bob).status_code == 404
+    httpx.post(f"{url}/history", json={"delete": [prompt_id]}, headers=as_bob)
+    assert prompt_id in json.loads(example.get(f"/history/{prompt_id}"))  # bob deleted nothing of alice's
+    reused = httpx.post(f"{url}/prompt", json={"prompt": text_graph(ckpt), "prompt_id": prompt_id}, headers=as_bob)
+    assert reused.status_code == 400
+    assert httpx.get(f"{url}/object_info", headers={}).status_code == 401
+    with pytest.raises(websocket.WebSocketException):
+        websocket.create_connection(f"ws://{example.address}/ws?clientId=x", timeout=10)
+
+
+def bad(graph_edit) -> dict:
+    def make(ckpt: str) -> dict:
+        graph = text_graph(ckpt)
+        graph_edit(graph)
+        return graph
+
+    return make
+
+
+REFUSED = {
+    "unknown class": (bad(lambda g: g.update({"12": {"class_type": "IPAdapterApply", "inputs": {}}})), "12", "class_type"),
+    "wrong link type": (bad(lambda g: g["3"]["inputs"].update(model=["4", 1])), "3", "model"),
+    "missing link target": (bad(lambda g: g["3"]["inputs"].update(positive=["99", 0])), "3", "positive"),
+    "missing input": (bad(lambda g: g["3"]["inputs"].pop("seed")), "3", "seed"),
+    "steps out of bounds": (bad(lambda g: g["3"]["inputs"].update(steps=151)), "3", "steps"),
+    "cfg not a number": (bad(lambda g: g["3"]["inputs"].update(cfg="lots")), "3", "cfg"),
+    "unknown sampler": (bad(lambda g: g["3"]["inputs"].update(sampler_name="euler_magic")), "3", "sampler_name"),
+    "unknown checkpoint": (bad(lambda g: g["4"]["inputs"].update(ckpt_name="../../v1-5.ckpt")), "4", "ckpt_name"),
+    "cycle": (bad(lambda g: g["3"]["inputs"].update(latent_image=["12", 0]) or g.update({
+        "12": {"class_type": "LatentUpscaleBy", "inputs": {"samples": ["13", 0], "upscale_method": "bilinear", "scale_by": 1}},
+        "13": {"class_type": "LatentUpscaleBy", "inputs": {"samples": ["12", 0], "upscale_method": "bilinear", "scale_by": 1}},
+    })), "12", "links"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_a_bad_graph_is_a_400_naming_the_node_and_input(url, ckpt, case):
+    make, node, name = REFUSED[case]
+    answer = httpx.post(f"{url}/prompt", json={"prompt": make(ckpt)}, headers=bearer())
+    assert answer.status_code == 400, answer.text
+    errors = answer.json()["node_errors"]
+    assert node in errors, errors
+    assert name in {e["extra_info"]["input_name"] for e in errors[node]["errors"]}, errors
+    assert httpx.get(f"{url}/object_info/KSampler", headers=bearer()).status_code == 200  # alive
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"prompt": {str(n): {"class_type": "EmptyLatentImage", "inputs": {}} for n in range(10_000)}},
+        "[" * 100_000 + "]" * 100_000,
+        {"prompt": {}},
+        {"nothing": 1},
+        {"prompt": {"1": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}}}},
+    ],
+    ids=["10000 nodes", "deep JSON", "empty", "no prompt", "no output node"],
+)
+def test_a_malformed_or_huge_body_is_a_4xx(url, body):
+    content = body if isinstance(body, str) else json.dumps(body)
+    answer = httpx.post(f"{url}/prompt", content=content, headers=bearer(), timeout=60)
+    assert 400 <= answer.status_code < 500, answer.text
+    assert httpx.get(f"{url}/system_stats", headers=bearer()).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"filename": "../../../etc/passwd", "type": "output"},
+        {"filename": "passwd", "subfolder": "../../../../etc", "type": "output"},
+        {"filename": "x.png", "type": "../output"},
+        {"filename": "/etc/passwd", "type": "input"},
+        {"filename": "..", "type": "output"},
+    ],
+)
+def test_view_refuses_path_tricks(url, params):
+    assert httpx.get(f"{url}/view", params=params, headers=bearer()).status_code == 404
+
+
+def test_uploads_keep_only_a_plain_name_and_only_pictures(url):
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), "red").save(buffer, format="PNG")
+    files = {"image": ("../../escape.png", buffer.getvalue(), "image/png")}
+    answer = httpx.post(f"{url}/upload/image", files=files, headers=bearer())
+    assert answer.status_code == 200 and answer.json()["name"] == "escape.png"
+    info = httpx.get(f"{url}/object_info/LoadImage", headers=bearer()).json()
+    assert "escape.png" in info["LoadImage"]["input"]["required"]["image"][0]
+    assert "escape.png" not in httpx.get(f"{url}/object_info/LoadImage", headers=basic(BOB)).json()["LoadImage"]["input"]["required"]["image"][0]
+    not_a_picture = {"image": ("notes.png", b"#!/bin/sh\necho hi\n", "image/png")}
+    assert httpx.post(f"{url}/upload/image", files=not_a_picture, headers=bearer()).status_code == 400
+
+
+def test_queue_and_system_stats_shapes(url):
+    queue = httpx.get(f"{url}/api/queue", headers=bearer()).json()
+    assert set(queue) == {"queue_running", "queue_pending"}
+    stats = httpx.get(f"{url}/api/system_stats", headers=bearer()).json()
+    assert stats["system"]["ram_total"] > 0 and stats["devices"][0]["name"]
+    assert httpx.get(f"{url}/api/models/checkpoints", headers=bearer()).json()
+    assert httpx.get(f"{url}/api/prompt", headers=bearer()).json() == {"exec_info": {"queue_remaining": 0}}

@@ -1,0 +1,245 @@
+"""Running a checked graph: nodes in dependency order, each node's outputs cached between runs.
+
+`Run` is what a node sees (`sampler.Context` and more): it runs a sampler's request through the
+engine when pixels are needed (`pictures`), reporting `progress` per step and, when the prompt
+asks for previews, JPEG preview frames; it saves pictures for SaveImage/PreviewImage and reads
+uploads for LoadImage. `execute` walks the graph, sends ComfyUI's websocket messages
+(`execution_start`, `execution_cached`, `executing`, `executed`, `executing` null) and fills the
+history's outputs. A node's cache key is its class, its values and its inputs' keys (and the
+model served), so an identical second prompt is answered from the cache without any engine job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import secrets
+import struct
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, PngImagePlugin
+
+from engine import Caller, Engine, Finished, Preview, Progress
+from engine.jobs import Job
+from engine.outputs import OutputStore
+
+from .graph import Graph, order
+from .sampler import LATENT_METHODS
+from .values import Latent, Pictures, Sampled
+
+SAFE_NAME = re.compile(r"^[\w][\w .()\-]{0,127}$")
+PREVIEW_EVENT, JPEG = 1, 1
+RESAMPLE = {"nearest-exact": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
+            "area": Image.Resampling.BOX, "bicubic": Image.Resampling.BICUBIC, "bislerp": Image.Resampling.BILINEAR}  # fmt: skip
+
+
+class Interrupted(Exception):
+    """/interrupt (or the prompt deleted while running) stopped it."""
+
+
+@dataclass
+class Folders:
+    """Where a caller's files are: outputs (History's folder), temp (PreviewImage) and input (uploads)."""
+
+    outputs: OutputStore
+    scratch: Path  # this server's temporary folder: temp/ and input/ per caller
+
+    def root(self, kind: str, owner: str | None) -> Path:
+        if kind == "output":
+            return self.outputs.folder(owner)
+        if kind not in ("temp", "input"):
+            raise FileNotFoundError(kind)
+        tag = hashlib.sha256((owner or "").encode()).hexdigest()[:16]
+        return self.scratch / kind / tag
+
+    def find(self, kind: str, owner: str | None, subfolder: str, filename: str) -> Path:
+        """A caller's file by ComfyUI's (type, subfolder, filename); FileNotFoundError for anything else
+        (another caller's, a path trick, a name that is not a plain file name)."""
+        parts = [p for p in subfolder.replace("\\", "/").split("/") if p] if subfolder else []
+        if not SAFE_NAME.match(filename) or any(not SAFE_NAME.match(p) for p in parts):
+            raise FileNotFoundError(filename)
+        root = self.root(kind, owner).resolve()
+        path = root.joinpath(*parts, filename).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            raise FileNotFoundError(filename)
+        return path
+
+
+@dataclass
+class Run:
+    """One prompt's execution, as its nodes see it."""
+
+    prompt_id: str
+    engine: Engine
+    caller: Caller
+    owner: str | None
+    folders: Folders
+    graph: Graph
+    send: Callable[[Any], None]  # a JSON message (dict) or a binary frame (bytes) to the prompt's client
+    previews: bool = False
+    workflow: Any = None
+    node: str = ""
+    warnings: list[str] = field(default_factory=list)
+    stopped: threading.Event = field(default_factory=threading.Event)
+    job: Job | None = None
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+
+    def latent_upscalers(self) -> tuple[str, ...]:
+        return tuple(self.engine.model_info().upscalers)
+
+    def interrupt(self) -> None:
+        self.stopped.set()
+        if self.job is not None:
+            self.engine.cancel(self.job)
+
+    def pictures(self, latent: Latent) -> Pictures:
+        if latent.sampled is not None:
+            found = self._sampled(latent.sampled)
+        elif latent.pixels is not None:
+            found = latent.pixels
+        else:  # an empty latent decodes to grey, as ComfyUI's zeros do
+            found = Pictures(tuple(Image.new("RGB", (latent.width, latent.height), (128, 128, 128)) for _ in range(latent.batch)))
+        if latent.upscale_method and found.images and found.images[0].size != (latent.width, latent.height):
+            resample = RESAMPLE[latent.upscale_method]
+            found = Pictures(tuple(im.resize((latent.width, latent.height), resample) for im in found.images),
+                             found.metadata, found.seeds)  # fmt: skip
+        return found
+
+    def _sampled(self, sampled: Sampled) -> Pictures:
+        if sampled.outcome:
+            return sampled.outcome[0]
+        if self.stopped.is_set():
+            raise Interrupted("interrupted")
+        self.job = self.engine.submit(sampled.request, self.caller)
+        result, last = None, -1
+        for event in self.job.events():
+            if isinstance(event, Progress) and event.step != last:  # once per step (the last one is reported twice)
+                last = event.step
+                self.send({"type": "progress", "data": {"value": event.step, "max": event.total,
+                                                        "prompt_id": self.prompt_id, "node": sampled.node}})  # fmt: skip
+            elif isinstance(event, Preview) and self.previews and event.images:
+                self.send(preview_frame(event.images[-1]))
+            elif isinstance(event, Finished):
+                result = event.result
+        self.job = None
+        if result is None or (result.cancelled and self.stopped.is_set()):
+            raise Interrupted("interrupted")
+        self.warnings.extend(result.warnings)
+        found = Pictures(tuple(result.images), tuple(result.metadata), tuple(result.seeds))
+        sampled.outcome.append(found)
+        return found
+
+    def upload(self, name: str) -> Image.Image:
+        path = self.folders.find("input", self.owner, "", name)
+        with Image.open(path) as image:
+            image.load()
+            return image.copy()
+
+    def upscale(self, images: list[Image.Image], model: str) -> list[Image.Image]:
+        scale = next(u.scale for u in self.engine.upscalers.list(latent=False) if u.name == model)
+        return self.engine.upscale(images, model, factor=float(scale))
+
+    def save(self, pictures: Pictures, prefix: str, temp: bool) -> tuple:
+        """The ComfyUI `ui` output of SaveImage/PreviewImage: each picture written as a PNG with
+        ComfyUI's `prompt` and `workflow` chunks and, when a sampler made it, our parameters."""
+        extra = {"prompt": json.dumps(self.graph.raw)} | ({"workflow": json.dumps(self.workflow)} if self.workflow else {})
+        kind = "temp" if temp else "output"
+        if not temp and pictures.metadata:
+            saved = self.folders.outputs.save_pictures(list(pictures.images), list(pictures.metadata), self.owner, extra)
+        else:
+            saved = [self._write(image, kind, extra) for image in pictures.images]
+        root = self.folders.root(kind, self.owner)
+        images = [{"filename": p.name, "subfolder": p.parent.relative_to(root).as_posix().removeprefix("."), "type": kind}
+                  for p in saved]  # fmt: skip
+        return ({"images": images},)
+
+    def _write(self, image: Image.Image, kind: str, extra: dict[str, str]) -> Path:
+        folder = self.folders.root(kind, self.owner) / time.strftime("%Y-%m-%d")
+        folder.mkdir(parents=True, exist_ok=True)
+        info = PngImagePlugin.PngInfo()
+        for key, text in extra.items():
+            info.add_text(key, text)
+        path = folder / f"ComfyUI-{secrets.token_hex(8)}.png"
+        image.save(path, format="PNG", pnginfo=info)
+        return path
+
+
+def preview_frame(image: Image.Image) -> bytes:
+    """ComfyUI's binary preview frame: event 1 (preview), format 1 (JPEG), then the JPEG."""
+    buffer = io.BytesIO()
+    image.convert("RGB").save(buffer, format="JPEG", quality=85)
+    return struct.pack(">II", PREVIEW_EVENT, JPEG) + buffer.getvalue()
+
+
+class Cache:
+    """Each node's outputs by its key, least recently used dropped first (one per caller)."""
+
+    def __init__(self, size: int = 64):
+        self.size = size
+        self._items: OrderedDict[str, tuple] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> tuple | None:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            return None
+
+    def put(self, key: str, value: tuple) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+def keys(graph: Graph, nodes: list[str], model: str) -> dict[str, str]:
+    """Each node's cache key: its class, values and its inputs' keys, and the model served."""
+    out: dict[str, str] = {}
+    for node_id in nodes:
+        node = graph.nodes[node_id]
+        inputs = {name: [out[src], index] for name, (src, index) in node.links.items()}
+        text = json.dumps([model, node.type.name, node.values, inputs], sort_keys=True, default=str)
+        out[node_id] = hashlib.sha256(text.encode()).hexdigest()
+    return out
+
+
+def execute(run: Run, cache: Cache) -> dict[str, Any]:
+    """Run the graph; returns the output nodes' `ui` outputs (history's `outputs`)."""
+    graph, pid = run.graph, run.prompt_id
+    nodes = order(graph)
+    node_keys = keys(graph, nodes, run.engine.model_info().model_name)
+    results = {n: found for n in nodes if (found := cache.get(node_keys[n])) is not None}
+    run.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": int(time.time() * 1000)}})
+    run.send({"type": "execution_cached", "data": {"nodes": [n for n in nodes if n in results], "prompt_id": pid}})
+    outputs: dict[str, Any] = {}
+    for node_id in nodes:
+        node = graph.nodes[node_id]
+        if node_id not in results:
+            if run.stopped.is_set():
+                raise Interrupted("interrupted")
+            run.node = node_id
+            run.send({"type": "executing", "data": {"node": node_id, "display_node": node_id, "prompt_id": pid}})
+            args = {**node.values, **{name: results[src][index] for name, (src, index) in node.links.items()}}
+            results[node_id] = node.type.run(run, **args)
+            cache.put(node_keys[node_id], results[node_id])
+            if node.type.output_node:
+                run.send({"type": "executed", "data": {"node": node_id, "display_node": node_id,
+                                                       "output": results[node_id][0], "prompt_id": pid}})  # fmt: skip
+        if node.type.output_node:
+            outputs[node_id] = results[node_id][0]
+    return outputs
+
+
+assert set(RESAMPLE) == set(LATENT_METHODS)

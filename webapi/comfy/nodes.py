@@ -1,0 +1,325 @@
+"""The node classes served, each a small typed function over ComfyUI's types (`values`).
+
+A class declares its inputs (`In`: a value with bounds taken from our request schema where the
+schema has the field, a choice list from the server's catalog, or a link of a ComfyUI type), its
+outputs, and a function of a `Context` (`execute.Run`) and those inputs. `/object_info` is
+generated from these declarations, and the graph is validated against them (`graph`). Anything
+not declared here is refused by name before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from PIL import Image, ImageOps
+
+from pipelines.schema.request import spec
+
+from .sampler import SamplerInputs, sample
+from .values import Clip, Conditioning, Latent, Mask, Model, Pictures, Vae
+
+MAX_TEXT = 1 << 16  # characters of one STRING input
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The server's names that choice inputs offer (built per call: uploads are the caller's)."""
+
+    models: tuple[str, ...]
+    loras: tuple[str, ...]
+    samplers: tuple[str, ...]  # ComfyUI's names of the samplers the model offers
+    schedulers: tuple[str, ...]
+    uploads: tuple[str, ...]
+    upscale_models: tuple[str, ...]
+    latent_methods: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class In:
+    """One input: `type` is INT, FLOAT, STRING, BOOLEAN, COMBO or a link type (MODEL, LATENT, ...)."""
+
+    type: str
+    default: Any = None
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    choices: Callable[[Catalog], tuple[str, ...]] | None = None
+    optional: bool = False
+    multiline: bool = False
+
+    @property
+    def linked(self) -> bool:
+        return self.type not in ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
+
+
+def from_schema(name: str, kind: str, default: Any, step: float | None = None, **kw: Any) -> In:
+    """A number input bounded by our request field `name` (one fact: the schema's Range)."""
+    value = spec(name).value
+    high = getattr(value, "high", None)
+    low = getattr(value, "low", 0)
+    return In(kind, default, low, high, step, **kw)
+
+
+@dataclass(frozen=True)
+class NodeType:
+    name: str
+    inputs: dict[str, In]
+    outputs: tuple[str, ...]
+    run: Callable[..., tuple]
+    category: str
+    output_names: tuple[str, ...] = ()
+    output_node: bool = False
+    description: str = ""
+    refused: str = ""  # listed for clients that read it, but never run (why)
+
+
+NODES: dict[str, NodeType] = {}
+
+
+def node(name: str, category: str, inputs: dict[str, In], outputs: tuple[str, ...] = (), **kw: Any) -> Callable:
+    def register(fn: Callable[..., tuple]) -> Callable[..., tuple]:
+        NODES[name] = NodeType(name, inputs, outputs, fn, category, description=(fn.__doc__ or "").strip(), **kw)
+        return fn
+
+    return register
+
+
+def link(kind: str, **kw: Any) -> In:
+    return In(kind, **kw)
+
+
+def combo(choices: Callable[[Catalog], tuple[str, ...]], default: str | None = None) -> In:
+    return In("COMBO", default, choices=choices)
+
+
+CKPT = combo(lambda c: c.models)
+SEED = from_schema("seed", "INT", 0)
+STEPS = from_schema("steps", "INT", 20)
+CFG = from_schema("guidance_scale", "FLOAT", 8.0, 0.1)
+SAMPLER = combo(lambda c: c.samplers, "euler")
+SCHEDULER = combo(lambda c: c.schedulers, "normal")
+DENOISE = In("FLOAT", 1.0, 0.0, 1.0, 0.01)
+SIZE = In("INT", 512, 16, spec("width").value.high, 8)
+BATCH = In("INT", 1, 1, 64)
+TEXT = In("STRING", "", multiline=True)
+LORA_STRENGTH = In("FLOAT", 1.0, spec("loras").value.scale.low, spec("loras").value.scale.high, 0.01)
+
+
+# ------------------------------------------------------------------ loaders and text
+
+
+@node("CheckpointLoaderSimple", "loaders", {"ckpt_name": CKPT}, ("MODEL", "CLIP", "VAE"))
+def checkpoint_loader(ctx: Any, ckpt_name: str) -> tuple:
+    """The model the server runs (its text encoder and VAE with it)."""
+    return Model(ckpt_name), Clip(ckpt_name), Vae(ckpt_name)
+
+
+@node("VAELoader", "loaders", {"vae_name": combo(lambda c: c.models)}, ("VAE",))
+def vae_loader(ctx: Any, vae_name: str) -> tuple:
+    """The VAE of one of the server's models (the one it runs)."""
+    return (Vae(vae_name),)
+
+
+@node("UNETLoader", "advanced/loaders", {"unet_name": combo(lambda c: ()), "weight_dtype": combo(lambda c: ("default",))},
+      ("MODEL",), refused="separate diffusion-model files are not served; use CheckpointLoaderSimple")  # fmt: skip
+def unet_loader(ctx: Any, unet_name: str, weight_dtype: str) -> tuple:
+    raise AssertionError("refused at validation")
+
+
+@node("LoraLoader", "loaders", {
+    "model": link("MODEL"), "clip": link("CLIP"), "lora_name": combo(lambda c: c.loras),
+    "strength_model": LORA_STRENGTH, "strength_clip": LORA_STRENGTH,
+}, ("MODEL", "CLIP"))  # fmt: skip
+def lora_loader(ctx: Any, model: Model, clip: Clip, lora_name: str, strength_model: float, strength_clip: float) -> tuple:
+    """A LoRA on the model and its text encoder (one strength here: the model's)."""
+    name = _lora_name(lora_name)
+    if strength_clip != strength_model:
+        ctx.warn(f"node {ctx.node}: the LoRA {name} runs at {strength_model:g} on the text encoder too (one strength per LoRA here)")
+    return model.with_lora(name, strength_model), Clip(clip.name, (*clip.loras, (name, strength_model)), clip.last_layer)
+
+
+def _lora_name(choice: str) -> str:
+    for suffix in (".safetensors", ".pt", ".bin"):
+        choice = choice.removesuffix(suffix)
+    return choice
+
+
+@node("CLIPSetLastLayer", "conditioning", {"clip": link("CLIP"), "stop_at_clip_layer": In("INT", -1, -1, -1, 1)}, ("CLIP",))
+def clip_set_last_layer(ctx: Any, clip: Clip, stop_at_clip_layer: int) -> tuple:
+    """The text encoder's last layer (-1 only: clip skip is not offered here)."""
+    return (clip,)
+
+
+@node("CLIPTextEncode", "conditioning", {"text": TEXT, "clip": link("CLIP")}, ("CONDITIONING",))
+def clip_text_encode(ctx: Any, text: str, clip: Clip) -> tuple:
+    """A prompt, in our prompt language (A1111's weights, `[from:to:when]`, `<lora:name:w>`)."""
+    return (Conditioning(text, clip),)
+
+
+# ------------------------------------------------------------------ latents and samplers
+
+
+@node("EmptyLatentImage", "latent", {"width": SIZE, "height": SIZE, "batch_size": BATCH}, ("LATENT",))
+def empty_latent(ctx: Any, width: int, height: int, batch_size: int) -> tuple:
+    """An empty canvas: a sampler on it draws from text."""
+    return (Latent(width, height, batch_size),)
+
+
+KSAMPLER_INPUTS = {
+    "model": link("MODEL"), "seed": SEED, "steps": STEPS, "cfg": CFG, "sampler_name": SAMPLER,
+    "scheduler": SCHEDULER, "positive": link("CONDITIONING"), "negative": link("CONDITIONING"),
+    "latent_image": link("LATENT"), "denoise": DENOISE,
+}  # fmt: skip
+
+
+@node("KSampler", "sampling", KSAMPLER_INPUTS, ("LATENT",))
+def ksampler(ctx: Any, model: Model, seed: int, steps: int, cfg: float, sampler_name: str, scheduler: str,
+             positive: Conditioning, negative: Conditioning, latent_image: Latent, denoise: float) -> tuple:  # fmt: skip
+    """Denoise the latent with our samplers (one engine job when its pixels are needed)."""
+    given = SamplerInputs(model, positive, negative, latent_image, seed, steps, cfg, sampler_name, scheduler, denoise)
+    return (sample(ctx, given),)
+
+
+@node("KSamplerAdvanced", "sampling", {
+    "model": link("MODEL"), "add_noise": combo(lambda c: ("enable",)), "noise_seed": SEED, "steps": STEPS,
+    "cfg": CFG, "sampler_name": SAMPLER, "scheduler": SCHEDULER, "positive": link("CONDITIONING"),
+    "negative": link("CONDITIONING"), "latent_image": link("LATENT"), "start_at_step": In("INT", 0, 0, 10000),
+    "end_at_step": In("INT", 10000, 0, 10000), "return_with_leftover_noise": combo(lambda c: ("disable",)),
+}, ("LATENT",))  # fmt: skip
+def ksampler_advanced(ctx: Any, model: Model, add_noise: str, noise_seed: int, steps: int, cfg: float,
+                      sampler_name: str, scheduler: str, positive: Conditioning, negative: Conditioning,
+                      latent_image: Latent, start_at_step: int, end_at_step: int,
+                      return_with_leftover_noise: str) -> tuple:  # fmt: skip
+    """KSampler with a step window: starting at step k of n runs as denoise (n - k) / n."""
+    end = min(end_at_step, steps)
+    if end < steps:
+        ctx.warn(f"node {ctx.node}: end_at_step {end_at_step} < steps: every step to the end runs here")
+    denoise = 1.0 if latent_image.empty else max(0.01, (steps - min(start_at_step, steps - 1)) / steps)
+    run_steps = max(1, round(steps * denoise)) if denoise < 1.0 else steps
+    given = SamplerInputs(model, positive, negative, latent_image, noise_seed, run_steps, cfg, sampler_name, scheduler, denoise)
+    return (sample(ctx, given),)
+
+
+@node("LatentUpscale", "latent", {
+    "samples": link("LATENT"), "upscale_method": combo(lambda c: c.latent_methods, "nearest-exact"),
+    "width": SIZE, "height": SIZE, "crop": combo(lambda c: ("disabled", "center")),
+}, ("LATENT",))  # fmt: skip
+def latent_upscale(ctx: Any, samples: Latent, upscale_method: str, width: int, height: int, crop: str) -> tuple:
+    """Enlarge the latent to width x height (0: keep the aspect ratio)."""
+    if width == 0 and height == 0:
+        return (samples,)
+    width = width or round(samples.width * height / samples.height)
+    height = height or round(samples.height * width / samples.width)
+    return (_enlarged(samples, width, height, upscale_method),)
+
+
+@node("LatentUpscaleBy", "latent", {
+    "samples": link("LATENT"), "upscale_method": combo(lambda c: c.latent_methods, "nearest-exact"),
+    "scale_by": In("FLOAT", 1.5, 0.01, 8.0, 0.01),
+}, ("LATENT",))  # fmt: skip
+def latent_upscale_by(ctx: Any, samples: Latent, upscale_method: str, scale_by: float) -> tuple:
+    """Enlarge the latent by a factor."""
+    width, height = round(samples.width * scale_by / 8) * 8, round(samples.height * scale_by / 8) * 8
+    return (_enlarged(samples, width, height, upscale_method),)
+
+
+def _enlarged(samples: Latent, width: int, height: int, method: str) -> Latent:
+    return Latent(width, height, samples.batch, samples.sampled, samples.pixels, samples.mask, method)
+
+
+@node("SetLatentNoiseMask", "latent/inpaint", {"samples": link("LATENT"), "mask": link("MASK")}, ("LATENT",))
+def set_latent_noise_mask(ctx: Any, samples: Latent, mask: Mask) -> tuple:
+    """Redraw only under the mask."""
+    return (Latent(samples.width, samples.height, samples.batch, samples.sampled, samples.pixels, mask, samples.upscale_method),)
+
+
+# ------------------------------------------------------------------ pixels
+
+
+@node("VAEDecode", "latent", {"samples": link("LATENT"), "vae": link("VAE")}, ("IMAGE",))
+def vae_decode(ctx: Any, samples: Latent, vae: Vae) -> tuple:
+    """The latent's pictures (this is where a sampler's request runs)."""
+    return (ctx.pictures(samples),)
+
+
+@node("VAEEncode", "latent", {"pixels": link("IMAGE"), "vae": link("VAE")}, ("LATENT",))
+def vae_encode(ctx: Any, pixels: Pictures, vae: Vae) -> tuple:
+    """Pictures as a latent, for image-to-image."""
+    width, height = pixels.images[0].size
+    return (Latent(width, height, len(pixels.images), pixels=pixels),)
+
+
+@node("VAEEncodeForInpaint", "latent/inpaint", {
+    "pixels": link("IMAGE"), "vae": link("VAE"), "mask": link("MASK"), "grow_mask_by": In("INT", 6, 0, 64),
+}, ("LATENT",))  # fmt: skip
+def vae_encode_for_inpaint(ctx: Any, pixels: Pictures, vae: Vae, mask: Mask, grow_mask_by: int) -> tuple:
+    """Pictures and the region to redraw (grown by `grow_mask_by` pixels)."""
+    from PIL import ImageFilter
+
+    grown = mask.image.filter(ImageFilter.MaxFilter(2 * grow_mask_by + 1)) if grow_mask_by else mask.image
+    width, height = pixels.images[0].size
+    return (Latent(width, height, len(pixels.images), pixels=pixels, mask=Mask(grown)),)
+
+
+@node("LoadImage", "image", {"image": combo(lambda c: c.uploads)}, ("IMAGE", "MASK"))
+def load_image(ctx: Any, image: str) -> tuple:
+    """An uploaded picture (POST /upload/image) and the mask of its transparent pixels."""
+    picture = ctx.upload(image)
+    rgb = picture.convert("RGB")
+    alpha = picture.getchannel("A") if "A" in picture.getbands() else Image.new("L", picture.size, 255)
+    return Pictures((rgb,)), Mask(ImageOps.invert(alpha))
+
+
+@node("LoadImageMask", "mask", {"image": combo(lambda c: c.uploads), "channel": combo(lambda c: ("alpha", "red", "green", "blue"))},
+      ("MASK",))  # fmt: skip
+def load_image_mask(ctx: Any, image: str, channel: str) -> tuple:
+    """One channel of an uploaded picture as a mask (alpha inverted: transparent is redrawn)."""
+    picture = ctx.upload(image).convert("RGBA")
+    band = picture.getchannel({"alpha": "A", "red": "R", "green": "G", "blue": "B"}[channel])
+    return (Mask(ImageOps.invert(band) if channel == "alpha" else band),)
+
+
+@node("ImageScale", "image/upscaling", {
+    "image": link("IMAGE"), "upscale_method": combo(lambda c: ("nearest-exact", "bilinear", "area", "bicubic", "lanczos")),
+    "width": SIZE, "height": SIZE, "crop": combo(lambda c: ("disabled", "center")),
+}, ("IMAGE",))  # fmt: skip
+def image_scale(ctx: Any, image: Pictures, upscale_method: str, width: int, height: int, crop: str) -> tuple:
+    """Resize pictures (Pillow)."""
+    resample = {"nearest-exact": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
+                "area": Image.Resampling.BOX, "bicubic": Image.Resampling.BICUBIC,
+                "lanczos": Image.Resampling.LANCZOS}[upscale_method]  # fmt: skip
+    out = tuple(
+        ImageOps.fit(im, (width, height), resample) if crop == "center" else im.resize((width, height), resample)
+        for im in image.images
+    )
+    return (Pictures(out, image.metadata, image.seeds),)
+
+
+@node("UpscaleModelLoader", "loaders", {"model_name": combo(lambda c: c.upscale_models)}, ("UPSCALE_MODEL",))
+def upscale_model_loader(ctx: Any, model_name: str) -> tuple:
+    """One of the server's upscaler models (UPSCALER_DIR)."""
+    return (model_name,)
+
+
+@node("ImageUpscaleWithModel", "image/upscaling", {"upscale_model": link("UPSCALE_MODEL"), "image": link("IMAGE")}, ("IMAGE",))
+def image_upscale_with_model(ctx: Any, upscale_model: str, image: Pictures) -> tuple:
+    """Enlarge pictures with an upscaler model, at its own factor."""
+    return (Pictures(tuple(ctx.upscale(list(image.images), upscale_model)), image.metadata, image.seeds),)
+
+
+@node("SaveImage", "image", {"images": link("IMAGE"), "filename_prefix": In("STRING", "ComfyUI")}, output_node=True)
+def save_image(ctx: Any, images: Pictures, filename_prefix: str) -> tuple:
+    """Write PNGs to the server's outputs (History shows them) with the graph and our parameters."""
+    return ctx.save(images, filename_prefix, temp=False)
+
+
+@node("PreviewImage", "image", {"images": link("IMAGE")}, output_node=True)
+def preview_image(ctx: Any, images: Pictures) -> tuple:
+    """Show pictures without keeping them (a temporary file for /view)."""
+    return ctx.save(images, "ComfyUI_temp", temp=True)
+
+
+SAMPLER_NODES = ("KSampler", "KSamplerAdvanced")
+assert all(n in NODES for n in SAMPLER_NODES)

@@ -1,0 +1,133 @@
+"""A ComfyUI sampler node's inputs as one of our requests: KSampler, KSamplerAdvanced and the
+custom-sampling family all end here.
+
+- On an empty latent: text-to-image at the latent's size, `batch` images (seeds seed, seed+1, ...).
+- On another sampler's latent enlarged by LatentUpscale(By), when only the second pass differs in
+  what our hires fix can vary (prompt, sampler, steps, strength): the first request with its hires
+  fix on, a latent upscaler and the enlarged size — one engine job, the UI's hires fix exactly.
+- On pictures (VAEEncode, or a sampler's output that cannot fuse): image-to-image, `denoise` as the
+  strength; with a mask (SetLatentNoiseMask, VAEEncodeForInpaint): inpainting.
+
+`steps` are ComfyUI's: the steps that run. A partial denoise in diffusers runs int(steps x
+strength), so the request asks for round(steps / denoise) and runs `steps`, as ComfyUI does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pipelines import GenerationRequest, from_any
+from pipelines.schema.hires import Hires
+from pipelines.schema.inpaint import Inpaint
+
+from .values import Conditioning, Latent, Model, Pictures, Sampled
+
+# ComfyUI's latent upscale methods -> our latent upscalers (pipelines.imaging.upscalers.LATENT)
+LATENT_METHODS = {
+    "nearest-exact": "Latent (nearest-exact)", "bilinear": "Latent", "area": "Latent (antialiased)",
+    "bicubic": "Latent (bicubic)", "bislerp": "Latent",
+}  # fmt: skip
+
+
+class Context(Protocol):
+    node: str  # the node running
+
+    def pictures(self, latent: Latent) -> Pictures: ...
+    def warn(self, text: str) -> None: ...
+    def latent_upscalers(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True)
+class SamplerInputs:
+    model: Model
+    positive: Conditioning
+    negative: Conditioning
+    latent: Latent
+    seed: int
+    steps: int
+    cfg: float
+    sampler_name: str
+    scheduler: str
+    denoise: float = 1.0
+
+
+def sample(ctx: Context, given: SamplerInputs) -> Latent:
+    """The sampler's output latent: a request to run when its pixels are needed."""
+    latent = given.latent
+    if latent.empty:
+        if given.denoise < 1.0:
+            ctx.warn(f"node {ctx.node}: denoise {given.denoise:g} on an empty latent runs as 1.0 (text-to-image)")
+        fields = {**_common(ctx, given), "width": latent.width, "height": latent.height, "num_images": latent.batch}
+        request = GenerationRequest(**fields)
+    else:
+        request = _fused(ctx, given) or _redraw(ctx, given)
+    return Latent(request_width(request, latent), request_height(request, latent), latent.batch, Sampled(ctx.node, request))
+
+
+def request_width(request: GenerationRequest, latent: Latent) -> int:
+    return latent.width if request.width is None else request.width
+
+
+def request_height(request: GenerationRequest, latent: Latent) -> int:
+    return latent.height if request.height is None else request.height
+
+
+def _common(ctx: Context, given: SamplerInputs) -> dict[str, Any]:
+    resolved = from_any(given.sampler_name, given.scheduler)
+    if resolved.note:
+        ctx.warn(f"node {ctx.node}: {resolved.note}")
+    return {
+        "prompt": given.positive.text,
+        "negative_prompt": given.negative.text or None,
+        "seed": given.seed,
+        "steps": given.steps,
+        "guidance_scale": given.cfg,
+        "sampler": resolved.sampler,
+        "loras": dict(given.model.loras),
+    }
+
+
+def _second_pass_steps(given: SamplerInputs) -> int:
+    return max(1, round(given.steps / given.denoise))
+
+
+def _fused(ctx: Context, given: SamplerInputs) -> GenerationRequest | None:
+    """The first sampler's request with our hires fix as this second pass, where that is exact."""
+    latent, first = given.latent, given.latent.sampled
+    if first is None or latent.upscale_method is None or latent.mask is not None:
+        return None
+    prior = first.request
+    upscaler = LATENT_METHODS.get(latent.upscale_method)
+    if (
+        prior.task != "txt2img" or prior.hires is not None or upscaler not in ctx.latent_upscalers()
+        or dict(given.model.loras) != prior.loras or given.cfg != prior.guidance_scale or given.denoise >= 1.0
+    ):  # fmt: skip
+        return None
+    sampler = _common(ctx, given)["sampler"]
+    hires = Hires(
+        hires_fix=True,
+        hires_upscaler=upscaler,
+        hires_width=latent.width,
+        hires_height=latent.height,
+        hires_steps=_second_pass_steps(given),
+        hires_strength=given.denoise,
+        hires_prompt=given.positive.text if given.positive.text != prior.prompt else None,
+        hires_negative_prompt=(given.negative.text or None) if (given.negative.text or None) != prior.negative_prompt else None,
+        hires_sampler=sampler if sampler != prior.sampler else None,
+    )
+    return prior.model_copy(update={"hires": hires})
+
+
+def _redraw(ctx: Context, given: SamplerInputs) -> GenerationRequest:
+    """Image-to-image (inpainting under a mask) on the latent's pictures."""
+    pictures = ctx.pictures(given.latent)
+    fields = {
+        **_common(ctx, given),
+        "init_images": list(pictures.images),
+        "strength": given.denoise,
+        "steps": _second_pass_steps(given),
+    }
+    if given.latent.mask is not None:
+        fields["inpaint"] = Inpaint(mask=given.latent.mask.image, mask_blur=0)
+    return GenerationRequest(**fields)

@@ -1,0 +1,249 @@
+"""ComfyUI's prompt queue, history and websocket clients, kept per caller.
+
+`Prompts` holds the queue (pending prompts in order, the running ones), runs them on worker
+threads (as many as the backend runs at once: a device pool's replicas each take one; inside, every
+sampler is an engine job, so the UI's, A1111's and OpenAI's callers share the same queue and
+limits), and keeps the finished ones' history (the newest MAX_HISTORY). Every read and every
+change is the caller's own: another caller's prompt ids are unknown to it. `Sockets` delivers a
+prompt's messages to the websocket of its `client_id`, and the queue's status to every socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import Caller, Engine
+from pipelines import PipelineError
+
+from .execute import Cache, Folders, Interrupted, Run, execute
+from .graph import Graph
+
+log = logging.getLogger(__name__)
+MAX_HISTORY = 1000
+
+
+@dataclass
+class Entry:
+    id: str
+    number: int
+    owner: str | None
+    caller: Caller
+    client_id: str | None
+    graph: Graph
+    extra: dict[str, Any]
+    status: str = "pending"  # pending | running | success | error
+    outputs: dict[str, Any] = field(default_factory=dict)
+    messages: list[list[Any]] = field(default_factory=list)
+    run: Run | None = None
+    cancelled: bool = False
+
+    def queue_item(self) -> list[Any]:
+        """ComfyUI's queue entry: [number, prompt_id, prompt, extra_data, outputs to execute]."""
+        return [self.number, self.id, self.graph.raw, self.extra, list(self.graph.outputs)]
+
+    def history_item(self) -> dict[str, Any]:
+        return {
+            "prompt": self.queue_item(),
+            "outputs": self.outputs,
+            "status": {"status_str": self.status, "completed": self.status == "success", "messages": self.messages},
+            "meta": {node: {"node_id": node, "display_node": node} for node in self.outputs},
+        }
+
+
+class Sockets:
+    """Open websockets by client id, each with its caller and event loop."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, tuple[Any, asyncio.AbstractEventLoop, str | None]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, client_id: str, socket: Any, owner: str | None) -> None:
+        with self._lock:
+            self._open[client_id] = (socket, asyncio.get_running_loop(), owner)
+
+    def remove(self, client_id: str, socket: Any) -> None:
+        with self._lock:
+            if client_id in self._open and self._open[client_id][0] is socket:
+                del self._open[client_id]
+
+    def send(self, owner: str | None, client_id: str | None, message: Any) -> None:
+        """To the prompt's client (its caller's own socket only); without a client id, to every socket of the caller."""
+        with self._lock:
+            targets = [v for k, v in self._open.items() if v[2] == owner and (client_id is None or k == client_id)]
+        for socket, loop, _ in targets:
+            _deliver(socket, loop, message)
+
+    def broadcast(self, message_for: Callable[[str | None], Any]) -> None:
+        with self._lock:
+            targets = list(self._open.values())
+        for socket, loop, owner in targets:
+            _deliver(socket, loop, message_for(owner))
+
+
+def _deliver(socket: Any, loop: asyncio.AbstractEventLoop, message: Any) -> None:
+    sending = socket.send_bytes(message) if isinstance(message, bytes) else socket.send_json(message)
+    try:
+        future = asyncio.run_coroutine_threadsafe(sending, loop)
+    except RuntimeError:  # the socket's loop has closed: the client is gone
+        sending.close()
+        return
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a closed socket drops the message
+
+
+class Prompts:
+    def __init__(self, engine: Engine, folders: Folders, workers: int):
+        self.engine, self.folders = engine, folders
+        self.sockets = Sockets()
+        self._changed = threading.Condition()
+        self._pending: list[Entry] = []
+        self._running: dict[str, Entry] = {}
+        self._history: OrderedDict[str, Entry] = OrderedDict()
+        self._caches: dict[str | None, Cache] = {}
+        self._number = 0
+        self._workers = workers
+        self._started = False
+
+    # ------------------------------------------------------------- queue
+    def known(self, prompt_id: str) -> bool:
+        with self._changed:
+            return prompt_id in self._running or prompt_id in self._history or any(e.id == prompt_id for e in self._pending)
+
+    def add(self, entry_for: Callable[[int], Entry], front: bool = False) -> Entry:
+        with self._changed:
+            self._number += 1
+            entry = entry_for(-self._number if front else self._number)
+            (self._pending.insert(0, entry) if front else self._pending.append(entry))
+            self._start_workers()
+            self._changed.notify()
+        self._status()
+        return entry
+
+    def remaining(self, owner: str | None = None) -> int:
+        with self._changed:
+            entries = [*self._pending, *self._running.values()]
+            return sum(owner is None or e.owner == owner for e in entries)
+
+    def queue(self, owner: str | None) -> dict[str, list]:
+        with self._changed:
+            return {
+                "queue_running": [e.queue_item() for e in self._running.values() if e.owner == owner],
+                "queue_pending": [e.queue_item() for e in self._pending if e.owner == owner],
+            }
+
+    def delete(self, owner: str | None, ids: list[str] | None) -> int:
+        """Drop the caller's pending prompts (all when `ids` is None); returns how many."""
+        with self._changed:
+            keep = [e for e in self._pending if e.owner != owner or (ids is not None and e.id not in ids)]
+            dropped = len(self._pending) - len(keep)
+            self._pending = keep
+        self._status()
+        return dropped
+
+    def interrupt(self, owner: str | None, prompt_id: str | None = None) -> int:
+        """Stop the caller's running prompt(s) after the current step."""
+        with self._changed:
+            running = [e for e in self._running.values() if e.owner == owner and prompt_id in (None, e.id)]
+        for entry in running:
+            entry.cancelled = True
+            if entry.run is not None:
+                entry.run.interrupt()
+        return len(running)
+
+    # ------------------------------------------------------------- history
+    def history(self, owner: str | None, prompt_id: str | None = None, max_items: int | None = None) -> dict[str, Any]:
+        with self._changed:
+            mine = [e for e in self._history.values() if e.owner == owner and prompt_id in (None, e.id)]
+        if max_items is not None:
+            mine = mine[-max_items:]
+        return {e.id: e.history_item() for e in mine}
+
+    def forget(self, owner: str | None, ids: list[str] | None) -> int:
+        with self._changed:
+            gone = [k for k, e in self._history.items() if e.owner == owner and (ids is None or k in ids)]
+            for k in gone:
+                del self._history[k]
+        return len(gone)
+
+    # ------------------------------------------------------------- running
+    def _start_workers(self) -> None:
+        if not self._started:
+            self._started = True
+            for n in range(self._workers):
+                threading.Thread(target=self._work, name=f"comfy-prompts-{n}", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            with self._changed:
+                while not self._pending:
+                    self._changed.wait()
+                entry = self._pending.pop(0)
+                entry.status = "running"
+                self._running[entry.id] = entry
+            self._status()
+            try:
+                self._execute(entry)
+            finally:
+                with self._changed:
+                    del self._running[entry.id]
+                    self._history[entry.id] = entry
+                    while len(self._history) > MAX_HISTORY:
+                        self._history.popitem(last=False)
+                self._status()
+
+    def _execute(self, entry: Entry) -> None:
+        def send(message: Any) -> None:
+            if isinstance(message, dict) and message["type"] in ("execution_start", "execution_cached", "execution_success"):
+                entry.messages.append([message["type"], message["data"] | {"timestamp": int(time.time() * 1000)}])
+            self.sockets.send(entry.owner, entry.client_id, message)
+
+        extra = entry.extra
+        workflow = (extra.get("extra_pnginfo") or {}).get("workflow") if isinstance(extra.get("extra_pnginfo"), dict) else None
+        previews = str(extra.get("preview_method", "none")).lower() not in ("none", "")
+        entry.run = run = Run(entry.id, self.engine, entry.caller, entry.owner, self.folders, entry.graph, send, previews, workflow)
+        if entry.cancelled:
+            run.stopped.set()
+        cache = self._caches.setdefault(entry.owner, Cache())
+        try:
+            entry.outputs = execute(run, cache)
+        except Interrupted:
+            self._failed(entry, send, "execution_interrupted", {})
+        except Exception as exc:  # told to the client and kept in its history; the worker goes on
+            if not isinstance(exc, PipelineError | ValueError | OSError):
+                log.exception("ComfyUI prompt %s failed at node %s", entry.id, run.node)
+            self._failed(entry, send, "execution_error", {"exception_message": str(exc), "exception_type": type(exc).__name__,
+                                                          "traceback": [], "current_inputs": {}, "current_outputs": {}})  # fmt: skip
+        else:
+            entry.status = "success"
+            for warning in run.warnings:
+                entry.messages.append(["warning", {"prompt_id": entry.id, "message": warning}])
+            send({"type": "execution_success", "data": {"prompt_id": entry.id}})
+            send({"type": "executing", "data": {"node": None, "display_node": None, "prompt_id": entry.id}})
+
+    def _failed(self, entry: Entry, send: Callable[[Any], None], kind: str, data: dict[str, Any]) -> None:
+        run = entry.run
+        node = run.node if run else ""
+        node_type = entry.graph.nodes[node].type.name if node in entry.graph.nodes else ""
+        data = {"prompt_id": entry.id, "node_id": node, "node_type": node_type, "executed": [], **data}
+        entry.status = "error"
+        entry.messages.append([kind, data])
+        log.info("ComfyUI prompt %s: %s at node %s", entry.id, kind, node)
+        send({"type": kind, "data": data})
+        send({"type": "executing", "data": {"node": None, "display_node": None, "prompt_id": entry.id}})
+
+    def _status(self) -> None:
+        """Each socket hears its own caller's count (a client may take 0 as "my prompt is done")."""
+        self.sockets.broadcast(lambda owner: status_message(self.remaining(owner)))
+
+
+def status_message(remaining: int, sid: str | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {"status": {"exec_info": {"queue_remaining": remaining}}}
+    if sid is not None:
+        data["sid"] = sid
+    return {"type": "status", "data": data}
