@@ -423,3 +423,110 @@ def test_queue_and_system_stats_shapes(url):
     assert stats["system"]["ram_total"] > 0 and stats["devices"][0]["name"]
     assert httpx.get(f"{url}/api/models/checkpoints", headers=bearer()).json()
     assert httpx.get(f"{url}/api/prompt", headers=bearer()).json() == {"exec_info": {"queue_remaining": 0}}
+
+
+def test_the_custom_sampling_family_is_a_ksampler_put_together(example, ckpt):
+    """Krita's way: RandomNoise + KSamplerSelect + BasicScheduler + CFGGuider into SamplerCustomAdvanced."""
+    plain = text_graph(ckpt, seed=51)
+    custom = {k: v for k, v in plain.items() if k != "3"}
+    custom |= {
+        "20": {"class_type": "RandomNoise", "inputs": {"noise_seed": 51}},
+        "21": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
+        "22": {"class_type": "BasicScheduler", "inputs": {"model": ["4", 0], "scheduler": "normal", "steps": 6, "denoise": 1.0}},
+        "23": {"class_type": "CFGGuider", "inputs": {"model": ["4", 0], "positive": ["6", 0], "negative": ["7", 0], "cfg": 4}},
+        "3": {"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["20", 0], "guider": ["23", 0], "sampler": ["21", 0],
+                                                                "sigmas": ["22", 0], "latent_image": ["5", 0]}},
+    }  # fmt: skip
+    _, expected = example.get_images(plain)
+    _, got = example.get_images(custom)
+    assert got["9"] == expected["9"] or np.array_equal(
+        pixels(Image.open(io.BytesIO(got["9"][0]))), pixels(Image.open(io.BytesIO(expected["9"][0])))
+    )
+
+
+def test_a_controlnet_graph_is_our_controlnet_unit(example, ckpt, engine):
+    from pipelines.schema.control import ControlUnit
+
+    name = engine.model_info().controlnets[0]
+    hint = Image.new("RGB", (64, 64), "black")
+    hint.paste((255, 255, 255), (8, 8, 40, 56))
+    buffer = io.BytesIO()
+    hint.save(buffer, format="PNG")
+    upload = httpx.post(f"{example_url(example)}/upload/image", files={"image": ("hint.png", buffer.getvalue(), "image/png")},
+                        headers=basic()).json()  # fmt: skip
+    graph = text_graph(ckpt, seed=61)
+    graph |= {
+        "30": {"class_type": "ControlNetLoader", "inputs": {"control_net_name": name}},
+        "31": {"class_type": "LoadImage", "inputs": {"image": upload["name"]}},
+        "32": {"class_type": "ControlNetApplyAdvanced", "inputs": {"positive": ["6", 0], "negative": ["7", 0], "control_net": ["30", 0],
+               "image": ["31", 0], "strength": 0.8, "start_percent": 0.0, "end_percent": 0.9}},
+    }  # fmt: skip
+    graph["3"]["inputs"] |= {"positive": ["32", 0], "negative": ["32", 1]}
+    _, images = example.get_images(graph)
+    unit = ControlUnit(image=hint, module="none", model=name, weight=0.8, guidance_start=0.0, guidance_end=0.9)
+    expected = engine.run(same_request(seed=61, controlnet=(unit,))).images[0]
+    plain = engine.run(same_request(seed=61)).images[0]
+    with Image.open(io.BytesIO(images["9"][0])) as got:
+        assert np.abs(pixels(got) - pixels(expected)).max() == 0
+        assert np.abs(pixels(got) - pixels(plain)).max() > 0  # the ControlNet did something
+
+
+def test_an_inpaint_graph_redraws_only_under_the_mask(example, ckpt, engine):
+    from pipelines.schema.inpaint import Inpaint
+
+    picture = Image.new("RGBA", (64, 64), (0, 0, 255, 255))
+    picture.paste((0, 0, 0, 0), (16, 16, 48, 48))  # transparent: LoadImage's mask
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    upload = httpx.post(f"{example_url(example)}/upload/image", files={"image": ("hole.png", buffer.getvalue(), "image/png")},
+                        headers=basic()).json()  # fmt: skip
+    graph = text_graph(ckpt, seed=71)
+    graph |= {
+        "40": {"class_type": "LoadImage", "inputs": {"image": upload["name"]}},
+        "41": {"class_type": "VAEEncode", "inputs": {"pixels": ["40", 0], "vae": ["4", 2]}},
+        "5": {"class_type": "SetLatentNoiseMask", "inputs": {"samples": ["41", 0], "mask": ["40", 1]}},
+    }
+    graph["3"]["inputs"]["denoise"] = 0.8
+    _, images = example.get_images(graph)
+    mask = Image.new("L", (64, 64), 0)
+    mask.paste(255, (16, 16, 48, 48))
+    request = same_request(seed=71, steps=8, init_images=[picture.convert("RGB")], strength=0.8,
+                           inpaint=Inpaint(mask=mask, mask_blur=0))  # fmt: skip
+    expected = engine.run(request).images[0]
+    with Image.open(io.BytesIO(images["9"][0])) as got:
+        assert np.abs(pixels(got) - pixels(expected)).max() == 0
+        assert np.abs(pixels(got)[:8, :8] - np.array([0, 0, 255])).max() <= 8  # outside the mask: kept
+
+
+def test_previews_are_jpeg_frames_only_when_asked_and_the_workflow_is_kept(url, ckpt):
+    client_id = str(uuid.uuid4())
+    ws = websocket.create_connection(f"ws://{url.split('//')[1]}/ws?clientId={client_id}", header=[f"Authorization: Bearer {KEY}"])
+    workflow = {"nodes": [{"id": 9, "type": "SaveImage"}], "links": []}
+    frames: dict[str, list] = {}
+    for method in ("none", "auto"):
+        body = {"prompt": text_graph(ckpt, seed=81 if method == "none" else 82, steps=12), "client_id": client_id,
+                "extra_data": {"preview_method": method, "extra_pnginfo": {"workflow": workflow}}}  # fmt: skip
+        prompt_id = httpx.post(f"{url}/prompt", json=body, headers=bearer()).json()["prompt_id"]
+        frames[method] = []
+        while True:
+            out = ws.recv()
+            if isinstance(out, bytes):
+                frames[method].append(out)
+            elif (m := json.loads(out))["type"] == "executing" and m["data"]["node"] is None and m["data"]["prompt_id"] == prompt_id:
+                break
+    ws.close()
+    assert frames["none"] == [] and frames["auto"]
+    for frame in frames["auto"]:
+        assert frame[:8] == (1).to_bytes(4, "big") + (1).to_bytes(4, "big")
+        with Image.open(io.BytesIO(frame[8:])) as preview:
+            assert preview.format == "JPEG"
+    item = httpx.get(f"{url}/history/{prompt_id}", headers=bearer()).json()[prompt_id]
+    png = httpx.get(f"{url}/view", params=item["outputs"]["9"]["images"][0], headers=bearer()).content
+    with Image.open(io.BytesIO(png)) as saved:
+        assert json.loads(saved.text["workflow"]) == workflow
+
+
+def test_the_node_table_in_the_docs_is_generated_from_the_nodes():
+    from tests.comfy_page import PAGE, page
+
+    assert PAGE.read_text(encoding="utf-8") == page(), "docs/comfyui-api.md is stale: run python -m tests.comfy_page"

@@ -15,7 +15,9 @@ from typing import Any
 
 from pipelines.schema.fields import decimal, whole
 
-from .nodes import MAX_TEXT, NODES, Catalog, In, NodeType
+from . import nodes as _core  # noqa: F401  (the node classes register in NODES on import)
+from . import nodes_more as _more  # noqa: F401
+from .registry import MAX_TEXT, NODES, Catalog, In, NodeType
 
 MAX_NODES = 1000
 

@@ -35,7 +35,7 @@ from ..body import TooLarge, json_body
 from ..errors import WireError
 from .execute import SAFE_NAME
 from .graph import Invalid, check
-from .nodes import NODES, Catalog, In, NodeType
+from .registry import NODES, Catalog, In, NodeType
 from .sampler import LATENT_METHODS
 from .service import Entry, Prompts, status_message
 
@@ -75,6 +75,7 @@ class ComfyAPI:
             uploads=tuple(sorted(p.name for p in uploads.iterdir() if p.is_file())) if uploads.is_dir() else (),
             upscale_models=tuple(u.name for u in upscalers if u.kind == "model"),
             latent_methods=tuple(LATENT_METHODS),
+            controlnets=tuple(info.controlnets),
         )
 
     # ------------------------------------------------------------- prompts
@@ -233,7 +234,8 @@ class ComfyAPI:
     def _folders(self, owner: str | None) -> dict[str, tuple[str, ...]]:
         c = self.catalog(owner)
         return {"checkpoints": c.models, "loras": c.loras, "vae": c.models, "upscale_models": c.upscale_models,
-                "embeddings": tuple(sorted(self.engine.model_info().embeddings)), "diffusion_models": ()}  # fmt: skip
+                "embeddings": tuple(sorted(self.engine.model_info().embeddings)), "diffusion_models": (),
+                "controlnet": c.controlnets}  # fmt: skip
 
     # ------------------------------------------------------------- websocket
     async def websocket(self, socket: WebSocket) -> None:

@@ -7,6 +7,9 @@ custom-sampling family all end here.
   fix on, a latent upscaler and the enlarged size — one engine job, the UI's hires fix exactly.
 - On pictures (VAEEncode, or a sampler's output that cannot fuse): image-to-image, `denoise` as the
   strength; with a mask (SetLatentNoiseMask, VAEEncodeForInpaint): inpainting.
+- ControlNets applied to the positive conditioning are the request's ControlNet units (the image
+  as given: preprocessor "none"); the negative's are the same units in ComfyUI's graphs and are
+  not read twice.
 
 `steps` are ComfyUI's: the steps that run. A partial denoise in diffusers runs int(steps x
 strength), so the request asks for round(steps / denoise) and runs `steps`, as ComfyUI does.
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipelines import GenerationRequest, from_any
+from pipelines.schema.control import ControlUnit
 from pipelines.schema.hires import Hires
 from pipelines.schema.inpaint import Inpaint
 
@@ -77,7 +81,12 @@ def _common(ctx: Context, given: SamplerInputs) -> dict[str, Any]:
     resolved = from_any(given.sampler_name, given.scheduler)
     if resolved.note:
         ctx.warn(f"node {ctx.node}: {resolved.note}")
+    units = tuple(
+        ControlUnit(image=c.image, module="none", model=c.name, weight=c.strength, guidance_start=c.start, guidance_end=c.end)
+        for c in given.positive.controls
+    )
     return {
+        "controlnet": units,
         "prompt": given.positive.text,
         "negative_prompt": given.negative.text or None,
         "seed": given.seed,
@@ -95,7 +104,7 @@ def _second_pass_steps(given: SamplerInputs) -> int:
 def _fused(ctx: Context, given: SamplerInputs) -> GenerationRequest | None:
     """The first sampler's request with our hires fix as this second pass, where that is exact."""
     latent, first = given.latent, given.latent.sampled
-    if first is None or latent.upscale_method is None or latent.mask is not None:
+    if first is None or latent.upscale_method is None or latent.mask is not None or given.positive.controls:
         return None
     prior = first.request
     upscaler = LATENT_METHODS.get(latent.upscale_method)

@@ -27,6 +27,7 @@ from .graph import Graph
 
 log = logging.getLogger(__name__)
 MAX_HISTORY = 1000
+IDLE_SECONDS = 30.0  # a worker with nothing to run for this long ends (`add` starts another)
 
 
 @dataclass
@@ -108,7 +109,7 @@ class Prompts:
         self._caches: dict[str | None, Cache] = {}
         self._number = 0
         self._workers = workers
-        self._started = False
+        self._alive = 0  # worker threads running
 
     # ------------------------------------------------------------- queue
     def known(self, prompt_id: str) -> bool:
@@ -173,19 +174,25 @@ class Prompts:
 
     # ------------------------------------------------------------- running
     def _start_workers(self) -> None:
-        if not self._started:
-            self._started = True
-            for n in range(self._workers):
-                threading.Thread(target=self._work, name=f"comfy-prompts-{n}", daemon=True).start()
+        """Enough workers for the pending prompts, up to the backend's concurrency (under the lock)."""
+        while self._alive < min(self._workers, len(self._pending) + len(self._running)):
+            self._alive += 1
+            threading.Thread(target=self._work, name="comfy-prompts", daemon=True).start()
+
+    def _next(self) -> Entry | None:
+        """The next pending prompt, or None after IDLE_SECONDS without one (the worker then ends:
+        an app that is closed keeps no thread, and no engine, alive)."""
+        with self._changed:
+            if not self._pending and not self._changed.wait_for(lambda: self._pending, IDLE_SECONDS):
+                self._alive -= 1
+                return None
+            entry = self._pending.pop(0)
+            entry.status = "running"
+            self._running[entry.id] = entry
+            return entry
 
     def _work(self) -> None:
-        while True:
-            with self._changed:
-                while not self._pending:
-                    self._changed.wait()
-                entry = self._pending.pop(0)
-                entry.status = "running"
-                self._running[entry.id] = entry
+        while (entry := self._next()) is not None:
             self._status()
             try:
                 self._execute(entry)

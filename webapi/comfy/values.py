@@ -6,7 +6,8 @@ LoRAs a LoraLoader added); CONDITIONING is a prompt in our prompt language; a LA
 pixels will be — an empty canvas, encoded pictures, or a sampler's request not yet run (`Sampled`),
 possibly to be enlarged — so that a second sampler on an enlarged latent runs as our hires fix, in
 one engine job, exactly as the UI's. IMAGE is a batch of pictures, MASK one greyscale picture
-(white: redraw). Nothing here runs anything.
+(white: redraw). The custom-sampling family's NOISE, SAMPLER, SIGMAS and GUIDER are the parts of
+a KSampler's inputs, put together again by SamplerCustom(Advanced). Nothing here runs anything.
 """
 
 from __future__ import annotations
@@ -41,9 +42,21 @@ class Vae:
 
 
 @dataclass(frozen=True)
+class Control:
+    """A ControlNet applied to a conditioning (ControlNetApply / ControlNetApplyAdvanced)."""
+
+    name: str  # one of the model's ControlNets
+    image: Image.Image  # the control image as given (a preprocessor node, or a ready map)
+    strength: float = 1.0
+    start: float = 0.0
+    end: float = 1.0
+
+
+@dataclass(frozen=True)
 class Conditioning:
     text: str
     clip: Clip
+    controls: tuple[Control, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,3 +95,25 @@ class Latent:
     @property
     def empty(self) -> bool:
         return self.sampled is None and self.pixels is None
+
+
+@dataclass(frozen=True)
+class Noise:
+    seed: int
+
+
+@dataclass(frozen=True)
+class Sigmas:
+    """BasicScheduler's schedule, kept as what it was asked for (our samplers make the sigmas)."""
+
+    scheduler: str
+    steps: int
+    denoise: float = 1.0
+
+
+@dataclass(frozen=True)
+class Guider:
+    model: Model
+    positive: Conditioning
+    negative: Conditioning
+    cfg: float

@@ -1,0 +1,103 @@
+"""What a node class is, and the registry of those served (`NODES`).
+
+A class declares its inputs (`In`: a value with bounds taken from our request schema where the
+schema has the field, a choice list from the server's catalog, or a link of a ComfyUI type), its
+outputs, and a function of a `Context` (`execute.Run`) and those inputs. `/object_info` is
+generated from these declarations and the graph is validated against them (`graph`); the classes
+themselves are in `nodes` and `nodes_more`, registered when `graph` imports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.schema.request import spec
+
+MAX_TEXT = 1 << 16  # characters of one STRING input
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The server's names that choice inputs offer (built per call: uploads are the caller's)."""
+
+    models: tuple[str, ...]
+    loras: tuple[str, ...]
+    samplers: tuple[str, ...]  # ComfyUI's names of the samplers the model offers
+    schedulers: tuple[str, ...]
+    uploads: tuple[str, ...]
+    upscale_models: tuple[str, ...]
+    latent_methods: tuple[str, ...]
+    controlnets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class In:
+    """One input: `type` is INT, FLOAT, STRING, BOOLEAN, COMBO or a link type (MODEL, LATENT, ...)."""
+
+    type: str
+    default: Any = None
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    choices: Callable[[Catalog], tuple[str, ...]] | None = None
+    optional: bool = False
+    multiline: bool = False
+
+    @property
+    def linked(self) -> bool:
+        return self.type not in ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
+
+
+def from_schema(name: str, kind: str, default: Any, step: float | None = None, **kw: Any) -> In:
+    """A number input bounded by our request field `name` (one fact: the schema's Range)."""
+    value = spec(name).value
+    high = getattr(value, "high", None)
+    low = getattr(value, "low", 0)
+    return In(kind, default, low, high, step, **kw)
+
+
+@dataclass(frozen=True)
+class NodeType:
+    name: str
+    inputs: dict[str, In]
+    outputs: tuple[str, ...]
+    run: Callable[..., tuple]
+    category: str
+    output_names: tuple[str, ...] = ()
+    output_node: bool = False
+    description: str = ""
+    refused: str = ""  # listed for clients that read it, but never run (why)
+
+
+NODES: dict[str, NodeType] = {}
+
+
+def node(name: str, category: str, inputs: dict[str, In], outputs: tuple[str, ...] = (), **kw: Any) -> Callable:
+    def register(fn: Callable[..., tuple]) -> Callable[..., tuple]:
+        NODES[name] = NodeType(name, inputs, outputs, fn, category, description=(fn.__doc__ or "").strip(), **kw)
+        return fn
+
+    return register
+
+
+def link(kind: str, **kw: Any) -> In:
+    return In(kind, **kw)
+
+
+def combo(choices: Callable[[Catalog], tuple[str, ...]], default: str | None = None) -> In:
+    return In("COMBO", default, choices=choices)
+
+
+CKPT = combo(lambda c: c.models)
+SEED = from_schema("seed", "INT", 0)
+STEPS = from_schema("steps", "INT", 20)
+CFG = from_schema("guidance_scale", "FLOAT", 8.0, 0.1)
+SAMPLER = combo(lambda c: c.samplers, "euler")
+SCHEDULER = combo(lambda c: c.schedulers, "normal")
+DENOISE = In("FLOAT", 1.0, 0.0, 1.0, 0.01)
+SIZE = In("INT", 512, 16, spec("width").value.high, 8)
+BATCH = In("INT", 1, 1, 64)
+TEXT = In("STRING", "", multiline=True)
+LORA_STRENGTH = In("FLOAT", 1.0, spec("loras").value.scale.low, spec("loras").value.scale.high, 0.01)
