@@ -530,3 +530,21 @@ def test_the_node_table_in_the_docs_is_generated_from_the_nodes():
     from tests.comfy_page import PAGE, page
 
     assert PAGE.read_text(encoding="utf-8") == page(), "docs/comfyui-api.md is stale: run python -m tests.comfy_page"
+
+
+def test_a_caller_at_queue_per_user_waits_while_others_prompts_run():
+    """With QUEUE_PER_USER=1 on a pool of two, alice's second prompt would be refused by the engine:
+    it waits, and bob's prompt behind it runs first."""
+    from types import SimpleNamespace
+
+    from webapi.comfy.service import Entry, Prompts
+
+    engine = SimpleNamespace(admission=SimpleNamespace(per_caller=1))
+    prompts = Prompts(engine, folders=None, workers=0)  # no workers: the choice alone is checked
+    entries = [Entry(f"p{n}", n, owner, None, None, None, {}) for n, owner in enumerate(["alice", "alice", "bob"])]
+    prompts._pending = list(entries)
+    prompts._running = {"p0": entries[0]}
+    prompts._pending.remove(entries[0])
+    assert prompts._runnable() is entries[2]
+    prompts._running = {}
+    assert prompts._runnable() is entries[1]

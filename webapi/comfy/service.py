@@ -183,13 +183,23 @@ class Prompts:
         """The next pending prompt, or None after IDLE_SECONDS without one (the worker then ends:
         an app that is closed keeps no thread, and no engine, alive)."""
         with self._changed:
-            if not self._pending and not self._changed.wait_for(lambda: self._pending, IDLE_SECONDS):
+            if not self._changed.wait_for(lambda: self._runnable() is not None, IDLE_SECONDS):
                 self._alive -= 1
                 return None
-            entry = self._pending.pop(0)
+            entry = self._runnable()
+            self._pending.remove(entry)
             entry.status = "running"
             self._running[entry.id] = entry
             return entry
+
+    def _runnable(self) -> Entry | None:
+        """The first pending prompt whose caller runs fewer prompts than QUEUE_PER_USER (its samplers
+        would be refused by the engine otherwise); others' prompts go first meanwhile."""
+        limit = self.engine.admission.per_caller
+        for entry in self._pending:
+            if sum(r.owner == entry.owner for r in self._running.values()) < limit:
+                return entry
+        return None
 
     def _work(self) -> None:
         while (entry := self._next()) is not None:
@@ -202,6 +212,7 @@ class Prompts:
                     self._history[entry.id] = entry
                     while len(self._history) > MAX_HISTORY:
                         self._history.popitem(last=False)
+                    self._changed.notify_all()  # a caller at QUEUE_PER_USER may run its next prompt
                 self._status()
 
     def _execute(self, entry: Entry) -> None:
