@@ -548,3 +548,19 @@ def test_a_caller_at_queue_per_user_waits_while_others_prompts_run():
     assert prompts._runnable() is entries[2]
     prompts._running = {}
     assert prompts._runnable() is entries[1]
+
+
+def test_an_upload_replaced_under_the_same_name_is_not_served_from_the_cache(example):
+    graph = {"1": {"class_type": "LoadImage", "inputs": {"image": "swatch.png"}},
+             "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "swatch"}}}  # fmt: skip
+    seen = []
+    for colour in ("red", "blue"):
+        buffer = io.BytesIO()
+        Image.new("RGB", (8, 8), colour).save(buffer, format="PNG")
+        upload = httpx.post(f"{example_url(example)}/upload/image", headers=basic(),
+                            files={"image": ("swatch.png", buffer.getvalue(), "image/png")}, data={"overwrite": "true"})  # fmt: skip
+        assert upload.json()["name"] == "swatch.png"
+        _, images = example.get_images(graph)
+        with Image.open(io.BytesIO(images["2"][0])) as saved:
+            seen.append(saved.convert("RGB").getpixel((0, 0)))
+    assert seen == [(255, 0, 0), (0, 0, 255)]

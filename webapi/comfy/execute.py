@@ -139,9 +139,11 @@ class Run:
         sampled.outcome.append(found)
         return found
 
+    def upload_path(self, name: str) -> Path:
+        return self.folders.find("input", self.owner, "", name)
+
     def upload(self, name: str) -> Image.Image:
-        path = self.folders.find("input", self.owner, "", name)
-        with Image.open(path) as image:
+        with Image.open(self.upload_path(name)) as image:
             image.load()
             return image.copy()
 
@@ -204,13 +206,16 @@ class Cache:
                 self._items.popitem(last=False)
 
 
-def keys(graph: Graph, nodes: list[str], model: str) -> dict[str, str]:
-    """Each node's cache key: its class, values and its inputs' keys, and the model served."""
+def keys(run: Run, nodes: list[str]) -> dict[str, str]:
+    """Each node's cache key: its class, values, its inputs' keys, the model served and what else its
+    output depends on (an upload's state: `NodeType.fingerprint`)."""
+    model = run.engine.model_info().model_name
     out: dict[str, str] = {}
     for node_id in nodes:
-        node = graph.nodes[node_id]
+        node = run.graph.nodes[node_id]
         inputs = {name: [out[src], index] for name, (src, index) in node.links.items()}
-        text = json.dumps([model, node.type.name, node.values, inputs], sort_keys=True, default=str)
+        state = node.type.fingerprint(run, node.values) if node.type.fingerprint else None
+        text = json.dumps([model, node.type.name, node.values, inputs, state], sort_keys=True, default=str)
         out[node_id] = hashlib.sha256(text.encode()).hexdigest()
     return out
 
@@ -219,7 +224,7 @@ def execute(run: Run, cache: Cache) -> dict[str, Any]:
     """Run the graph; returns the output nodes' `ui` outputs (history's `outputs`)."""
     graph, pid = run.graph, run.prompt_id
     nodes = order(graph)
-    node_keys = keys(graph, nodes, run.engine.model_info().model_name)
+    node_keys = keys(run, nodes)
     results = {n: found for n in nodes if (found := cache.get(node_keys[n])) is not None}
     run.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": int(time.time() * 1000)}})
     run.send({"type": "execution_cached", "data": {"nodes": [n for n in nodes if n in results], "prompt_id": pid}})

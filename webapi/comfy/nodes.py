@@ -186,7 +186,13 @@ def vae_encode_for_inpaint(ctx: Any, pixels: Pictures, vae: Vae, mask: Mask, gro
     return (Latent(width, height, len(pixels.images), pixels=pixels, mask=Mask(grown)),)
 
 
-@node("LoadImage", "image", {"image": combo(lambda c: c.uploads)}, ("IMAGE", "MASK"))
+def upload_state(ctx: Any, values: dict[str, Any]) -> tuple[int, int]:
+    """An upload's size and time: the same name uploaded again (overwrite) is another picture."""
+    found = ctx.upload_path(values["image"]).stat()
+    return found.st_size, found.st_mtime_ns
+
+
+@node("LoadImage", "image", {"image": combo(lambda c: c.uploads)}, ("IMAGE", "MASK"), fingerprint=upload_state)
 def load_image(ctx: Any, image: str) -> tuple:
     """An uploaded picture (POST /upload/image) and the mask of its transparent pixels."""
     picture = ctx.upload(image)
@@ -196,7 +202,7 @@ def load_image(ctx: Any, image: str) -> tuple:
 
 
 @node("LoadImageMask", "mask", {"image": combo(lambda c: c.uploads), "channel": combo(lambda c: ("alpha", "red", "green", "blue"))},
-      ("MASK",))  # fmt: skip
+      ("MASK",), fingerprint=upload_state)  # fmt: skip
 def load_image_mask(ctx: Any, image: str, channel: str) -> tuple:
     """One channel of an uploaded picture as a mask (alpha inverted: transparent is redrawn)."""
     picture = ctx.upload(image).convert("RGBA")

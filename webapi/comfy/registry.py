@@ -69,6 +69,7 @@ class NodeType:
     output_node: bool = False
     description: str = ""
     refused: str = ""  # listed for clients that read it, but never run (why)
+    fingerprint: Callable[[Any, dict[str, Any]], Any] | None = None  # what else its output depends on (a file's state)
 
 
 NODES: dict[str, NodeType] = {}

@@ -9,6 +9,7 @@ own (`service.Prompts`, `execute.Folders`). Bodies are read as JSON whatever the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import io
 import json
@@ -23,11 +24,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import FileResponse, JSONResponse, Response
 from PIL import Image, UnidentifiedImageError
 
-from engine import AppSettings, Caller, Engine
+from engine import AppSettings, Caller, Engine, QueueFull
 from pipelines import from_any
 
 from ..access import Access, Unauthorized
@@ -40,7 +41,7 @@ from .sampler import LATENT_METHODS
 from .service import Entry, Prompts, status_message
 
 log = logging.getLogger(__name__)
-MAX_PROMPT_BYTES = 8 << 20
+MAX_PROMPT_BYTES = 2 << 20  # a prompt with its workflow (ComfyUI's UI graph): real ones are well under 1 MiB
 # ComfyUI's sampler and scheduler names (comfy/samplers.py), offered where ours match (`from_any`)
 COMFY_SAMPLERS = ("euler", "euler_ancestral", "heun", "dpm_2", "dpm_2_ancestral", "lms", "dpmpp_sde", "dpmpp_2m",
                   "dpmpp_2m_sde", "ddim", "uni_pc", "lcm", "deis")  # fmt: skip
@@ -93,9 +94,12 @@ class ComfyAPI:
             return _refusal(400, "invalid_prompt", "prompt_id must be a new id of letters, digits, '-' and '_'")
         extra = body.get("extra_data") if isinstance(body.get("extra_data"), dict) else {}
         client_id = body.get("client_id") if isinstance(body.get("client_id"), str) else None
-        entry = self.prompts.add(
-            lambda number: Entry(prompt_id, number, owner, caller, client_id, graph, extra), bool(body.get("front"))
-        )
+        try:
+            entry = self.prompts.add(
+                lambda number: Entry(prompt_id, number, owner, caller, client_id, graph, extra), bool(body.get("front"))
+            )
+        except QueueFull as exc:
+            return _refusal(429, "queue_full", str(exc))
         return JSONResponse({"prompt_id": entry.id, "number": entry.number, "node_errors": {}})
 
     async def get_prompt(self, request: Request, caller: Caller) -> dict[str, Any]:
@@ -193,6 +197,8 @@ class ComfyAPI:
         folder.mkdir(parents=True, exist_ok=True)
         stem = os.path.splitext(name)[0]
         name = stem + ".png"  # stored as a PNG whatever it came as (the pixels checked, nothing else kept)
+        if image.mode not in ("1", "L", "LA", "P", "RGB", "RGBA", "I;16"):  # CMYK, YCbCr, float: not PNG modes
+            image = image.convert("RGBA")
         n = 1
         while not overwrite and (folder / name).exists():
             name, n = f"{stem} ({n}).png", n + 1
@@ -246,15 +252,17 @@ class ComfyAPI:
             return
         client_id = socket.query_params.get("clientId") or secrets.token_hex(16)
         await socket.accept()
-        self.prompts.sockets.add(client_id, socket, caller.user)
+        outbox = self.prompts.sockets.add(client_id, socket, caller.user)
+        outbox.put(status_message(self.prompts.remaining(caller.user), client_id))
+        sender = asyncio.create_task(outbox.drain())
         try:
-            await socket.send_json(status_message(self.prompts.remaining(caller.user), client_id))
-            while True:
-                await socket.receive_text()  # clients send nothing that matters; this notices the close
-        except WebSocketDisconnect:
-            pass
+            while (await socket.receive())["type"] != "websocket.disconnect":
+                pass  # clients send nothing that matters; this notices the close
         finally:
-            self.prompts.sockets.remove(client_id, socket)
+            self.prompts.sockets.remove(client_id, outbox)
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
 
 
 def plain_name(sent: str | None) -> str:

@@ -11,6 +11,7 @@ prompt's messages to the websocket of its `client_id`, and the queue's status to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -19,14 +20,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import Caller, Engine
+from starlette.websockets import WebSocketDisconnect
+
+from engine import Caller, Engine, QueueFull
 from pipelines import PipelineError
 
 from .execute import Cache, Folders, Interrupted, Run, execute
 from .graph import Graph
 
 log = logging.getLogger(__name__)
-MAX_HISTORY = 1000
+MAX_HISTORY = 200  # finished prompts kept (each with its graph: at most MAX_PROMPT_BYTES)
+MAX_PENDING = 1000  # prompts waiting, every caller's together
+OUTBOX_SIZE = 1000  # websocket messages waiting for a slow client
 IDLE_SECONDS = 30.0  # a worker with nothing to run for this long ends (`add` starts another)
 
 
@@ -58,44 +63,66 @@ class Entry:
         }
 
 
+@dataclass
+class Outbox:
+    """One open websocket's messages, sent in order by its own task on its own event loop; a client
+    too slow to take OUTBOX_SIZE of them loses the newest rather than the server's memory."""
+
+    socket: Any
+    owner: str | None
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(OUTBOX_SIZE))
+
+    def put(self, message: Any) -> None:
+        """From any thread."""
+        with contextlib.suppress(RuntimeError):  # the socket's loop has closed: the client is gone
+            self.loop.call_soon_threadsafe(self._offer, message)
+
+    def _offer(self, message: Any) -> None:
+        if not self.queue.full():
+            self.queue.put_nowait(message)
+
+    async def drain(self) -> None:
+        """Send until the socket closes (then the handler's receive loop ends too)."""
+        while True:
+            message = await self.queue.get()
+            try:
+                await (self.socket.send_bytes(message) if isinstance(message, bytes) else self.socket.send_json(message))
+            except (RuntimeError, OSError, WebSocketDisconnect):  # closed under us: nothing more to send
+                return
+
+
 class Sockets:
-    """Open websockets by client id, each with its caller and event loop."""
+    """Open websockets by client id, each with its caller (`Outbox`)."""
 
     def __init__(self) -> None:
-        self._open: dict[str, tuple[Any, asyncio.AbstractEventLoop, str | None]] = {}
+        self._open: dict[str, Outbox] = {}
         self._lock = threading.Lock()
 
-    def add(self, client_id: str, socket: Any, owner: str | None) -> None:
+    def add(self, client_id: str, socket: Any, owner: str | None) -> Outbox:
+        """On the socket's event loop."""
+        outbox = Outbox(socket, owner)
         with self._lock:
-            self._open[client_id] = (socket, asyncio.get_running_loop(), owner)
+            self._open[client_id] = outbox
+        return outbox
 
-    def remove(self, client_id: str, socket: Any) -> None:
+    def remove(self, client_id: str, outbox: Outbox) -> None:
         with self._lock:
-            if client_id in self._open and self._open[client_id][0] is socket:
+            if self._open.get(client_id) is outbox:
                 del self._open[client_id]
 
     def send(self, owner: str | None, client_id: str | None, message: Any) -> None:
         """To the prompt's client (its caller's own socket only); without a client id, to every socket of the caller."""
         with self._lock:
-            targets = [v for k, v in self._open.items() if v[2] == owner and (client_id is None or k == client_id)]
-        for socket, loop, _ in targets:
-            _deliver(socket, loop, message)
+            targets = [o for k, o in self._open.items() if o.owner == owner and (client_id is None or k == client_id)]
+        for outbox in targets:
+            outbox.put(message)
 
     def broadcast(self, message_for: Callable[[str | None], Any]) -> None:
         with self._lock:
             targets = list(self._open.values())
-        for socket, loop, owner in targets:
-            _deliver(socket, loop, message_for(owner))
-
-
-def _deliver(socket: Any, loop: asyncio.AbstractEventLoop, message: Any) -> None:
-    sending = socket.send_bytes(message) if isinstance(message, bytes) else socket.send_json(message)
-    try:
-        future = asyncio.run_coroutine_threadsafe(sending, loop)
-    except RuntimeError:  # the socket's loop has closed: the client is gone
-        sending.close()
-        return
-    future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a closed socket drops the message
+        for outbox in targets:
+            outbox.put(message_for(outbox.owner))
 
 
 class Prompts:
@@ -117,7 +144,11 @@ class Prompts:
             return prompt_id in self._running or prompt_id in self._history or any(e.id == prompt_id for e in self._pending)
 
     def add(self, entry_for: Callable[[int], Entry], front: bool = False) -> Entry:
+        """Queue a prompt; `QueueFull` past MAX_PENDING prompts waiting (ComfyUI has no bound; a
+        client may queue a batch of prompts at once, so this is wider than the engine's QUEUE_SIZE)."""
         with self._changed:
+            if len(self._pending) >= MAX_PENDING:
+                raise QueueFull(f"{len(self._pending)} prompts are waiting: try again in a moment")
             self._number += 1
             entry = entry_for(-self._number if front else self._number)
             (self._pending.insert(0, entry) if front else self._pending.append(entry))
