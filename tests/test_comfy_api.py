@@ -177,7 +177,9 @@ def test_a_second_identical_prompt_is_answered_from_the_cache(example, ckpt):
     second_id, second = example.get_images(graph)
     cached = [m["data"]["nodes"] for m in mine(example.messages, second_id) if m["type"] == "execution_cached"]
     assert sorted(cached[0]) == sorted(graph)  # every node
-    assert not [m for m in mine(example.messages, second_id) if m["type"] in ("progress", "executing") and m["data"]["node"]]
+    again = mine(example.messages, second_id)
+    assert not [m for m in again if m["type"] in ("progress", "executing") and m["data"]["node"]]
+    assert [m["data"]["node"] for m in again if m["type"] == "executed"] == ["9"]  # as ComfyUI: clients collect images from it
     assert first["9"] == second["9"]
 
 
@@ -307,6 +309,7 @@ def test_interrupt_stops_a_150_step_run_within_one_step(example, ckpt, app, monk
     monkeypatch.setattr(backend, "generate", hold)
     prompt_id = example.queue_prompt(text_graph(ckpt, seed=31, steps=150))["prompt_id"]
     assert hold.reached.wait(120), hold
+    assert json.loads(example.get(f"/history/{prompt_id}")) == {}  # running: SillyTavern polls on this
     assert httpx.post(f"{example_url(example)}/interrupt", headers=basic()).status_code == 200
     assert until(lambda: json.loads(example.get(f"/history/{prompt_id}")), timeout=60)
     item = json.loads(example.get(f"/history/{prompt_id}"))[prompt_id]
@@ -389,18 +392,28 @@ def test_a_malformed_or_huge_body_is_a_4xx(url, body):
     assert httpx.get(f"{url}/system_stats", headers=bearer()).status_code == 200
 
 
-@pytest.mark.parametrize(
-    "params",
-    [
-        {"filename": "../../../etc/passwd", "type": "output"},
-        {"filename": "passwd", "subfolder": "../../../../etc", "type": "output"},
-        {"filename": "x.png", "type": "../output"},
-        {"filename": "/etc/passwd", "type": "input"},
+def test_view_serves_the_callers_own_files_and_refuses_path_tricks(example, ckpt, url, outputs):
+    prompt_id, _images = example.get_images(text_graph(ckpt, seed=91))
+    image = json.loads(example.get(f"/history/{prompt_id}"))[prompt_id]["outputs"]["9"]["images"][0]
+    assert httpx.get(f"{url}/view", params=image, headers=basic()).status_code == 200
+    secret = outputs / "users" / "bob" / image["subfolder"] / "secret.png"  # another caller's file, really there
+    secret.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (4, 4)).save(secret)
+    (outputs / "top.png").write_bytes(secret.read_bytes())
+    tricks = [
+        {"filename": "secret.png", "subfolder": f"../bob/{image['subfolder']}", "type": "output"},
+        {"filename": f"../../bob/{image['subfolder']}/secret.png", "subfolder": image["subfolder"], "type": "output"},
+        {"filename": str(secret), "type": "output"},
+        {"filename": "top.png", "subfolder": "../..", "type": "output"},
+        {"filename": "top.png", "subfolder": "..", "type": "output"},
+        {"filename": image["filename"], "subfolder": image["subfolder"], "type": "../output"},
         {"filename": "..", "type": "output"},
-    ],
-)
-def test_view_refuses_path_tricks(url, params):
-    assert httpx.get(f"{url}/view", params=params, headers=bearer()).status_code == 404
+        {"filename": "secret.png", "subfolder": image["subfolder"], "type": "output"},  # bob's name, in alice's folder
+    ]
+    for params in tricks:
+        assert httpx.get(f"{url}/view", params=params, headers=basic()).status_code == 404, params
+    assert httpx.get(f"{url}/view", params={"filename": "secret.png", "subfolder": image["subfolder"]},
+                     headers=basic(BOB)).status_code == 200  # fmt: skip
 
 
 def test_uploads_keep_only_a_plain_name_and_only_pictures(url):
@@ -422,7 +435,7 @@ def test_queue_and_system_stats_shapes(url):
     stats = httpx.get(f"{url}/api/system_stats", headers=bearer()).json()
     assert stats["system"]["ram_total"] > 0 and stats["devices"][0]["name"]
     assert httpx.get(f"{url}/api/models/checkpoints", headers=bearer()).json()
-    assert httpx.get(f"{url}/api/prompt", headers=bearer()).json() == {"exec_info": {"queue_remaining": 0}}
+    assert until(lambda: httpx.get(f"{url}/api/prompt", headers=bearer()).json() == {"exec_info": {"queue_remaining": 0}})
 
 
 def test_the_custom_sampling_family_is_a_ksampler_put_together(example, ckpt):
@@ -564,3 +577,35 @@ def test_an_upload_replaced_under_the_same_name_is_not_served_from_the_cache(exa
         with Image.open(io.BytesIO(images["2"][0])) as saved:
             seen.append(saved.convert("RGB").getpixel((0, 0)))
     assert seen == [(255, 0, 0), (0, 0, 255)]
+
+
+@pytest.mark.parametrize(
+    ("edit", "node", "name"),
+    [
+        (lambda g: g["5"]["inputs"].update(batch_size=17), "5", "batch_size"),
+        (lambda g: g["5"]["inputs"].update(width=4096, height=4096), "5", "width"),
+        (lambda g: g["3"]["inputs"].update(cfg=10**400), "3", "cfg"),
+    ],
+    ids=["batch over MAX_BATCH", "pixels over the model's", "a 400-digit CFG"],
+)
+def test_sizes_and_numbers_beyond_the_models_limits_are_refused_before_running(url, ckpt, edit, node, name):
+    graph = text_graph(ckpt)
+    edit(graph)
+    answer = httpx.post(f"{url}/prompt", json={"prompt": graph}, headers=bearer())
+    assert answer.status_code == 400, answer.text
+    assert name in {e["extra_info"]["input_name"] for e in answer.json()["node_errors"][node]["errors"]}
+
+
+def test_odd_but_valid_graphs_run(example, ckpt):
+    """As ComfyUI: a node no output needs is neither checked nor run, node ids need not be numbers,
+    a size off the model's multiple runs at the multiple below (with a warning)."""
+    graph = {("²" if k == "3" else k): v for k, v in text_graph(ckpt, seed=95, size=70).items()}
+    graph["8"]["inputs"]["samples"] = ["²", 0]
+    graph["50"] = {"class_type": "LoadImage", "inputs": {"image": "not-uploaded.png"}}
+    prompt_id, images = example.get_images(graph)
+    with Image.open(io.BytesIO(images["9"][0])) as got:
+        assert got.size == (64, 64)
+    item = json.loads(example.get(f"/history/{prompt_id}"))[prompt_id]
+    assert any("70x70 runs as 64x64" in m[1]["message"] for m in item["status"]["messages"] if m[0] == "warning")
+    assert httpx.post(f"{example_url(example)}/queue", json=[1, 2], headers=basic()).status_code == 200
+    assert httpx.post(f"{example_url(example)}/history", json="clear", headers=basic()).status_code == 200

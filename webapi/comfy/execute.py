@@ -27,7 +27,7 @@ from typing import Any
 
 from PIL import Image, PngImagePlugin
 
-from engine import Caller, Engine, Finished, Preview, Progress
+from engine import Caller, CancelledBeforeStart, Engine, Finished, Preview, Progress, QueueFull, TooManyJobs
 from engine.jobs import Job
 from engine.outputs import OutputStore
 
@@ -37,6 +37,7 @@ from .values import Latent, Pictures, Sampled
 
 SAFE_NAME = re.compile(r"^[\w][\w .()\-]{0,127}$")
 PREVIEW_EVENT, JPEG = 1, 1
+ADMISSION_WAIT = 600.0  # seconds a sampler waits for the engine to admit its job
 RESAMPLE = {"nearest-exact": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
             "area": Image.Resampling.BOX, "bicubic": Image.Resampling.BICUBIC, "bislerp": Image.Resampling.BILINEAR}  # fmt: skip
 
@@ -90,6 +91,7 @@ class Run:
     warnings: list[str] = field(default_factory=list)
     stopped: threading.Event = field(default_factory=threading.Event)
     job: Job | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -97,10 +99,24 @@ class Run:
     def latent_upscalers(self) -> tuple[str, ...]:
         return tuple(self.engine.model_info().upscalers)
 
+    def model_name(self) -> str:
+        return self.engine.model_info().model_name
+
+    def size_multiple(self) -> int:
+        return self.engine.model_info().size_multiple
+
+    def check_size(self, width: int, height: int) -> None:
+        """ValueError for a size the model refuses (known only once a node's input size is)."""
+        info = self.engine.model_info()
+        if width * height > info.max_pixels or max(width, height) > info.max_side:
+            raise ValueError(f"{width}x{height} is larger than the model takes ({info.max_pixels} pixels, sides to {info.max_side})")
+
     def interrupt(self) -> None:
-        self.stopped.set()
-        if self.job is not None:
-            self.engine.cancel(self.job)
+        with self._lock:
+            self.stopped.set()
+            job = self.job
+        if job is not None:
+            self.engine.cancel(job)
 
     def pictures(self, latent: Latent) -> Pictures:
         if latent.sampled is not None:
@@ -116,28 +132,55 @@ class Run:
         return found
 
     def _sampled(self, sampled: Sampled) -> Pictures:
+        """The sampler's request run as one engine job (once), its steps and previews reported."""
         if sampled.outcome:
             return sampled.outcome[0]
+        job = self._submit(sampled)
+        result, last = None, -1
+        try:
+            for event in job.events():
+                if isinstance(event, Progress) and event.step != last:  # once per step (the last one comes twice)
+                    last = event.step
+                    self.send({"type": "progress", "data": {"value": event.step, "max": event.total,
+                                                            "prompt_id": self.prompt_id, "node": sampled.node}})  # fmt: skip
+                elif isinstance(event, Preview) and self.previews and event.images:
+                    self.send(preview_frame(event.images[-1]))
+                elif isinstance(event, Finished):
+                    result = event.result
+        except CancelledBeforeStart:
+            raise Interrupted("interrupted before it started") from None
+        finally:
+            with self._lock:
+                self.job = None
         if self.stopped.is_set():
             raise Interrupted("interrupted")
-        self.job = self.engine.submit(sampled.request, self.caller)
-        result, last = None, -1
-        for event in self.job.events():
-            if isinstance(event, Progress) and event.step != last:  # once per step (the last one is reported twice)
-                last = event.step
-                self.send({"type": "progress", "data": {"value": event.step, "max": event.total,
-                                                        "prompt_id": self.prompt_id, "node": sampled.node}})  # fmt: skip
-            elif isinstance(event, Preview) and self.previews and event.images:
-                self.send(preview_frame(event.images[-1]))
-            elif isinstance(event, Finished):
-                result = event.result
-        self.job = None
-        if result is None or (result.cancelled and self.stopped.is_set()):
-            raise Interrupted("interrupted")
+        if result is None or result.cancelled or not result.images:  # TIME_BUDGET: no partial batch is cached
+            raise ValueError("; ".join(result.warnings if result else []) or "the sampler made no image")
         self.warnings.extend(result.warnings)
         found = Pictures(tuple(result.images), tuple(result.metadata), tuple(result.seeds))
         sampled.outcome.append(found)
         return found
+
+    def _submit(self, sampled: Sampled) -> Job:
+        """The engine job, submitted when the engine admits it: while the caller is at QUEUE_PER_USER
+        (its UI or other API jobs) or the queue is full, the prompt waits (Stop ends the wait)."""
+        deadline = time.monotonic() + ADMISSION_WAIT
+        while True:
+            if self.stopped.is_set():
+                raise Interrupted("interrupted")
+            try:
+                job = self.engine.submit(sampled.request, self.caller)
+                break
+            except (TooManyJobs, QueueFull):
+                if time.monotonic() > deadline:
+                    raise
+                self.stopped.wait(0.25)  # the engine has no "admitted" event to wait on
+        with self._lock:
+            self.job = job
+            stopped = self.stopped.is_set()
+        if stopped:  # /interrupt came between the check above and here
+            self.engine.cancel(job)
+        return job
 
     def upload_path(self, name: str) -> Path:
         return self.folders.find("input", self.owner, "", name)
@@ -221,17 +264,19 @@ def keys(run: Run, nodes: list[str]) -> dict[str, str]:
 
 
 def execute(run: Run, cache: Cache) -> dict[str, Any]:
-    """Run the graph; returns the output nodes' `ui` outputs (history's `outputs`)."""
+    """Run the graph; returns the output nodes' `ui` outputs (history's `outputs`). Only what the
+    outputs need runs: the walk back from each output stops at a node answered from the cache."""
     graph, pid = run.graph, run.prompt_id
     nodes = order(graph)
     node_keys = keys(run, nodes)
     results = {n: found for n in nodes if (found := cache.get(node_keys[n])) is not None}
+    needed = _needed(graph, results)
     run.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": int(time.time() * 1000)}})
-    run.send({"type": "execution_cached", "data": {"nodes": [n for n in nodes if n in results], "prompt_id": pid}})
+    run.send({"type": "execution_cached", "data": {"nodes": [n for n in nodes if n not in needed], "prompt_id": pid}})
     outputs: dict[str, Any] = {}
     for node_id in nodes:
         node = graph.nodes[node_id]
-        if node_id not in results:
+        if node_id in needed:
             if run.stopped.is_set():
                 raise Interrupted("interrupted")
             run.node = node_id
@@ -239,12 +284,23 @@ def execute(run: Run, cache: Cache) -> dict[str, Any]:
             args = {**node.values, **{name: results[src][index] for name, (src, index) in node.links.items()}}
             results[node_id] = node.type.run(run, **args)
             cache.put(node_keys[node_id], results[node_id])
-            if node.type.output_node:
-                run.send({"type": "executed", "data": {"node": node_id, "display_node": node_id,
-                                                       "output": results[node_id][0], "prompt_id": pid}})  # fmt: skip
-        if node.type.output_node:
+        if node.type.output_node:  # sent for a cached one too, as ComfyUI does: clients collect images from it
             outputs[node_id] = results[node_id][0]
+            run.send({"type": "executed", "data": {"node": node_id, "display_node": node_id, "output": outputs[node_id],
+                                                   "prompt_id": pid}})  # fmt: skip
     return outputs
+
+
+def _needed(graph: Graph, cached: dict[str, Any]) -> set[str]:
+    """The nodes that must run: back from the outputs, through every node not in the cache."""
+    needed: set[str] = set()
+    stack = [n for n in graph.outputs if n not in cached]
+    while stack:
+        node_id = stack.pop()
+        if node_id not in needed:
+            needed.add(node_id)
+            stack.extend(src for src, _ in graph.nodes[node_id].links.values() if src not in cached)
+    return needed
 
 
 assert set(RESAMPLE) == set(LATENT_METHODS)

@@ -54,19 +54,20 @@ def check(prompt: Any, catalog: Catalog) -> Graph:
     if len(prompt) > MAX_NODES:
         raise Invalid(f"the prompt has {len(prompt)} nodes; at most {MAX_NODES} are accepted", kind="invalid_prompt")
     _classes(prompt)
-    errors: dict[str, Any] = {}
-    nodes: dict[str, Node] = {}
-    for node_id, raw in prompt.items():
-        found, problems = _node(str(node_id), raw, prompt, catalog)
-        if problems:
-            errors[str(node_id)] = {"errors": problems, "dependent_outputs": [], "class_type": raw["class_type"]}
-        else:
-            nodes[str(node_id)] = found
-    if errors:
-        raise Invalid("Prompt outputs failed validation", errors)
-    outputs = [n.id for n in nodes.values() if n.type.output_node]
+    outputs = [str(k) for k, raw in prompt.items() if NODES[raw["class_type"]].output_node]
     if not outputs:
         raise Invalid("Prompt has no outputs", kind="prompt_no_outputs")
+    errors: dict[str, Any] = {}
+    nodes: dict[str, Node] = {}
+    for node_id in _reachable(prompt, outputs):  # as ComfyUI: a node no output needs is not checked (nor run)
+        raw = prompt[node_id]
+        found, problems = _node(node_id, raw, prompt, catalog)
+        if problems:
+            errors[node_id] = {"errors": problems, "dependent_outputs": [], "class_type": raw["class_type"]}
+        else:
+            nodes[node_id] = found
+    if errors:
+        raise Invalid("Prompt outputs failed validation", errors)
     graph = Graph(nodes, prompt, outputs)
     order(graph)  # refuses cycles
     return graph
@@ -85,6 +86,21 @@ def _classes(prompt: dict[str, Any]) -> None:
             raise Invalid(message, errors, kind="invalid_prompt")
         if not isinstance(raw.get("inputs", {}), dict):
             raise Invalid(f"node {node_id}'s inputs must be an object", kind="invalid_prompt")
+
+
+def _reachable(prompt: dict[str, Any], outputs: list[str]) -> list[str]:
+    """The node ids the outputs read, directly or through links ([id, index] values naming a node)."""
+    seen: list[str] = []
+    stack = list(outputs)
+    while stack:
+        node_id = stack.pop()
+        if node_id in seen:
+            continue
+        seen.append(node_id)
+        for value in (prompt[node_id].get("inputs") or {}).values():
+            if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str | int) and str(value[0]) in prompt:
+                stack.append(str(value[0]))
+    return seen
 
 
 def _error(kind: str, message: str, name: str, value: Any = None) -> dict[str, Any]:
@@ -117,8 +133,10 @@ def _node(node_id: str, raw: dict[str, Any], prompt: dict[str, Any], catalog: Ca
         else:
             try:
                 values[name] = parse(declared, value, catalog)
-            except ValueError as exc:
+            except (ValueError, OverflowError) as exc:
                 problems.append(_error("value_not_valid", str(exc), name, _short(value)))
+    if not problems and kind.check is not None:
+        problems = [_error("value_not_valid", message, name, values.get(name)) for name, message in kind.check(catalog, values)]
     return Node(node_id, kind, values, links), problems
 
 
@@ -198,4 +216,4 @@ def order(graph: Graph) -> list[str]:
 
 
 def _key(node_id: str) -> tuple[int, str]:
-    return (int(node_id), "") if node_id.isdigit() else (1 << 62, node_id)
+    return (int(node_id), "") if node_id.isascii() and node_id.isdigit() else (1 << 62, node_id)

@@ -20,10 +20,12 @@ from .registry import (
     SCHEDULER,
     SEED,
     SIZE,
+    SIZE0,
     STEPS,
     TEXT,
     In,
     combo,
+    fits,
     link,
     node,
 )
@@ -36,6 +38,8 @@ from .values import Clip, Conditioning, Latent, Mask, Model, Pictures, Vae
 @node("CheckpointLoaderSimple", "loaders", {"ckpt_name": CKPT}, ("MODEL", "CLIP", "VAE"))
 def checkpoint_loader(ctx: Any, ckpt_name: str) -> tuple:
     """The model the server runs (its text encoder and VAE with it)."""
+    if ckpt_name != ctx.model_name():
+        raise ValueError(f"{ckpt_name} is no longer the model served ({ctx.model_name()} was loaded since)")
     return Model(ckpt_name), Clip(ckpt_name), Vae(ckpt_name)
 
 
@@ -84,10 +88,14 @@ def clip_text_encode(ctx: Any, text: str, clip: Clip) -> tuple:
 # ------------------------------------------------------------------ latents and samplers
 
 
-@node("EmptyLatentImage", "latent", {"width": SIZE, "height": SIZE, "batch_size": BATCH}, ("LATENT",))
+@node("EmptyLatentImage", "latent", {"width": SIZE, "height": SIZE, "batch_size": BATCH}, ("LATENT",),
+      check=fits("width", "height", "batch_size"))  # fmt: skip
 def empty_latent(ctx: Any, width: int, height: int, batch_size: int) -> tuple:
-    """An empty canvas: a sampler on it draws from text."""
-    return (Latent(width, height, batch_size),)
+    """An empty canvas: a sampler on it draws from text (its size down to the model's multiple, as a latent is)."""
+    step = ctx.size_multiple()
+    if width % step or height % step:
+        ctx.warn(f"node {ctx.node}: {width}x{height} runs as {width // step * step}x{height // step * step} (multiples of {step})")
+    return (Latent(max(step, width // step * step), max(step, height // step * step), batch_size),)
 
 
 KSAMPLER_INPUTS = {
@@ -127,8 +135,8 @@ def ksampler_advanced(ctx: Any, model: Model, add_noise: str, noise_seed: int, s
 
 @node("LatentUpscale", "latent", {
     "samples": link("LATENT"), "upscale_method": combo(lambda c: c.latent_methods, "nearest-exact"),
-    "width": SIZE, "height": SIZE, "crop": combo(lambda c: ("disabled", "center")),
-}, ("LATENT",))  # fmt: skip
+    "width": SIZE0, "height": SIZE0, "crop": combo(lambda c: ("disabled", "center")),
+}, ("LATENT",), check=fits("width", "height"))  # fmt: skip
 def latent_upscale(ctx: Any, samples: Latent, upscale_method: str, width: int, height: int, crop: str) -> tuple:
     """Enlarge the latent to width x height (0: keep the aspect ratio)."""
     if width == 0 and height == 0:
@@ -145,6 +153,7 @@ def latent_upscale(ctx: Any, samples: Latent, upscale_method: str, width: int, h
 def latent_upscale_by(ctx: Any, samples: Latent, upscale_method: str, scale_by: float) -> tuple:
     """Enlarge the latent by a factor."""
     width, height = round(samples.width * scale_by / 8) * 8, round(samples.height * scale_by / 8) * 8
+    ctx.check_size(width, height)
     return (_enlarged(samples, width, height, upscale_method),)
 
 
@@ -212,10 +221,15 @@ def load_image_mask(ctx: Any, image: str, channel: str) -> tuple:
 
 @node("ImageScale", "image/upscaling", {
     "image": link("IMAGE"), "upscale_method": combo(lambda c: ("nearest-exact", "bilinear", "area", "bicubic", "lanczos")),
-    "width": SIZE, "height": SIZE, "crop": combo(lambda c: ("disabled", "center")),
-}, ("IMAGE",))  # fmt: skip
+    "width": SIZE0, "height": SIZE0, "crop": combo(lambda c: ("disabled", "center")),
+}, ("IMAGE",), check=fits("width", "height"))  # fmt: skip
 def image_scale(ctx: Any, image: Pictures, upscale_method: str, width: int, height: int, crop: str) -> tuple:
-    """Resize pictures (Pillow)."""
+    """Resize pictures (Pillow; a side of 0 keeps the aspect ratio)."""
+    first = image.images[0]
+    if width == 0 and height == 0:
+        return (image,)
+    width = width or round(first.width * height / first.height)
+    height = height or round(first.height * width / first.width)
     resample = {"nearest-exact": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
                 "area": Image.Resampling.BOX, "bicubic": Image.Resampling.BICUBIC,
                 "lanczos": Image.Resampling.LANCZOS}[upscale_method]  # fmt: skip

@@ -30,6 +30,10 @@ class Catalog:
     upscale_models: tuple[str, ...]
     latent_methods: tuple[str, ...]
     controlnets: tuple[str, ...] = ()
+    size_multiple: int = 8  # the model's limits (ModelInfo): what a node's size and batch are checked against
+    max_batch: int = 16
+    max_pixels: int = 2048 * 2048
+    max_side: int = 16384
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class NodeType:
     description: str = ""
     refused: str = ""  # listed for clients that read it, but never run (why)
     fingerprint: Callable[[Any, dict[str, Any]], Any] | None = None  # what else its output depends on (a file's state)
+    check: Callable[[Catalog, dict[str, Any]], list[tuple[str, str]]] | None = None  # (input, why) against the model's limits
 
 
 NODES: dict[str, NodeType] = {}
@@ -81,6 +86,22 @@ def node(name: str, category: str, inputs: dict[str, In], outputs: tuple[str, ..
         return fn
 
     return register
+
+
+def fits(width_key: str, height_key: str, batch_key: str | None = None) -> Callable[[Catalog, dict[str, Any]], list]:
+    """A node's check that its size (and batch) fit the model's limits: the engine would refuse the
+    request later, and a picture that large is memory the server may not have."""
+
+    def check(c: Catalog, values: dict[str, Any]) -> list[tuple[str, str]]:
+        width, height = values[width_key], values[height_key]
+        out = [(k, f"larger than the model's largest side, {c.max_side}") for k in (width_key, height_key) if values[k] > c.max_side]
+        if width * height > c.max_pixels:
+            out.append((width_key, f"{width}x{height} is more than the model's {c.max_pixels} pixels"))
+        if batch_key and values[batch_key] > c.max_batch:
+            out.append((batch_key, f"more than the model's {c.max_batch} images at once (MAX_BATCH)"))
+        return out
+
+    return check
 
 
 def link(kind: str, **kw: Any) -> In:
@@ -99,6 +120,7 @@ SAMPLER = combo(lambda c: c.samplers, "euler")
 SCHEDULER = combo(lambda c: c.schedulers, "normal")
 DENOISE = In("FLOAT", 1.0, 0.0, 1.0, 0.01)
 SIZE = In("INT", 512, 16, spec("width").value.high, 8)
+SIZE0 = In("INT", 512, 0, spec("width").value.high, 8)  # 0: from the other side, keeping the aspect ratio
 BATCH = In("INT", 1, 1, 64)
 TEXT = In("STRING", "", multiline=True)
 LORA_STRENGTH = In("FLOAT", 1.0, spec("loras").value.scale.low, spec("loras").value.scale.high, 0.01)

@@ -77,6 +77,10 @@ class ComfyAPI:
             upscale_models=tuple(u.name for u in upscalers if u.kind == "model"),
             latent_methods=tuple(LATENT_METHODS),
             controlnets=tuple(info.controlnets),
+            size_multiple=info.size_multiple,
+            max_batch=info.max_batch,
+            max_pixels=info.max_pixels,
+            max_side=info.max_side,
         )
 
     # ------------------------------------------------------------- prompts
@@ -96,6 +100,7 @@ class ComfyAPI:
         client_id = body.get("client_id") if isinstance(body.get("client_id"), str) else None
         try:
             entry = self.prompts.add(
+                owner,
                 lambda number: Entry(prompt_id, number, owner, caller, client_id, graph, extra), bool(body.get("front"))
             )
         except QueueFull as exc:
@@ -109,7 +114,8 @@ class ComfyAPI:
         return self.prompts.queue(caller.user)
 
     async def post_queue(self, request: Request, caller: Caller) -> Response:
-        body = await json_body(request, 1 << 20) or {}
+        body = await json_body(request, 1 << 20)
+        body = body if isinstance(body, dict) else {}
         if body.get("clear"):
             self.prompts.delete(caller.user, None)
         if isinstance(body.get("delete"), list):
@@ -124,14 +130,15 @@ class ComfyAPI:
 
     async def get_history(self, request: Request, caller: Caller) -> dict[str, Any]:
         raw = request.query_params.get("max_items")
-        max_items = int(raw) if raw and raw.isdigit() else None
+        max_items = int(raw) if raw and raw.isascii() and raw.isdigit() else None
         return self.prompts.history(caller.user, max_items=max_items)
 
     async def get_history_item(self, request: Request, caller: Caller) -> dict[str, Any]:
         return self.prompts.history(caller.user, request.path_params["prompt_id"])
 
     async def post_history(self, request: Request, caller: Caller) -> Response:
-        body = await json_body(request, 1 << 20) or {}
+        body = await json_body(request, 1 << 20)
+        body = body if isinstance(body, dict) else {}
         if body.get("clear"):
             self.prompts.forget(caller.user, None)
         if isinstance(body.get("delete"), list):
@@ -156,7 +163,7 @@ class ComfyAPI:
 
     async def _upload(self, request: Request, caller: Caller, mask: bool) -> Response:
         length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > self.settings.max_file_bytes:
+        if length and length.isascii() and length.isdigit() and int(length) > self.settings.max_file_bytes:
             return Response(f"the upload is larger than MAX_FILE_SIZE ({self.settings.max_file_size})", status_code=413)
         form = await request.form(max_files=1, max_fields=8)
         try:

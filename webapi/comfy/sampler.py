@@ -24,9 +24,11 @@ from pipelines import GenerationRequest, from_any
 from pipelines.schema.control import ControlUnit
 from pipelines.schema.hires import Hires
 from pipelines.schema.inpaint import Inpaint
+from pipelines.schema.request import spec
 
 from .values import Conditioning, Latent, Model, Pictures, Sampled
 
+MAX_STEPS = int(spec("steps").value.high)
 # ComfyUI's latent upscale methods -> our latent upscalers (pipelines.imaging.upscalers.LATENT)
 LATENT_METHODS = {
     "nearest-exact": "Latent (nearest-exact)", "bilinear": "Latent", "area": "Latent (antialiased)",
@@ -59,6 +61,8 @@ class SamplerInputs:
 def sample(ctx: Context, given: SamplerInputs) -> Latent:
     """The sampler's output latent: a request to run when its pixels are needed."""
     latent = given.latent
+    if given.denoise == 0 and not latent.empty:  # ComfyUI: nothing is redrawn
+        return latent
     if latent.empty:
         if given.denoise < 1.0:
             ctx.warn(f"node {ctx.node}: denoise {given.denoise:g} on an empty latent runs as 1.0 (text-to-image)")
@@ -97,8 +101,13 @@ def _common(ctx: Context, given: SamplerInputs) -> dict[str, Any]:
     }
 
 
-def _second_pass_steps(given: SamplerInputs) -> int:
-    return max(1, round(given.steps / given.denoise))
+def _second_pass_steps(ctx: Context, given: SamplerInputs) -> int:
+    """The request's steps for `given.steps` to run at this denoise (at most the schema's)."""
+    wanted = max(1, round(given.steps / given.denoise))
+    if wanted > MAX_STEPS:
+        ctx.warn(f"node {ctx.node}: {given.steps} steps at denoise {given.denoise:g} would be {wanted} in all; "
+                 f"{MAX_STEPS} run ({round(MAX_STEPS * given.denoise)} of them here)")  # fmt: skip
+    return min(wanted, MAX_STEPS)
 
 
 def _fused(ctx: Context, given: SamplerInputs) -> GenerationRequest | None:
@@ -119,7 +128,7 @@ def _fused(ctx: Context, given: SamplerInputs) -> GenerationRequest | None:
         hires_upscaler=upscaler,
         hires_width=latent.width,
         hires_height=latent.height,
-        hires_steps=_second_pass_steps(given),
+        hires_steps=_second_pass_steps(ctx, given),
         hires_strength=given.denoise,
         hires_prompt=given.positive.text if given.positive.text != prior.prompt else None,
         hires_negative_prompt=(given.negative.text or None) if (given.negative.text or None) != prior.negative_prompt else None,
@@ -135,7 +144,7 @@ def _redraw(ctx: Context, given: SamplerInputs) -> GenerationRequest:
         **_common(ctx, given),
         "init_images": list(pictures.images),
         "strength": given.denoise,
-        "steps": _second_pass_steps(given),
+        "steps": _second_pass_steps(ctx, given),
     }
     if given.latent.mask is not None:
         fields["inpaint"] = Inpaint(mask=given.latent.mask.image, mask_blur=0)

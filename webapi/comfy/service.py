@@ -29,8 +29,9 @@ from .execute import Cache, Folders, Interrupted, Run, execute
 from .graph import Graph
 
 log = logging.getLogger(__name__)
-MAX_HISTORY = 200  # finished prompts kept (each with its graph: at most MAX_PROMPT_BYTES)
+MAX_HISTORY = 200  # finished prompts kept per caller (each with its graph: at most MAX_PROMPT_BYTES)
 MAX_PENDING = 1000  # prompts waiting, every caller's together
+MAX_PENDING_PER_CALLER = 200
 OUTBOX_SIZE = 1000  # websocket messages waiting for a slow client
 IDLE_SECONDS = 30.0  # a worker with nothing to run for this long ends (`add` starts another)
 
@@ -96,25 +97,25 @@ class Sockets:
     """Open websockets by client id, each with its caller (`Outbox`)."""
 
     def __init__(self) -> None:
-        self._open: dict[str, Outbox] = {}
+        self._open: dict[tuple[str | None, str], Outbox] = {}  # (caller, client id): one caller cannot take another's
         self._lock = threading.Lock()
 
     def add(self, client_id: str, socket: Any, owner: str | None) -> Outbox:
         """On the socket's event loop."""
         outbox = Outbox(socket, owner)
         with self._lock:
-            self._open[client_id] = outbox
+            self._open[owner, client_id] = outbox
         return outbox
 
     def remove(self, client_id: str, outbox: Outbox) -> None:
         with self._lock:
-            if self._open.get(client_id) is outbox:
-                del self._open[client_id]
+            if self._open.get((outbox.owner, client_id)) is outbox:
+                del self._open[outbox.owner, client_id]
 
     def send(self, owner: str | None, client_id: str | None, message: Any) -> None:
         """To the prompt's client (its caller's own socket only); without a client id, to every socket of the caller."""
         with self._lock:
-            targets = [o for k, o in self._open.items() if o.owner == owner and (client_id is None or k == client_id)]
+            targets = [o for (who, cid), o in self._open.items() if who == owner and client_id in (None, cid)]
         for outbox in targets:
             outbox.put(message)
 
@@ -143,12 +144,13 @@ class Prompts:
         with self._changed:
             return prompt_id in self._running or prompt_id in self._history or any(e.id == prompt_id for e in self._pending)
 
-    def add(self, entry_for: Callable[[int], Entry], front: bool = False) -> Entry:
+    def add(self, owner: str | None, entry_for: Callable[[int], Entry], front: bool = False) -> Entry:
         """Queue a prompt; `QueueFull` past MAX_PENDING prompts waiting (ComfyUI has no bound; a
         client may queue a batch of prompts at once, so this is wider than the engine's QUEUE_SIZE)."""
         with self._changed:
-            if len(self._pending) >= MAX_PENDING:
-                raise QueueFull(f"{len(self._pending)} prompts are waiting: try again in a moment")
+            mine = sum(e.owner == owner for e in self._pending)
+            if len(self._pending) >= MAX_PENDING or mine >= MAX_PENDING_PER_CALLER:
+                raise QueueFull(f"{mine} of your prompts ({len(self._pending)} in all) are waiting: try again in a moment")
             self._number += 1
             entry = entry_for(-self._number if front else self._number)
             (self._pending.insert(0, entry) if front else self._pending.append(entry))
@@ -235,20 +237,30 @@ class Prompts:
     def _work(self) -> None:
         while (entry := self._next()) is not None:
             self._status()
+            ending: list[dict[str, Any]] = []
             try:
-                self._execute(entry)
+                ending = self._execute(entry)
             finally:
-                with self._changed:
-                    del self._running[entry.id]
-                    self._history[entry.id] = entry
-                    while len(self._history) > MAX_HISTORY:
-                        self._history.popitem(last=False)
-                    self._changed.notify_all()  # a caller at QUEUE_PER_USER may run its next prompt
+                self._file(entry)
+                for message in ending:  # after the history entry exists: clients read it on these
+                    self.sockets.send(entry.owner, entry.client_id, message)
                 self._status()
 
-    def _execute(self, entry: Entry) -> None:
+    def _file(self, entry: Entry) -> None:
+        """Move a finished prompt to the history: the caller's newest MAX_HISTORY kept."""
+        with self._changed:
+            del self._running[entry.id]
+            self._history[entry.id] = entry
+            mine = [k for k, e in self._history.items() if e.owner == entry.owner]
+            for k in mine[: max(0, len(mine) - MAX_HISTORY)]:
+                del self._history[k]
+            self._changed.notify_all()  # a caller at QUEUE_PER_USER may run its next prompt
+
+    def _execute(self, entry: Entry) -> list[dict[str, Any]]:
+        """Run the prompt; returns the messages that end it (sent once it is in the history)."""
+
         def send(message: Any) -> None:
-            if isinstance(message, dict) and message["type"] in ("execution_start", "execution_cached", "execution_success"):
+            if isinstance(message, dict) and message["type"] in ("execution_start", "execution_cached"):
                 entry.messages.append([message["type"], message["data"] | {"timestamp": int(time.time() * 1000)}])
             self.sockets.send(entry.owner, entry.client_id, message)
 
@@ -257,25 +269,25 @@ class Prompts:
         previews = str(extra.get("preview_method", "none")).lower() not in ("none", "")
         entry.run = run = Run(entry.id, self.engine, entry.caller, entry.owner, self.folders, entry.graph, send, previews, workflow)
         if entry.cancelled:
-            run.stopped.set()
+            run.interrupt()
         cache = self._caches.setdefault(entry.owner, Cache())
         try:
             entry.outputs = execute(run, cache)
         except Interrupted:
-            self._failed(entry, send, "execution_interrupted", {})
+            return self._failed(entry, "execution_interrupted", {})
         except Exception as exc:  # told to the client and kept in its history; the worker goes on
             if not isinstance(exc, PipelineError | ValueError | OSError):
                 log.exception("ComfyUI prompt %s failed at node %s", entry.id, run.node)
-            self._failed(entry, send, "execution_error", {"exception_message": str(exc), "exception_type": type(exc).__name__,
-                                                          "traceback": [], "current_inputs": {}, "current_outputs": {}})  # fmt: skip
-        else:
-            entry.status = "success"
-            for warning in run.warnings:
-                entry.messages.append(["warning", {"prompt_id": entry.id, "message": warning}])
-            send({"type": "execution_success", "data": {"prompt_id": entry.id}})
-            send({"type": "executing", "data": {"node": None, "display_node": None, "prompt_id": entry.id}})
+            return self._failed(entry, "execution_error", {"exception_message": str(exc), "exception_type": type(exc).__name__,
+                                                           "traceback": [], "current_inputs": {}, "current_outputs": {}})  # fmt: skip
+        entry.status = "success"
+        for warning in run.warnings:
+            entry.messages.append(["warning", {"prompt_id": entry.id, "message": warning}])
+        done = {"prompt_id": entry.id, "timestamp": int(time.time() * 1000)}
+        entry.messages.append(["execution_success", done])
+        return [{"type": "execution_success", "data": done}, _done(entry.id)]
 
-    def _failed(self, entry: Entry, send: Callable[[Any], None], kind: str, data: dict[str, Any]) -> None:
+    def _failed(self, entry: Entry, kind: str, data: dict[str, Any]) -> list[dict[str, Any]]:
         run = entry.run
         node = run.node if run else ""
         node_type = entry.graph.nodes[node].type.name if node in entry.graph.nodes else ""
@@ -283,12 +295,16 @@ class Prompts:
         entry.status = "error"
         entry.messages.append([kind, data])
         log.info("ComfyUI prompt %s: %s at node %s", entry.id, kind, node)
-        send({"type": kind, "data": data})
-        send({"type": "executing", "data": {"node": None, "display_node": None, "prompt_id": entry.id}})
+        return [{"type": kind, "data": data}, _done(entry.id)]
 
     def _status(self) -> None:
         """Each socket hears its own caller's count (a client may take 0 as "my prompt is done")."""
         self.sockets.broadcast(lambda owner: status_message(self.remaining(owner)))
+
+
+def _done(prompt_id: str) -> dict[str, Any]:
+    """ComfyUI's "this prompt is over": `executing` with no node."""
+    return {"type": "executing", "data": {"node": None, "display_node": None, "prompt_id": prompt_id}}
 
 
 def status_message(remaining: int, sid: str | None = None) -> dict[str, Any]:
