@@ -609,3 +609,54 @@ def test_odd_but_valid_graphs_run(example, ckpt):
     assert any("70x70 runs as 64x64" in m[1]["message"] for m in item["status"]["messages"] if m[0] == "warning")
     assert httpx.post(f"{example_url(example)}/queue", json=[1, 2], headers=basic()).status_code == 200
     assert httpx.post(f"{example_url(example)}/history", json="clear", headers=basic()).status_code == 200
+
+
+def test_pictures_in_the_prompt_and_out_over_the_websocket(url, ckpt, engine):
+    """A plugin's way (comfyui-tooling-nodes): the canvas as base64 in the prompt, the results as
+    binary PNG frames (event 1, format 2) to the prompt's client, nothing read from or written to disk."""
+    import random
+
+    from models.train.world import draw, random_scene
+
+    scene = draw(random_scene(random.Random(3))).convert("RGB")
+    buffer = io.BytesIO()
+    scene.save(buffer, format="PNG")
+    graph = text_graph(ckpt, prompt="a red circle on a green background", seed=101)
+    graph |= {
+        "60": {"class_type": "ETN_LoadImageBase64", "inputs": {"image": base64.b64encode(buffer.getvalue()).decode()}},
+        "5": {"class_type": "VAEEncode", "inputs": {"pixels": ["60", 0], "vae": ["4", 2]}},
+        "9": {"class_type": "ETN_SendImageWebSocket", "inputs": {"images": ["8", 0], "format": "PNG"}},
+    }
+    graph["3"]["inputs"]["denoise"] = 0.6
+    client_id = str(uuid.uuid4())
+    ws = websocket.create_connection(f"ws://{url.split('//')[1]}/ws?clientId={client_id}", header=[f"Authorization: Bearer {KEY}"])
+    prompt_id = httpx.post(f"{url}/prompt", json={"prompt": graph, "client_id": client_id}, headers=bearer()).json()["prompt_id"]
+    frames = []
+    while True:
+        out = ws.recv()
+        if isinstance(out, bytes):
+            frames.append(out)
+        elif (m := json.loads(out))["type"] == "executing" and m["data"]["node"] is None and m["data"]["prompt_id"] == prompt_id:
+            break
+    ws.close()
+    (frame,) = frames
+    assert frame[:8] == (1).to_bytes(4, "big") + (2).to_bytes(4, "big")
+    request = same_request(prompt="a red circle on a green background", seed=101, steps=10, init_images=[scene], strength=0.6)
+    expected = engine.run(request).images[0]
+    with Image.open(io.BytesIO(frame[8:])) as got:
+        assert got.format == "PNG" and np.abs(pixels(got) - pixels(expected)).max() == 0
+
+
+def test_comfy_api_simplified_takes_websocket_images(url, ckpt):
+    """comfy-api-simplified's other path: images sent over the websocket (SaveImageWebsocket) are its result."""
+    from comfy_api_simplified import ComfyApiWrapper
+
+    graph = text_graph(ckpt, prompt="a yellow triangle on a blue background", seed=111)
+    graph["9"] = {"class_type": "SaveImageWebsocket", "inputs": {"images": ["8", 0]}}
+    for node_id, node in graph.items():
+        node["_meta"] = {"title": f"{node['class_type']} {node_id}"}
+    images = ComfyApiWrapper(url, user=ALICE[0], password=ALICE[1]).queue_and_wait_images(graph, "SaveImageWebsocket 9")
+    (png,) = images.values()
+    from models.scoring import classify
+
+    assert classify(Image.open(io.BytesIO(png)).convert("RGB")).shape == "triangle"

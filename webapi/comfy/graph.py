@@ -17,7 +17,8 @@ from pipelines.schema.fields import decimal, whole
 
 from . import nodes as _core  # noqa: F401  (the node classes register in NODES on import)
 from . import nodes_more as _more  # noqa: F401
-from .registry import MAX_TEXT, NODES, Catalog, In, NodeType
+from . import nodes_tooling as _tooling  # noqa: F401
+from .registry import NODES, Catalog, In, NodeType
 
 MAX_NODES = 1000
 
@@ -167,8 +168,8 @@ def parse(declared: In, value: Any, catalog: Catalog) -> Any:
     if declared.type == "STRING":
         if not isinstance(value, str | int | float) or isinstance(value, bool):
             raise ValueError("must be a string")
-        if len(str(value)) > MAX_TEXT:
-            raise ValueError(f"longer than {MAX_TEXT} characters")
+        if len(str(value)) > declared.max_chars:
+            raise ValueError(f"longer than {declared.max_chars} characters")
         return str(value)
     if declared.type == "BOOLEAN":
         if not isinstance(value, bool):

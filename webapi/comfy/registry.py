@@ -48,6 +48,7 @@ class In:
     choices: Callable[[Catalog], tuple[str, ...]] | None = None
     optional: bool = False
     multiline: bool = False
+    max_chars: int = MAX_TEXT  # a STRING's longest (a base64 picture's is the body's bound)
 
     @property
     def linked(self) -> bool:
