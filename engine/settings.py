@@ -158,8 +158,7 @@ class AppSettings(Section, title="App"):
         "RAY_CPUS_PER_REPLICA", 1.0, "CPUs reserved per Ray replica (and its torch threads on CPU)", ge=0.1, le=256.0
     )
     settings_file: str | None = setting(
-        "SETTINGS_FILE",
-        None,
+        "SETTINGS_FILE", None,
         "the settings file every entry point reads under the environment (`python -m devices optimize --apply` "
         "and `set` write it; empty: none; docs/settings.md#the-settings-file)",
         shown="`~/.config/diffusion-anywhere/settings.json`",
