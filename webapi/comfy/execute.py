@@ -102,6 +102,9 @@ class Run:
     def model_name(self) -> str:
         return self.engine.model_info().model_name
 
+    def max_pixels(self) -> int:
+        return self.engine.model_info().max_pixels
+
     def size_multiple(self) -> int:
         return self.engine.model_info().size_multiple
 

@@ -11,37 +11,35 @@ Registered in `registry.NODES` on import.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
 import struct
 from typing import Any
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps
 
+from ..images import from_base64, open_bytes
+from ..running import png_bytes
 from .registry import In, combo, link, node
 from .values import Mask, Pictures
 
 BASE64 = In("STRING", "", max_chars=3 << 20)  # within the prompt body's 2 MiB anyway
+MAX_BYTES = BASE64.max_chars * 3 // 4
 RESULT_EVENT, PNG = 1, 2
 
 
-def _decoded(text: str) -> Image.Image:
-    """A base64 picture; ValueError saying why not."""
-    try:
-        data = base64.b64decode(text.split(",", 1)[-1], validate=False)
-        with Image.open(io.BytesIO(data)) as image:
-            image.load()
-            return image.copy()
-    except (binascii.Error, UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
-        raise ValueError(f"not a base64 picture Pillow can read: {exc}") from None
+def _decoded(ctx: Any, text: str, name: str) -> Image.Image:
+    """A base64 picture (plain or a data URL) read as the HTTP APIs read one (`webapi.images`: the
+    header checked against the model's largest picture before any pixel is decoded); ValueError
+    (WireError) saying why not."""
+    data = from_base64(text, (name,), MAX_BYTES)
+    picture = open_bytes(data, (name,), ctx.max_pixels(), MAX_BYTES, mode=None)
+    ctx.check_size(*picture.size)
+    return picture
 
 
 @node("ETN_LoadImageBase64", "external_tooling", {"image": BASE64}, ("IMAGE", "MASK"))
 def load_image_base64(ctx: Any, image: str) -> tuple:
     """A base64 picture in the prompt, and the mask of its transparent pixels."""
-    picture = _decoded(image)
-    ctx.check_size(*picture.size)
+    picture = _decoded(ctx, image, "image")
     alpha = picture.getchannel("A") if "A" in picture.getbands() else Image.new("L", picture.size, 255)
     return Pictures((picture.convert("RGB"),)), Mask(ImageOps.invert(alpha))
 
@@ -49,8 +47,7 @@ def load_image_base64(ctx: Any, image: str) -> tuple:
 @node("ETN_LoadMaskBase64", "external_tooling", {"mask": BASE64}, ("MASK",))
 def load_mask_base64(ctx: Any, mask: str) -> tuple:
     """A base64 mask (its red channel where it has colour; white is redrawn)."""
-    picture = _decoded(mask)
-    ctx.check_size(*picture.size)
+    picture = _decoded(ctx, mask, "mask")
     return (Mask(picture.getchannel("R") if picture.mode in ("RGB", "RGBA") else picture.convert("L")),)
 
 
@@ -69,9 +66,7 @@ def apply_mask_to_image(ctx: Any, image: Pictures, mask: Mask) -> tuple:
 
 def _send(ctx: Any, pictures: Pictures) -> list[dict[str, str]]:
     for picture in pictures.images:
-        buffer = io.BytesIO()
-        picture.save(buffer, format="PNG")
-        ctx.send(struct.pack(">II", RESULT_EVENT, PNG) + buffer.getvalue())
+        ctx.send(struct.pack(">II", RESULT_EVENT, PNG) + png_bytes(picture))
     return [{"source": "websocket", "content-type": "image/png", "type": "output"} for _ in pictures.images]
 
 
