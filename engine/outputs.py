@@ -26,6 +26,7 @@ from PIL import Image
 from pipelines import TEMP_SUFFIX, GenerationResult, save_pngs
 
 log = logging.getLogger(__name__)
+NAME_PREFIX = "%H%M%S"  # a saved PNG's name starts with the time of day (`save_pngs` adds the rest)
 
 
 @dataclass
@@ -55,8 +56,7 @@ class OutputStore:
     def save(self, result: GenerationResult, owner: str | None = None, extra: dict[str, str] | None = None) -> SavedImages:
         """Write the result's PNGs (with `extra` text chunks besides our metadata); on an OS error write
         them to a private temp folder instead."""
-        folder = self.folder(owner) / time.strftime("%Y-%m-%d")
-        prefix = time.strftime("%H%M%S")
+        folder, prefix = self._today(owner), time.strftime(NAME_PREFIX)
         try:
             paths = save_pngs(result.images, result.metadata, folder, prefix=prefix, extra=extra)
         except OSError as exc:
@@ -75,9 +75,13 @@ class OutputStore:
     ) -> list[Path]:
         """Write pictures with their metadata into the owner's folder (History lists them); OSError
         propagates (the HTTP caller is told, as ComfyUI tells it)."""
-        paths = save_pngs(images, metadata, self.folder(owner) / time.strftime("%Y-%m-%d"), time.strftime("%H%M%S"), extra)
+        paths = save_pngs(images, metadata, self._today(owner), time.strftime(NAME_PREFIX), extra)
         self.prune()
         return paths
+
+    def _today(self, owner: str | None) -> Path:
+        """Where a save goes: the owner's folder, a folder per day (`history` reads `*/*.png` of it)."""
+        return self.folder(owner) / time.strftime("%Y-%m-%d")
 
     def _fallback_dir(self) -> Path:
         if self._fallback is None:
