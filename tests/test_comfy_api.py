@@ -30,6 +30,7 @@ from pipelines.run.options import DEFAULT_MODEL
 from pipelines.schema.hires import Hires
 from tests.app_server import embedded_model_available, running_app
 from tests.sync import HoldAtStep, until
+from webapi.running import png_bytes
 
 KEY = "comfy-key-0123456789abcdef"
 ALICE, BOB = ("alice", "wonderland-42"), ("bob", "builder-7")
@@ -97,6 +98,11 @@ def same_request(prompt: str = PROMPT, seed: int = 5, steps: int = 6, size: int 
 
 def pixels(image: Image.Image) -> np.ndarray:
     return np.asarray(image.convert("RGB"), dtype=np.int16)
+
+
+def upload(url: str, image: Image.Image, name: str, headers: dict[str, str], **form: str) -> httpx.Response:
+    """POST /upload/image as clients send it: multipart `image` (+ form fields such as overwrite)."""
+    return httpx.post(f"{url}/upload/image", files={"image": (name, png_bytes(image), "image/png")}, data=form, headers=headers)
 
 
 class Example:
@@ -417,10 +423,7 @@ def test_view_serves_the_callers_own_files_and_refuses_path_tricks(example, ckpt
 
 
 def test_uploads_keep_only_a_plain_name_and_only_pictures(url):
-    buffer = io.BytesIO()
-    Image.new("RGB", (8, 8), "red").save(buffer, format="PNG")
-    files = {"image": ("../../escape.png", buffer.getvalue(), "image/png")}
-    answer = httpx.post(f"{url}/upload/image", files=files, headers=bearer())
+    answer = upload(url, Image.new("RGB", (8, 8), "red"), "../../escape.png", bearer())
     assert answer.status_code == 200 and answer.json()["name"] == "escape.png"
     info = httpx.get(f"{url}/object_info/LoadImage", headers=bearer()).json()
     assert "escape.png" in info["LoadImage"]["input"]["required"]["image"][0]
@@ -463,14 +466,11 @@ def test_a_controlnet_graph_is_our_controlnet_unit(example, ckpt, engine):
     name = engine.model_info().controlnets[0]
     hint = Image.new("RGB", (64, 64), "black")
     hint.paste((255, 255, 255), (8, 8, 40, 56))
-    buffer = io.BytesIO()
-    hint.save(buffer, format="PNG")
-    upload = httpx.post(f"{example_url(example)}/upload/image", files={"image": ("hint.png", buffer.getvalue(), "image/png")},
-                        headers=basic()).json()  # fmt: skip
+    uploaded = upload(example_url(example), hint, "hint.png", basic()).json()
     graph = text_graph(ckpt, seed=61)
     graph |= {
         "30": {"class_type": "ControlNetLoader", "inputs": {"control_net_name": name}},
-        "31": {"class_type": "LoadImage", "inputs": {"image": upload["name"]}},
+        "31": {"class_type": "LoadImage", "inputs": {"image": uploaded["name"]}},
         "32": {"class_type": "ControlNetApplyAdvanced", "inputs": {"positive": ["6", 0], "negative": ["7", 0], "control_net": ["30", 0],
                "image": ["31", 0], "strength": 0.8, "start_percent": 0.0, "end_percent": 0.9}},
     }  # fmt: skip
@@ -489,13 +489,10 @@ def test_an_inpaint_graph_redraws_only_under_the_mask(example, ckpt, engine):
 
     picture = Image.new("RGBA", (64, 64), (0, 0, 255, 255))
     picture.paste((0, 0, 0, 0), (16, 16, 48, 48))  # transparent: LoadImage's mask
-    buffer = io.BytesIO()
-    picture.save(buffer, format="PNG")
-    upload = httpx.post(f"{example_url(example)}/upload/image", files={"image": ("hole.png", buffer.getvalue(), "image/png")},
-                        headers=basic()).json()  # fmt: skip
+    uploaded = upload(example_url(example), picture, "hole.png", basic()).json()
     graph = text_graph(ckpt, seed=71)
     graph |= {
-        "40": {"class_type": "LoadImage", "inputs": {"image": upload["name"]}},
+        "40": {"class_type": "LoadImage", "inputs": {"image": uploaded["name"]}},
         "41": {"class_type": "VAEEncode", "inputs": {"pixels": ["40", 0], "vae": ["4", 2]}},
         "5": {"class_type": "SetLatentNoiseMask", "inputs": {"samples": ["41", 0], "mask": ["40", 1]}},
     }
@@ -568,11 +565,8 @@ def test_an_upload_replaced_under_the_same_name_is_not_served_from_the_cache(exa
              "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "swatch"}}}  # fmt: skip
     seen = []
     for colour in ("red", "blue"):
-        buffer = io.BytesIO()
-        Image.new("RGB", (8, 8), colour).save(buffer, format="PNG")
-        upload = httpx.post(f"{example_url(example)}/upload/image", headers=basic(),
-                            files={"image": ("swatch.png", buffer.getvalue(), "image/png")}, data={"overwrite": "true"})  # fmt: skip
-        assert upload.json()["name"] == "swatch.png"
+        replaced = upload(example_url(example), Image.new("RGB", (8, 8), colour), "swatch.png", basic(), overwrite="true")
+        assert replaced.json()["name"] == "swatch.png"
         _, images = example.get_images(graph)
         with Image.open(io.BytesIO(images["2"][0])) as saved:
             seen.append(saved.convert("RGB").getpixel((0, 0)))
@@ -619,11 +613,9 @@ def test_pictures_in_the_prompt_and_out_over_the_websocket(url, ckpt, engine):
     from models.train.world import draw, random_scene
 
     scene = draw(random_scene(random.Random(3))).convert("RGB")
-    buffer = io.BytesIO()
-    scene.save(buffer, format="PNG")
     graph = text_graph(ckpt, prompt="a red circle on a green background", seed=101)
     graph |= {
-        "60": {"class_type": "ETN_LoadImageBase64", "inputs": {"image": base64.b64encode(buffer.getvalue()).decode()}},
+        "60": {"class_type": "ETN_LoadImageBase64", "inputs": {"image": base64.b64encode(png_bytes(scene)).decode()}},
         "5": {"class_type": "VAEEncode", "inputs": {"pixels": ["60", 0], "vae": ["4", 2]}},
         "9": {"class_type": "ETN_SendImageWebSocket", "inputs": {"images": ["8", 0], "format": "PNG"}},
     }

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
-import io
 import json
 import logging
 import os
@@ -26,7 +25,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import FileResponse, JSONResponse, Response
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from engine import AppSettings, Caller, Engine, QueueFull
 from pipelines import from_any
@@ -34,6 +33,7 @@ from pipelines import from_any
 from ..access import Access, Unauthorized
 from ..body import TooLarge, json_body
 from ..errors import WireError
+from ..images import open_bytes
 from .execute import SAFE_NAME
 from .graph import Invalid, check
 from .registry import NODES, Catalog, In, NodeType
@@ -114,12 +114,8 @@ class ComfyAPI:
         return self.prompts.queue(caller.user)
 
     async def post_queue(self, request: Request, caller: Caller) -> Response:
-        body = await json_body(request, 1 << 20)
-        body = body if isinstance(body, dict) else {}
-        if body.get("clear"):
-            self.prompts.delete(caller.user, None)
-        if isinstance(body.get("delete"), list):
-            self.prompts.delete(caller.user, [str(i) for i in body["delete"]])
+        for ids in await _selections(request):
+            self.prompts.delete(caller.user, ids)
         return Response(status_code=200)
 
     async def interrupt(self, request: Request, caller: Caller) -> Response:
@@ -137,12 +133,8 @@ class ComfyAPI:
         return self.prompts.history(caller.user, request.path_params["prompt_id"])
 
     async def post_history(self, request: Request, caller: Caller) -> Response:
-        body = await json_body(request, 1 << 20)
-        body = body if isinstance(body, dict) else {}
-        if body.get("clear"):
-            self.prompts.forget(caller.user, None)
-        if isinstance(body.get("delete"), list):
-            self.prompts.forget(caller.user, [str(i) for i in body["delete"]])
+        for ids in await _selections(request):
+            self.prompts.forget(caller.user, ids)
         return Response(status_code=200)
 
     # ------------------------------------------------------------- files
@@ -174,7 +166,7 @@ class ComfyAPI:
             if len(data) > self.settings.max_file_bytes:
                 return Response(f"the upload is larger than MAX_FILE_SIZE ({self.settings.max_file_size})", status_code=413)
             name = plain_name(upload.filename)
-            image = await asyncio.to_thread(_decode, data)
+            image = await asyncio.to_thread(open_bytes, data, ("image",), self.settings.max_upload_pixels, self.settings.max_file_bytes, None)
             if mask:
                 image = await asyncio.to_thread(self._masked, image, form.get("original_ref"), caller.user)
             overwrite = str(form.get("overwrite", "")).lower() in ("true", "1")
@@ -272,21 +264,23 @@ class ComfyAPI:
                 await sender
 
 
+async def _selections(request: Request) -> list[list[str] | None]:
+    """What a POST /queue or /history body selects, in ComfyUI's shape: `{"clear": true}` is everything
+    (None), `{"delete": [ids]}` those ids; any other body selects nothing."""
+    body = await json_body(request, 1 << 20)
+    body = body if isinstance(body, dict) else {}
+    found: list[list[str] | None] = [None] if body.get("clear") else []
+    if isinstance(body.get("delete"), list):
+        found.append([str(i) for i in body["delete"]])
+    return found
+
+
 def plain_name(sent: str | None) -> str:
     """An upload's name as a plain file name: its last part (URL-quoted names unquoted, as aiohttp
     sends "a%20b.png"), every character outside letters, digits, " .()-_" made "_"."""
     name = Path(urllib.parse.unquote(sent or "").replace("\\", "/")).name.lstrip(".")
     name = re.sub(r"[^\w .()\-]", "_", name)[-100:].strip()
     return name if SAFE_NAME.match(name) else "upload.png"
-
-
-def _decode(data: bytes) -> Image.Image:
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.load()
-            return image.copy()
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
-        raise ValueError(f"not a picture Pillow can read: {exc}") from None
 
 
 def describe(kind: NodeType, catalog: Catalog) -> dict[str, Any]:
