@@ -64,11 +64,18 @@ class Access:
     def key_caller(self, request: Any, key: str) -> Caller:
         """The caller of a request that carries one of API_KEYS in its path (for clients that send no
         credentials at all: SillyTavern's ComfyUI calls); `Unauthorized` for anything else."""
+        user = self._key_user(key)
+        if user is None:
+            raise Unauthorized("the key in the path is not one of API_KEYS")
         address = request.client.host if request.client else None
-        for n, known in enumerate(self.keys):
-            if hmac.compare_digest(known.encode(), key.encode()):
-                return Caller(user=f"key:{n + 1}", session=secrets.token_hex(8), address=address, one_off=True)
-        raise Unauthorized("the key in the path is not one of API_KEYS")
+        return Caller(user=user, session=secrets.token_hex(8), address=address, one_off=True)
+
+    def _key_user(self, value: str) -> str | None:
+        """"key:N" when `value` is the N-th of API_KEYS (compared in constant time), else None."""
+        for n, key in enumerate(self.keys):
+            if hmac.compare_digest(key.encode(), value.encode()):
+                return f"key:{n + 1}"
+        return None
 
     def _user(self, scheme: str, value: str) -> str | None:
         """The signed-in name ("key:N" for the N-th API key), or None."""
@@ -79,10 +86,8 @@ class Access:
                 return None
         elif scheme != "bearer":
             return None
-        if scheme == "bearer":
-            for n, key in enumerate(self.keys):
-                if hmac.compare_digest(key.encode(), value.encode()):
-                    return f"key:{n + 1}"
+        if scheme == "bearer" and (user := self._key_user(value)) is not None:
+            return user
         name, sep, password = value.partition(":")
         if sep and self.users is not None and self.users(name, password):
             return name
