@@ -29,6 +29,11 @@ log = logging.getLogger(__name__)
 NAME_PREFIX = "%H%M%S"  # a saved PNG's name starts with the time of day (`save_pngs` adds the rest)
 
 
+def day_folder(root: Path) -> Path:
+    """Today's folder under `root`: outputs are kept a folder per day."""
+    return root / time.strftime("%Y-%m-%d")
+
+
 @dataclass
 class SavedImages:
     paths: list[str]
@@ -81,7 +86,7 @@ class OutputStore:
 
     def _today(self, owner: str | None) -> Path:
         """Where a save goes: the owner's folder, a folder per day (`history` reads `*/*.png` of it)."""
-        return self.folder(owner) / time.strftime("%Y-%m-%d")
+        return day_folder(self.folder(owner))
 
     def _fallback_dir(self) -> Path:
         if self._fallback is None:

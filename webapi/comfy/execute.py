@@ -29,17 +29,15 @@ from PIL import Image, PngImagePlugin
 
 from engine import Caller, CancelledBeforeStart, Engine, Finished, Preview, Progress, QueueFull, TooManyJobs
 from engine.jobs import Job
-from engine.outputs import OutputStore
+from engine.outputs import OutputStore, day_folder
 
 from .graph import Graph, order
 from .sampler import LATENT_METHODS
-from .values import Latent, Pictures, Sampled
+from .values import RESAMPLE, Latent, Pictures, Sampled
 
 SAFE_NAME = re.compile(r"^[\w][\w .()\-]{0,127}$")
 PREVIEW_EVENT, JPEG = 1, 1
 ADMISSION_WAIT = 600.0  # seconds a sampler waits for the engine to admit its job
-RESAMPLE = {"nearest-exact": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
-            "area": Image.Resampling.BOX, "bicubic": Image.Resampling.BICUBIC, "bislerp": Image.Resampling.BILINEAR}  # fmt: skip
 
 
 class Interrupted(Exception):
@@ -212,7 +210,7 @@ class Run:
         return ({"images": images},)
 
     def _write(self, image: Image.Image, kind: str, extra: dict[str, str]) -> Path:
-        folder = self.folders.root(kind, self.owner) / time.strftime("%Y-%m-%d")
+        folder = day_folder(self.folders.root(kind, self.owner))
         folder.mkdir(parents=True, exist_ok=True)
         info = PngImagePlugin.PngInfo()
         for key, text in extra.items():
@@ -306,4 +304,4 @@ def _needed(graph: Graph, cached: dict[str, Any]) -> set[str]:
     return needed
 
 
-assert set(RESAMPLE) == set(LATENT_METHODS)
+assert set(LATENT_METHODS) <= set(RESAMPLE)

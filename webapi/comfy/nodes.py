@@ -30,7 +30,7 @@ from .registry import (
     node,
 )
 from .sampler import SamplerInputs, sample
-from .values import Clip, Conditioning, Latent, Mask, Model, Pictures, Vae
+from .values import RESAMPLE, Clip, Conditioning, Latent, Mask, Model, Pictures, Vae
 
 # ------------------------------------------------------------------ loaders and text
 
@@ -230,9 +230,7 @@ def image_scale(ctx: Any, image: Pictures, upscale_method: str, width: int, heig
         return (image,)
     width = width or round(first.width * height / first.height)
     height = height or round(first.height * width / first.width)
-    resample = {"nearest-exact": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
-                "area": Image.Resampling.BOX, "bicubic": Image.Resampling.BICUBIC,
-                "lanczos": Image.Resampling.LANCZOS}[upscale_method]  # fmt: skip
+    resample = RESAMPLE[upscale_method]
     out = tuple(
         ImageOps.fit(im, (width, height), resample) if crop == "center" else im.resize((width, height), resample)
         for im in image.images

@@ -19,6 +19,13 @@ from PIL import Image
 
 from pipelines import GenerationRequest
 
+# ComfyUI's resize method names -> Pillow's filters: ImageScale's choices, and what a LatentUpscale(By)
+# that cannot become our hires fix resizes its pictures with ("bislerp" has no Pillow twin: bilinear)
+RESAMPLE = {
+    "nearest-exact": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR, "area": Image.Resampling.BOX,
+    "bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LANCZOS, "bislerp": Image.Resampling.BILINEAR,
+}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Model:
