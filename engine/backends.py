@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from devices import DeviceManager
-from pipelines import Annotators, GenerationBackend, Upscalers
+from pipelines import Annotators, GenerationBackend, Upscalers, Wildcards
 from serving.editing import EditRouter, default_editor
 from serving.pool import DevicePool
 
@@ -68,7 +68,8 @@ def build_engine(settings: AppSettings, backend: GenerationBackend | None = None
     switching = Switching(settings.model_switch_allowed, settings.models_dir)
     dm = standalone_device(settings, backend)
     upscalers = Upscalers([settings.pipeline.upscaler_dir], dm)
-    return Engine(backend, admission, switching, upscalers, Annotators(settings.pipeline.annotator_dir, dm))
+    annotators = Annotators(settings.pipeline.annotator_dir, dm)
+    return Engine(backend, admission, switching, upscalers, annotators, Wildcards(settings.pipeline.wildcard_dir))
 
 
 def standalone_device(settings: AppSettings, backend: GenerationBackend) -> DeviceManager:

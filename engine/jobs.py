@@ -45,6 +45,7 @@ from pipelines import (
     ModelInfo,
     ReplicaStatus,
     Upscalers,
+    Wildcards,
     detect,
     extras_size,
     find_model,
@@ -211,8 +212,10 @@ class Engine:
         switching: Switching | None = None,
         upscalers: Upscalers | None = None,
         annotators: Annotators | None = None,
+        wildcards: Wildcards | None = None,
     ):
         self.backend = backend
+        self.wildcards = wildcards  # WILDCARD_DIR's files: prompts resolved at submit (pipelines.prompts.wildcards)
         self.admission = admission or Admission()
         self.switching = switching or Switching()
         self.upscalers = upscalers  # the Upscale tab's and A1111 extras' (pipelines.imaging.upscalers)
@@ -281,7 +284,10 @@ class Engine:
         under the same lock as Stop, so none slips in after it)."""
         caller = caller or Caller()
         model = self.backend.model_info().serving(request)
-        job = Job(pin_seed(model.accept(request)).with_defaults(model), caller)
+        request = pin_seed(request)
+        if self.wildcards is not None:  # before the batch cap is checked: combinations are images too
+            request = self.wildcards.resolve(request)
+        job = Job(model.accept(request).with_defaults(model), caller)
         with self._changed:
             if unless_stopped_since is not None and self._stopped_after(caller, unless_stopped_since):
                 raise CancelledBeforeStart("stopped before it started")

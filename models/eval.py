@@ -11,6 +11,8 @@
     python -m models.eval --hires --n 64             # hires fix 64 -> 128 px against direct 128 (models/eval_hires.py)
     python -m models.eval --control --n 100          # the embedded ControlNet's placement and time (models/eval_control.py)
     python -m models.eval --ip-adapter --n 100       # the embedded IP-Adapter: the reference's colour carried (models/eval_ip_adapter.py)
+    python -m models.eval --regions --n 60 [--method Latent|Attention|joined]   # regional prompts (models/eval_regions.py)
+    python -m models.eval --detailer --n 60          # the detailer pass on small shapes (models/eval_regions.py)
 
 Each generated image is judged by models.scoring's classifier (no learned model), which is
 100 % correct on the procedural training images themselves, so errors it reports are the model's.
@@ -149,8 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--hires", action="store_true", help="hires fix's adherence and time (models/eval_hires.py)")
     parser.add_argument("--control", action="store_true", help="the embedded ControlNet (models/eval_control.py)")
     parser.add_argument("--ip-adapter", action="store_true", help="the embedded IP-Adapter (models/eval_ip_adapter.py)")
+    parser.add_argument("--regions", action="store_true", help="regional prompts, two columns (models/eval_regions.py)")
+    parser.add_argument("--detailer", action="store_true", help="the detailer pass on small shapes (models/eval_regions.py)")
+    parser.add_argument("--method", default=None, help="--regions: Latent (default), Attention, or joined (one prompt)")
+    parser.add_argument("--padding", type=int, default=None, help="--detailer: the pass's only-masked padding (its default)")
+    parser.add_argument("--runtime", default=None, help="--regions/--detailer: RUNTIME (torch, openvino; default: auto)")
     parser.add_argument("--upscalers", default="Lanczos,shapes-compact-x2,Latent", help="--hires: the upscalers compared")
-    parser.add_argument("--strength", type=float, default=None, help="--inpaint/--outpaint: (DEFAULT_STRENGTH); --hires: 0.3")
+    parser.add_argument("--strength", type=float, default=None, help="--inpaint/--outpaint: (DEFAULT_STRENGTH); --hires: 0.3; --detailer: the pass's")
     parser.add_argument("--masked-content", default=None, help="--inpaint/--outpaint: original or fill")
     parser.add_argument("--inpaint-area", default=None, help='--inpaint/--outpaint: "whole picture" or "only masked"')
     parser.add_argument("--mask-blur", type=int, default=None, help="--inpaint/--outpaint: pixels (Inpaint's default)")
@@ -173,8 +180,14 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.edit or args.inpaint or args.outpaint or args.prompts or args.upscale or args.hires or args.control or args.ip_adapter:
-        if args.control:
+    special = (args.edit, args.inpaint, args.outpaint, args.prompts, args.upscale, args.hires, args.control, args.ip_adapter,
+               args.regions, args.detailer)  # fmt: skip
+    if any(special):
+        if args.regions or args.detailer:
+            from models.eval_regions import run_detailer, run_regions
+
+            run = run_regions if args.regions else run_detailer
+        elif args.control:
             from models.eval_control import run_control as run
         elif args.ip_adapter:
             from models.eval_ip_adapter import run_ip_adapter as run

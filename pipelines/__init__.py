@@ -63,6 +63,7 @@ _FACE: dict[str, tuple[str, str]] = {
     "inpaint_render_size": ("pipelines.imaging.inpaint", "render_size"),
     # prompts, sampling
     "token_summary": ("pipelines.prompts.tokens", "token_summary"),
+    "Wildcards": ("pipelines.prompts.wildcards", "Wildcards"),
     "from_any": ("pipelines.sampling.samplers", "from_any"),
     "SAMPLERS_BY_NAME": ("pipelines.sampling.samplers", "BY_NAME"),
     "StepCache": ("pipelines.sampling.step_cache", "StepCache"),

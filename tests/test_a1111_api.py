@@ -352,14 +352,15 @@ def test_sillytavern_sequence(http):
 
 def test_unsupported_fields_warn_and_loras_come_from_the_prompt(http):
     body = {"prompt": PROMPT + " <lora:outline:0.5>", "seed": 2, "restore_faces": True, "subseed_strength": 0.3,
-            "alwayson_scripts": {"ControlNet": {"args": []}, "ADetailer": {"args": [True]}}, "unknown_field": 1, **SMALL}  # fmt: skip
+            "alwayson_scripts": {"ControlNet": {"args": []}, "ADetailer": {"args": [True]}, "Tiled Diffusion": {"args": [True]}},
+            "unknown_field": 1, **SMALL}  # fmt: skip
     info = json.loads(http.post("/txt2img", json=body).json()["info"])
     assert "<lora:outline:0.5>" in info["infotexts"][0] and info["extra_generation_params"] == {
         "Lora": {"outline": 0.5}
     }
     assert [w.split("=")[0].split(":")[0] for w in info["warnings"]] == [
-        "restore_faces", "subseed_strength", "alwayson_scripts.ADetailer"
-    ]  # ControlNet with no units: nothing to say  # fmt: skip
+        "restore_faces", "subseed_strength", "alwayson_scripts.Tiled Diffusion"
+    ]  # ControlNet with no units and ADetailer with no pass: nothing to say  # fmt: skip
 
 
 # ---------------------------------------------------------------- hires fix and extras

@@ -45,15 +45,24 @@ def bad_values(item: Spec) -> list[Any]:
         "prompt": ["", "   ", 123, {"a": 1}, "a\x07b", "a\ud800b"],
         "flag": ["maybe", 7],
         "scales": ["outline", [1], {"outline": "²"}, {"outline": 99}, {"outline": "nan"}],
-        "names": [5, {"a": 1}, [""], ["a\x00b"], [1], ["x"] * 33],  # an unknown name: a warning (tests/test_styles.py)
+        # an unknown name: a warning (tests/test_styles.py); one name more than the field takes
+        "names": [5, {"a": 1}, [""], ["a\x00b"], [1], ["x"] * (getattr(value, "most", 32) + 1)],
     }.get(item.kind, [])
+
+
+# Each part a switch turns on: its switch field and the value that turns it on.
+SWITCHES = {"hires": ("hires_fix", True), "regions": ("regional_prompts", True), "detailer": ("ad_model", "shapes-segformer"),
+            "detailer_2nd": ("ad_model_2nd", "shapes-segformer")}  # fmt: skip
 
 
 def switched_on(field: str, names: dict[str, str]) -> dict[str, Any]:
     """The switch of the part `field` belongs to, on (hires fix: a hires field is read only with
-    `enable_hr`, as A1111 reads it); {} for a field of no such part."""
+    `enable_hr`, as A1111 reads it; a detailer pass only with a detector); {} for a field of no such part."""
     part = spec(field).path[0]
-    return {names["hires_fix"]: True} if part == "hires" and field != "hires_fix" else {}
+    if part not in SWITCHES or SWITCHES[part][0] == field:
+        return {}
+    switch, on = SWITCHES[part]
+    return {names[switch]: on}
 
 
 def cases(api: str) -> list[tuple[str, Any]]:

@@ -14,6 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipelines.run.options import DEFAULT_MODEL
@@ -730,4 +731,55 @@ def test_controlnet_places_the_shape_of_an_uploaded_picture_in_the_browser(brows
     expect(page.locator("#controlnet-1-image img")).to_have_count(1, timeout=30_000)
     expect(page.locator("#controlnet-1-preview img")).to_have_count(1, timeout=30_000)
     expect(page.locator("#controlnet-0-image img")).to_have_count(1)  # unit 0 keeps its picture
+    page.close()
+
+
+def test_regions_detailer_and_wildcards_in_the_browser(browser, served):
+    """Issue 59 in the browser: a two-region picture (Regional Prompter's ADDCOL) with the split previewed, the
+    detailer pass over it (the embedded detector finds both shapes), then a wildcard chip and a batch of
+    three, each image its own pick with its template in the PNG."""
+    from PIL import Image
+    from playwright.sync_api import expect
+
+    from models.scoring import classify
+
+    url, out = served
+    page = _one_image_form(browser, url, "a red circle on a blue background ADDCOL a green square on a white background")
+    page.get_by_role("button", name="Regional prompts").first.click()
+    expect(page.locator("#region-said")).to_contain_text("2 region(s)", timeout=30_000)
+    page.get_by_role("button", name="Advanced").first.click()
+    for name, value in (("width", "128"), ("height", "64")):
+        box = page.locator(f"#{name} input[type=number]")
+        box.fill(value)
+        box.press("Enter")
+    page.get_by_role("button", name="Detailer").first.click()
+    _choose(page, "ad-model", "shapes-segformer")
+    before = set(out.rglob("*.png"))
+    page.get_by_role("button", name="Generate").click()
+    expect(page.locator("#info-line")).to_contain_text("detailer shapes-segformer: 2 region(s)", timeout=180_000)
+    (made,) = sorted(set(out.rglob("*.png")) - before)
+    png = Image.open(made)
+    text = png.text["parameters"]
+    assert png.size == (128, 64) and "RP Active: True" in text and "ADetailer model: shapes-segformer" in text, text
+    a = np.asarray(png.convert("RGB"))
+    left, right = classify(a[:, :60]), classify(a[:, 68:])
+    assert (left.color, left.background, right.color, right.background) == ("red", "blue", "green", "white")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "app-regions-detailer.png"), full_page=True)
+
+    _choose(page, "ad-model", "None")
+    page.locator("#prompt textarea").fill("")
+    page.locator("#wildcard-chips").get_by_text("__scene__").click()
+    expect(page.locator("#prompt textarea")).to_have_value("__scene__")
+    for name, value in (("width", "64"), ("num-images", "3")):
+        box = page.locator(f"#{name} input[type=number]")
+        box.fill(value)
+        box.press("Enter")
+    before = set(out.rglob("*.png"))
+    page.get_by_role("button", name="Generate").click()
+    expect(page.locator("#gallery img")).to_have_count(3, timeout=120_000)
+    expect(page.locator("#info-line")).to_contain_text("3 image", timeout=120_000)
+    made = sorted(set(out.rglob("*.png")) - before)
+    texts = [Image.open(p).text["parameters"] for p in made]
+    assert len(made) == 3 and all("Template: __scene__" in t and not t.startswith("__") for t in texts), texts
     page.close()

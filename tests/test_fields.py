@@ -33,11 +33,13 @@ MODEL = ModelInfo(
     "m", 64, 64, 8, 256, 256 * 256, 16, 20, 4.0, "Euler", samplers=("Euler", "Euler a", "DDIM"), loras=("outline",),
     image_guidance=True, edit=False, inpaint=True, step_cache=True,
     styles={"cinematic": {"prompt": "{prompt}, film grain", "negative_prompt": "cartoon"}},
+    detectors=("shapes-segformer",),
 )  # fmt: skip
 LIMITS = Limits(MODEL, 2000, 16, 4096 * 4096)
 # Samples where a field's declaration alone does not give one this test's model takes (its
 # samplers, its LoRAs, its size step, its batch cap); any other field's sample is derived.
-SAMPLES: dict[str, Any] = {"sampler": "Euler a", "hires_sampler": "DDIM", "hires_upscaler": "Nearest", "loras": {"outline": 0.5}, "width": 48, "height": 40, "num_images": 2}
+SAMPLES: dict[str, Any] = {"sampler": "Euler a", "hires_sampler": "DDIM", "hires_upscaler": "Nearest", "loras": {"outline": 0.5}, "width": 48, "height": 40, "num_images": 2,
+           "region_ratios": "1,2", "ad_model": "shapes-segformer", "ad_model_2nd": "shapes-segformer"}  # fmt: skip
 
 
 def unit_sample(item: Spec) -> list[dict[str, Any]]:
@@ -120,7 +122,10 @@ def base(task: str) -> dict[str, Any]:
 
 # A nested part that a switch turns on (hires fix: `hires_fix`, A1111's `enable_hr`): its fields
 # are taken only with the switch on, as a caller sends them.
-SWITCHES: dict[str, dict[str, Any]] = {"hires": {"hires_fix": True}}
+SWITCHES: dict[str, dict[str, Any]] = {
+    "hires": {"hires_fix": True}, "regions": {"regional_prompts": True},
+    "detailer": {"ad_model": "shapes-segformer"}, "detailer_2nd": {"ad_model_2nd": "shapes-segformer"},
+}  # fmt: skip
 
 
 def base_for(item: Spec) -> dict[str, Any]:
@@ -230,8 +235,8 @@ def command_line(parser_and_fields, tmp_path, finish=nest, first: tuple[str, ...
 
 
 def arguments(flag: str, item: Spec, value: Any, tmp_path) -> list[str]:
-    if item.kind == "flag":
-        return [flag] if value else []
+    if item.kind == "flag":  # on by default: --no-NAME turns it off
+        return [flag] if value else ([f"--no-{flag[2:]}"] if item.default is True else [])
     if item.kind in ("image", "images"):
         paths = []
         for i, image in enumerate(value if item.kind == "images" else [value]):

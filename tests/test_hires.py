@@ -161,7 +161,9 @@ def test_large_images_decode_in_tiles_and_small_ones_whole(tmp_path):
     large = pipeline.generate(GenerationRequest(PROMPT, steps=4, seed=2, width=128, height=128))
     assert not small.vae_tiling and large.vae_tiling and large.info()["vae_tiling"] is True
     assert not pipeline.pipe.vae.use_tiling  # on for that call only
-    untiled = ImagePipeline.from_pretrained(DEFAULT_MODEL).generate(
+    # the embedded model's own threshold (its vocabulary's: it decodes what is above 64x64 in tiles)
+    assert ImagePipeline.from_pretrained(DEFAULT_MODEL).generate(GenerationRequest(PROMPT, steps=4, seed=2, width=128, height=64)).vae_tiling
+    untiled = ImagePipeline.from_pretrained(DEFAULT_MODEL, tiled_vae_pixels=1 << 30).generate(
         GenerationRequest(PROMPT, steps=4, seed=2, width=128, height=128)
     )
     assert not untiled.vae_tiling and psnr(large.images[0], untiled.images[0]) > 25  # the same picture

@@ -241,7 +241,8 @@ def test_every_pipeline_option_travels_to_the_ray_replicas(tmp_path, monkeypatch
     env = {
         "MODEL_ID": "models/tiny-shapes", "LORA_DIR": "models/loras", "EMBEDDINGS_DIR": "models/recipes",
         "UPSCALER_DIR": "models/train", "CONTROLNET_DIR": "models/upscalers", "IPADAPTER_DIR": "models/controlnets",
-        "ANNOTATOR_DIR": "models/ip_adapters", "CONTROLNET_MODELS": "someone/controlnet-x", "TILED_VAE_PIXELS": "70000",
+        "ANNOTATOR_DIR": "models/ip_adapters", "DETECTOR_DIR": "models/loras", "WILDCARD_DIR": "models/controlnets",
+        "CONTROLNET_MODELS": "someone/controlnet-x", "TILED_VAE_PIXELS": "70000",
         "STYLES_FILE": "models/tiny-shapes/vocabulary.json", "MAX_BATCH": "3", "MAX_PIXELS": "4096",
         "MAX_SIDE": "128", "MICRO_BATCH": "2", "PREVIEW_EVERY": "2", "MEMORY_MODE": "balanced", "COMPILE": "off",
         "STEP_CACHE": "MagCache", "STEP_CACHE_THRESHOLD": "0.3", "BASE_MODEL": "some/base",
@@ -264,6 +265,8 @@ def test_every_pipeline_option_travels_to_the_ray_replicas(tmp_path, monkeypatch
         controlnet_dir=ROOT / "models/upscalers",
         ipadapter_dir=ROOT / "models/controlnets",
         annotator_dir=ROOT / "models/ip_adapters",
+        detector_dir=ROOT / "models/loras",
+        wildcard_dir=ROOT / "models/controlnets",
         styles_file=ROOT / "models/tiny-shapes/vocabulary.json",
         openvino_cache=ROOT / "models",
         quantization=f"transformer=gguf:{gguf},vae=fp8-layerwise",

@@ -22,6 +22,7 @@ import gradio as gr
 from pipelines import STEP_CACHE_FAMILIES as FAMILIES
 from pipelines import ModelInfo
 from pipelines.schema.control import PREPROCESSORS, ControlUnit
+from pipelines.schema.detailer import SECOND, model_defaults
 from pipelines.schema.fields import Choice, Range, Seed, Spec
 from pipelines.schema.image_prompt import ImagePrompt
 from pipelines.schema.request import STEP_CACHE_THRESHOLDS, STRENGTH, fields, spec
@@ -33,13 +34,16 @@ PANELS = (control_panel.ControlPanel, image_prompt_panel.ImagePromptPanel)
 TASK = {"generate": "txt2img", "edit": "img2img", "inpaint": "inpaint"}
 PREFIX = {"generate": "", "edit": "edit-", "inpaint": "inpaint-"}  # of the elements' ids (browser tests find them)
 # Fields of a tab's task the tab does not take, and why.
+_TEMPLATE = "set by the server: the wildcard template each prompt was resolved from (kept in the images' metadata)"
 NOT_TAKEN: dict[str, dict[str, str]] = {
-    "generate": {},
+    "generate": {"prompt_template": _TEMPLATE},
     "edit": {
+        "prompt_template": _TEMPLATE,
         "width": "an edit keeps its input's aspect ratio at the model's area",
         "height": "an edit keeps its input's aspect ratio at the model's area",
     },
     "inpaint": {
+        "prompt_template": _TEMPLATE,
         "width": "an inpaint keeps its picture's size (\"only masked\" renders the masked box at the model's area)",
         "height": "an inpaint keeps its picture's size (\"only masked\" renders the masked box at the model's area)",
     },
@@ -111,7 +115,22 @@ MODEL_PROPS: dict[str, Callable[[ModelInfo], dict[str, Any]]] = {
     "hires_fix": lambda info: {"interactive": _hires_possible(info), "info": _hires_info(info)},
     "hires_upscaler": lambda info: {"choices": list(info.upscalers)},
     "hires_sampler": lambda info: {"choices": [("Same as the first pass", ""), *((s, s) for s in info.samplers)]},
+    **{
+        name + suffix: prop
+        for suffix in ("", SECOND)
+        for name, prop in {
+            "ad_model": lambda info: {"choices": ["None", *info.detectors], "info": _detector_info(info)},
+            "ad_denoising_strength": lambda info: {"value": model_defaults(info.vocabulary)["ad_denoising_strength"]},
+            "ad_inpaint_only_masked_padding": lambda info: {"value": model_defaults(info.vocabulary)["ad_inpaint_only_masked_padding"]},
+        }.items()
+    },
 }  # fmt: skip
+
+
+def _detector_info(info: ModelInfo) -> str:
+    if not info.inpaint:
+        return f"not available: {info.pipeline_class} cannot inpaint, which the detailer does to each region"
+    return "finds regions in each image and repaints each at full resolution (DETECTOR_DIR)"
 
 
 def _hires_possible(info: ModelInfo) -> bool:
@@ -321,7 +340,7 @@ def _dropdown(form: Form, item: Spec, props: dict[str, Any]) -> Any:
 
 _BUILDERS = {
     "sampler": _register(_sampler), "seed": _register(_seed), "hires_upscaler": _register(_dropdown),
-    "hires_sampler": _register(_dropdown),
+    "hires_sampler": _register(_dropdown), "ad_model": _register(_dropdown), "ad_model_2nd": _register(_dropdown),
 }  # fmt: skip
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines import ModelInfo
-from ui import plot_panel
+from ui import detailer_panel, plot_panel, regions_panel
 from ui.form import Form, wire_step_cache
 from ui.studio import Studio
 from ui.text import embeddings_markdown, info_line, vocabulary_markdown
@@ -30,7 +30,15 @@ def updates(info: ModelInfo, g: dict[str, Any]) -> dict[Any, Any]:
     embeddings = embeddings_markdown(info)
     out[g["embeddings"]] = gr.update(value=embeddings, visible=bool(embeddings))
     out[g["tokens"]] = gr.update(value="")
+    out[g["wildcards_list"]] = gr.update(samples=[[f"__{n}__"] for n in info.wildcards], visible=bool(info.wildcards))
     return out
+
+
+def _buttons(info: ModelInfo, c: dict[str, Any]) -> None:
+    c["unavailable"] = gr.Markdown(unavailable_text(info), elem_id="generate-unavailable", visible=not info.text_to_image)
+    with gr.Row():
+        c["run"] = gr.Button("Generate", variant="primary", elem_id="generate-btn", interactive=info.text_to_image)
+        c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
 
 
 def build(studio: Studio) -> dict[str, Any]:
@@ -46,17 +54,11 @@ def build(studio: Studio) -> dict[str, Any]:
             c["vocabulary"] = gr.Markdown(vocabulary, elem_id="vocabulary", visible=bool(vocabulary))
             embeddings = embeddings_markdown(info)
             c["embeddings"] = gr.Markdown(embeddings, elem_id="embeddings", visible=bool(embeddings))
+            detailer_panel.wildcard_chips(info.wildcards, c)
             form.add("negative_prompt")
             form.add("num_images")
             form.add("seed")
-            c["unavailable"] = gr.Markdown(
-                unavailable_text(info), elem_id="generate-unavailable", visible=not info.text_to_image
-            )
-            with gr.Row():
-                c["run"] = gr.Button(
-                    "Generate", variant="primary", elem_id="generate-btn", interactive=info.text_to_image
-                )
-                c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+            _buttons(info, c)
             with gr.Accordion("Hires. fix", open=False, elem_id="hires-accordion"):
                 form.add("hires_fix")
                 with gr.Row():
@@ -71,6 +73,8 @@ def build(studio: Studio) -> dict[str, Any]:
                 form.add("hires_sampler")
                 form.add("hires_prompt", placeholder="empty: the first pass's prompt")
                 form.add("hires_negative_prompt", placeholder="empty: the first pass's negative prompt")
+            regions_panel.build(form, c)
+            detailer_panel.build(form)
             form.add("controlnet")  # its own accordion (ui.control_panel)
             form.add("ip_adapter")  # its own accordion (ui.image_prompt_panel)
             with gr.Accordion("Advanced", open=False):
@@ -108,6 +112,8 @@ def wire(studio: Studio, g: dict[str, Any]) -> None:
                 yield gallery, info_line(result), paths, result.info()
 
     wire_step_cache(g)
+    regions_panel.wire(g)
+    detailer_panel.wire_chips(g)
     plot_panel.wire(studio, g, "generate")
     if studio.counts_tokens:
         g["prompt"].change(studio.token_count, g["prompt"], g["tokens"], api_visibility="private", queue=False)

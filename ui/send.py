@@ -78,13 +78,17 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
 
 
 def _recorded_values(params: dict[str, Any], values: dict[str, Any]) -> None:
-    """Every other number a PNG records (the schema names its infotext key: "Clip skip", and any field
-    new to the schema), fitted to its range; where the PNG has none, unset (what A1111 leaves out is
-    the default)."""
+    """Every other number, text, choice or switch a PNG records (the schema names its infotext key: "Clip
+    skip", "RP Ratios", "ADetailer model", and any field new to the schema), a number fitted to its range;
+    where the PNG has none, unset or the field's default (what A1111 leaves out is the default)."""
     for item in fields():
-        if item.about.infotext and item.kind in ("whole", "number") and item.name not in values:
-            value = params.get(item.name)
+        if not item.about.infotext or item.name in values:
+            continue
+        value = params.get(item.name)
+        if item.kind in ("whole", "number"):
             values[item.name] = _fit(item.name, value) if isinstance(value, int | float) else None
+        elif item.kind in ("text", "choice", "flag"):  # Regional Prompter's, ADetailer's: off where the PNG has none
+            values[item.name] = value if value is not None else item.default
 
 
 def one_prompt(prompt: Any, notes: list[str]) -> str:

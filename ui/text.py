@@ -31,6 +31,8 @@ def info_line(result: GenerationResult) -> str:
         text += f" · step cache {result.step_cache}"
     if result.hires:
         text += f" · hires {result.hires}"
+    if result.detailer:
+        text += f" · detailer {result.detailer}"
     if result.vae_tiling:
         text += " · tiled VAE"
     if result.warnings:

@@ -34,6 +34,7 @@ from pipelines.schema.errors import PipelineError
 from pipelines.schema.fields import RequestError
 
 from . import a1111_controlnet as controlnet
+from . import a1111_extensions as extensions
 from . import a1111_extras as extras
 from . import a1111_info as answers
 from . import a1111_request as parse
@@ -386,13 +387,22 @@ def controlnet_routes(api: A1111) -> list[tuple[str, str, Handler]]:
     ]
 
 
+def adetailer_routes(api: A1111) -> list[tuple[str, str, Handler]]:
+    """ADetailer's routes (webapi.a1111_extensions), under /adetailer/v1."""
+    return [
+        ("GET", "version", api.listing(lambda: {"version": extensions.ADETAILER_VERSION})),
+        ("GET", "ad_model", api.listing(lambda: extensions.ad_models(api.engine.model_info().detectors))),
+    ]
+
+
 def router(engine: Engine, settings: AppSettings, access: Access) -> APIRouter:
     """The `/sdapi/v1` and `/controlnet` routes, served by `engine` under `settings`' limits, for callers
     `access` lets in."""
     api = A1111(engine, settings, access)
     out = APIRouter(tags=["A1111 API"])
-    for prefix, table in (("/sdapi/v1", routes(api)), ("/controlnet", controlnet_routes(api))):
+    tables = (("/sdapi/v1", routes(api)), ("/controlnet", controlnet_routes(api)), ("/adetailer/v1", adetailer_routes(api)))
+    for prefix, table in tables:
         for method, path, handler in table:
-            name = f"controlnet-{path}" if prefix == "/controlnet" else path
+            name = path if prefix == "/sdapi/v1" else f"{prefix.strip('/').split('/')[0]}-{path}"
             out.add_api_route(f"{prefix}/{path}", endpoint(access, handler, name), methods=[method], name=f"a1111 {method} {name}")
     return out

@@ -46,7 +46,7 @@ def info(parsed: Parsed, result: GenerationResult, model_hash: str | None) -> di
     sampler, schedule = a1111_sampler(first) if first else (parsed.sampler or "Automatic", "Automatic")
     return {
         "prompt": parsed.prompt,
-        "all_prompts": [parsed.prompt] * n,
+        "all_prompts": [m.get("prompt", parsed.prompt) for m in metas[:n]],  # each image's, its wildcards resolved
         "negative_prompt": request.negative_prompt or "",
         "all_negative_prompts": [request.negative_prompt or ""] * n,
         "seed": seeds[0] if seeds else -1,

@@ -29,6 +29,7 @@ from pipelines.schema.fields import Flag, RequestError, shown, whole
 from pipelines.schema.request import fields, names, spec
 
 from . import a1111_controlnet, images
+from . import a1111_extensions as extensions
 from .errors import WireError
 
 # A1111 1.10's request fields (modules/api/models.py builds its API models from the processing
@@ -308,9 +309,14 @@ def common(payload: dict[str, Any], limits: Limits, task: str, images_in: int = 
         raise WireError((), "the body must be a JSON object of A1111's request fields")
     model = limits.model
     warnings = unsupported(payload) + override_warnings(payload)
-    warnings += [f"alwayson_scripts.{name}: not supported here, ignored" for name in a1111_controlnet.other_scripts(payload)]
+    others = [name for name in a1111_controlnet.other_scripts(payload) if not extensions.handled(name)]
+    warnings += [f"alwayson_scripts.{name}: not supported here, ignored" for name in others]
     batch, n_iter = images_count(payload, limits, images_in)
     flat = flat_fields(payload, task, warnings)
+    if isinstance(flat.get("prompt"), str):
+        regions, flat["prompt"] = extensions.regional_prompter(payload, flat["prompt"], warnings)
+        flat.update(regions)
+    flat.update(**extensions.adetailer(payload, warnings), **extensions.dynamic_prompts(payload))
     flat.update(
         num_images=batch * n_iter,
         sampler=sampler(payload, model, warnings),

@@ -6,6 +6,7 @@
     python -m models.train.train edit-from-export [--source DIR]   # then `edit` runs only its last phase
     python -m models.train.train control [--steps N]   # the embedded ControlNet (models/train/control.py)
     python -m models.train.train ip-adapter [--steps N]   # the embedded IP-Adapter (models/train/ip_adapter.py)
+    python -m models.train.train detector [--steps N]   # the detailer's embedded detector (models/train/detector.py)
 
 Each stage is seeded and checkpoints to `models/train/runs/<stage>/` (git-ignored) every few
 hundred steps; running the same command again resumes from the last checkpoint and, because
@@ -43,13 +44,13 @@ from .common import (  # shared with the editor's training (models/train/edit.py
     tokenize,
 )
 from .tokenizer import build_tokenizer
-from .world import COLORS, PROMPT_TEMPLATE, SHAPES, VAE_SQUARE_MAX_ROTATION, random_scene, render_batch
+from .world import COLORS, IMAGE_SIZE, PROMPT_TEMPLATE, SHAPES, VAE_SQUARE_MAX_ROTATION, random_scene, render_batch
 
 log = logging.getLogger(__name__)
 
 LORA_OUT = MODELS_DIR / "loras"
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
@@ -253,6 +254,12 @@ def write_vocabulary(folder: Path) -> None:
         ],
         "default_steps": 20,
         "default_guidance_scale": 4.0,
+        # the VAE saw 64-px pictures only: larger ones decode in tiles of that size (its mid-block attention
+        # mixes the scenes of a wider latent; regional prompts on 128x64: 19/24 halves right untiled, 23/24 tiled)
+        "tiled_vae_pixels": IMAGE_SIZE * IMAGE_SIZE,
+        # the detailer's defaults here (pipelines.schema.detailer): a small shape drawn wrong is re-drawn whole,
+        # from a tight crop (60 small-shape scenes: 0.4 / 32 px kept ADetailer's faults, 0.9 / 8 px fixed them)
+        "detailer": {"ad_denoising_strength": 0.9, "ad_inpaint_only_masked_padding": 8},
     }
     (folder / "vocabulary.json").write_text(json.dumps(vocab, indent=2) + "\n")
 
@@ -336,6 +343,12 @@ def _train_ip_adapter(steps: int) -> None:
     train_ip_adapter(steps)
 
 
+def _train_detector(steps: int) -> None:
+    from .detector import train_detector
+
+    train_detector(steps)
+
+
 def _export_edit(_steps: int | None = None) -> None:
     from .edit import export_edit
 
@@ -350,7 +363,7 @@ def _edit_from_export(source: Path | None = None) -> None:
 
 STAGES = {
     "vae": train_vae, "unet": train_unet, "export": export_model, "lora": train_lora,
-    "edit": _train_edit, "control": _train_control, "ip-adapter": _train_ip_adapter, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
+    "edit": _train_edit, "control": _train_control, "ip-adapter": _train_ip_adapter, "detector": _train_detector, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
 }  # fmt: skip
 
 

@@ -128,11 +128,28 @@ def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
         out["step_cache"], out["step_cache_threshold"] = cache.method, cache.threshold
     _inpaint_fields(out, extra)
     hires.read_infotext(out, extra)
+    _schema_texts(out, extra)
     units = control.read_infotext(extra)  # their settings: a PNG holds neither kind of picture
     if any(not ip_adapter.is_ip_unit(u) for u in units):
         out["controlnet"] = [u for u in units if not ip_adapter.is_ip_unit(u)]
     if any(ip_adapter.is_ip_unit(u) for u in units):
         out["ip_adapter"] = [ip_adapter.from_unit(u) for u in units if ip_adapter.is_ip_unit(u)]
+
+
+def _schema_texts(out: dict[str, Any], extra: dict[str, str]) -> None:
+    """Every other text, choice, switch or template the schema names an infotext key for (Regional
+    Prompter's "RP ...", ADetailer's "ADetailer ...", Dynamic Prompts' "Template"), by the field's own
+    rules; a value the field refuses stays only in "extra"."""
+    from pipelines.schema.request import fields
+
+    for item in fields():
+        key = item.about.infotext
+        if not key or item.name in out or key not in extra or item.kind not in ("text", "choice", "flag", "names"):
+            continue
+        try:
+            out[item.name] = item.parse([extra[key]] if item.kind == "names" else extra[key])
+        except ValueError:
+            continue
 
 
 def _inpaint_fields(out: dict[str, Any], extra: dict[str, str]) -> None:

@@ -127,6 +127,8 @@ class ModelInfo:
     annotators: tuple[str, ...] = ()  # the model-based preprocessors units may name (pipelines.control.annotators)
     controlnet_tasks: tuple[str, ...] = ()  # the tasks this family runs units for (pipelines.control.controlnet.TWINS)
     ip_adapters: tuple[str, ...] = ()  # the IP-Adapters image prompts may name; none where the family takes none
+    detectors: tuple[str, ...] = ()  # the detailer's detectors (DETECTOR_DIR, pipelines.imaging.detailer)
+    wildcards: tuple[str, ...] = ()  # the wildcards prompts may name as __name__ (WILDCARD_DIR, pipelines.prompts.wildcards)
     editor: ModelInfo | None = None  # the model serving edits, when it is another one (serving.editing)
 
     @property
@@ -170,9 +172,21 @@ class ModelInfo:
             if prompt.model_name not in self.ip_adapters:
                 offered = ", ".join(self.ip_adapters) or f"none for {self.pipeline_class or self.model_name} (IPADAPTER_DIR)"
                 raise RequestError("ip_adapter", f"model: no IP-Adapter named {shown(prompt.model, 80)}; available: {offered}", (i,))
+        for part, name in ((request.detailer, "detailer"), (request.detailer_2nd, "detailer_2nd")):
+            if part is not None and part.on:
+                self._accept_pass(part.plain()["ad_model"], name)
         if request.sampler is not None and request.sampler == self.scheduler:
             request = request.model_copy(update={"sampler": None})  # the model's own: nothing to swap
         return request
+
+    def _accept_pass(self, name: str, part: str) -> None:
+        """A detailer pass inpaints each region with a detector this server has."""
+        where = (part, "ad_model" + ("_2nd" if part.endswith("2nd") else ""))
+        if not self.inpaint:
+            raise RequestError(where, f"{self.model_name} ({self.pipeline_class}) cannot inpaint, which the detailer does to each region")
+        if name not in self.detectors:
+            offered = ", ".join(self.detectors) or "none (DETECTOR_DIR)"
+            raise RequestError(where, f"no detector named {shown(name, 80)}; available: {offered}")
 
     def _accept_units(self, request: GenerationRequest) -> None:
         """ControlNet units: a task this family runs them for, models this server has."""

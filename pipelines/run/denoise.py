@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from pipelines.prompts.plan import PromptSwitch
-from pipelines.run import results
+from pipelines.run import regions, results
 from pipelines.run.callbacks import (
     CallMonitor,
     CancelFn,
@@ -95,6 +95,8 @@ def chunk_kwargs(p: Any, plan: Plan, chunk: list[dict[str, Any]]) -> tuple[dict[
     """The diffusers call of one micro-batch: its own CPU generators, its prompts as the encoders take
     them (pipelines.prompts.plan), and the step callback that changes them between steps, if any."""
     generators = [p.dm.create_generator(item["seed"]) for item in chunk]
+    if plan.regional is not None:  # the other regions' embeddings of these items (pipelines.run.regions)
+        plan.regional.chunk = regions.chunk_embeds(plan, chunk)
     fitted = [{**item, "prompt": plan.prompts[item["prompt"]]} for item in chunk]
     if not plan.prepared:
         kwargs = call_kwargs(p.traits, plan.accepted, plan.request, fitted, plan.size, generators)

@@ -17,6 +17,7 @@ recipes in `model_setup`, step callbacks in `callbacks`, model and LoRA hashes i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -27,7 +28,7 @@ from devices import DeviceManager
 from pipelines.control import controlnet as control
 from pipelines.control import ip_adapter
 from pipelines.control.annotators import Annotators
-from pipelines.imaging import hires, inpaint
+from pipelines.imaging import detailer, hires, inpaint
 from pipelines.imaging.upscalers import Upscalers
 from pipelines.prompts import styles
 from pipelines.prompts.embeddings import Embeddings
@@ -35,6 +36,7 @@ from pipelines.prompts.syntax import parse
 from pipelines.prompts.tokens import count_tokens
 from pipelines.prompts.tokens import windows as token_windows
 from pipelines.prompts.weights import kind_of
+from pipelines.prompts.wildcards import Wildcards
 from pipelines.run import checks, denoise, model_setup, planning, results
 from pipelines.run.backend import Capabilities, ModelInfo, ReplicaStatus
 from pipelines.run.callbacks import CancelFn, PreviewFn, ProgressFn
@@ -116,6 +118,8 @@ class ImagePipeline:
         self.annotators = Annotators(options.annotator_dir, device_manager)  # units' depth/normal/seg maps
         self.twins = Twins(pipe, lambda: self.traits, self.controlnets)  # each task's pipeline (run.twins)
         self.ip_adapters = ip_adapter.IpAdapters([options.ipadapter_dir])
+        self.wildcards = Wildcards(options.wildcard_dir)
+        self.detectors = detailer.Detectors(options.detector_dir, device_manager)  # the detailer's (pipelines.imaging.detailer)  # {a|b} and __name__ in prompts (pipelines.prompts.wildcards)
         self.ip_loaded = ip_adapter.Loaded(
             pipe, self.ip_adapters, self._reset_attention, self.traits.class_name
         )  # in the denoiser every task shares
@@ -130,9 +134,11 @@ class ImagePipeline:
 
     @property
     def _tiled_vae_pixels(self) -> int:
-        """Images above this many pixels are decoded in tiles: TILED_VAE_PIXELS, else 4 x the native area."""
+        """Images above this many pixels are decoded in tiles: TILED_VAE_PIXELS, else the model's vocabulary's
+        (the embedded model's VAE, trained at 64 px only, decodes larger pictures in tiles of that size: its
+        mid-block attention mixes two scenes of a wider latent), else 4 x the native area."""
         w, h = self.default_size
-        return self.options.tiled_vae_pixels or 4 * w * h
+        return self.options.tiled_vae_pixels or int(self.vocabulary.get("tiled_vae_pixels", 4 * w * h))
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -328,6 +334,7 @@ class ImagePipeline:
             if not 0 <= start < stop <= request.total_images:
                 raise ValueError(f"item_range: {item_range} is not a range inside 0..{request.total_images}")
             count = stop - start
+        request = self.wildcards.resolve(pin_seed(request))  # the engine's already were (a no-op then)
         validate(request, self.limits, count=count)
         samplers.check_steps(
             request.sampler or self.scheduler_name,
@@ -335,7 +342,7 @@ class ImagePipeline:
             samplers.minima(self.own_scheduler),
         )
         self.check_task(request)
-        request = planning.styled(self, pin_seed(request).with_defaults(self))
+        request = planning.styled(self, request.with_defaults(self))
         if request.inpaint is not None and inpaint.is_empty(
             inpaint.binary_mask(request.inpaint.mask, request.inpaint.invert_mask)
         ):
@@ -354,13 +361,19 @@ class ImagePipeline:
             if scheduler is not None:
                 self._own_scheduler = own  # first: a reader never sees the swapped one as the model's
                 self.twins.use_scheduler(scheduler)
-            run = functools.partial(hires.run, self) if request.hires is not None else self._generate
             try:
-                return run(request, report, should_cancel, item_range, preview)
+                return self._passes(request, report, should_cancel, item_range, preview)
             finally:
                 self.twins.use_scheduler(own)
                 self._own_scheduler = None
                 self.activity = "idle"
+
+    def _passes(self, request: GenerationRequest, progress: ProgressFn, should_cancel: CancelFn | None,
+                item_range: tuple[int, int] | None, preview: PreviewFn | None) -> GenerationResult:  # fmt: skip
+        """Steps 2-5, with hires fix's second pass and then the detailer's passes where the request has them."""
+        run = functools.partial(hires.run, self) if request.hires is not None else self._generate
+        result = run(request, progress, should_cancel, item_range, preview)
+        return detailer.run(self, request, result, progress, should_cancel, preview) if detailer.passes(request) else result
 
     def _generate(
         self,
@@ -378,9 +391,11 @@ class ImagePipeline:
         plan = planning.plan(self, request, item_range, items, first)
         steps = denoise.steps_for(self, request, plan.accepted)
         sampler = request.sampler or self.scheduler_name
+        regional = plan.regional.applied(denoiser(plan.pipe)) if plan.regional else contextlib.nullcontext()
         with (
             step_cache.applied(denoiser(plan.pipe), plan.cache, steps, self._mag_ratios, sampler) as cache,
             vae_tiling.applied(self.pipe, plan.size, self._tiled_vae_pixels, self.memory_savers) as tiled,
+            regional,
         ):
             finished = denoise.denoise(self, plan, progress, should_cancel, preview)
         result = results.assemble(self, plan, finished, cache)

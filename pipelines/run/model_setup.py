@@ -376,6 +376,8 @@ def describe(self: Any) -> ModelInfo:
         upscalers=tuple(self.upscalers.names(latent=traits.class_name in hires.LATENT_FAMILIES)),
         controlnets=tuple(self.controlnets.names()),
         annotators=tuple(self.annotators.names()),
+        detectors=self.detectors.names(),
+        wildcards=self.wildcards.names(),
         controlnet_tasks=control.tasks(traits.class_name),
         ip_adapters=tuple(self.ip_adapters.names()) if traits.class_name in ip_adapter.FAMILIES else (),
     )

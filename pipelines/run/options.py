@@ -26,12 +26,14 @@ DEFAULT_UPSCALER_DIR = REPO_ROOT / "models" / "upscalers"
 DEFAULT_CONTROLNET_DIR = REPO_ROOT / "models" / "controlnets"
 DEFAULT_IPADAPTER_DIR = REPO_ROOT / "models" / "ip_adapters"
 DEFAULT_ANNOTATOR_DIR = REPO_ROOT / "models" / "annotators"  # none shipped: the user's models go here
+DEFAULT_DETECTOR_DIR = REPO_ROOT / "models" / "detectors"
+DEFAULT_WILDCARD_DIR = REPO_ROOT / "models" / "wildcards"
 DEFAULT_EMBEDDINGS_DIR = REPO_ROOT / "embeddings"  # where A1111 keeps them
 DEFAULT_STYLES_FILE = REPO_ROOT / "styles.csv"  # where A1111 keeps it
 DEFAULT_OPENVINO_CACHE = Path.home() / ".cache" / "diffusion-anywhere" / "openvino"
 PATH_FIELDS = (
     "model_id", "lora_dir", "upscaler_dir", "controlnet_dir", "ipadapter_dir", "annotator_dir", "embeddings_dir",
-    "styles_file",
+    "styles_file", "detector_dir", "wildcard_dir",
     "base_model", "openvino_cache",
 )  # fmt: skip  # files or folders here
 
@@ -148,6 +150,19 @@ class PipelineOptions(Section, title="Pipeline"):
         "segmentation model, ADE20K) for seg, pose/ (VitPose) and optionally person/ (an object detector) for "
         "openpose; nothing is downloaded (docs/controlnet.md#model-based-preprocessors)",
         shown="`models/annotators`",
+    )  # fmt: skip
+    detector_dir: Path = setting(
+        "DETECTOR_DIR", DEFAULT_DETECTOR_DIR,
+        "folder of the detailer's detectors: transformers object-detection or semantic/instance-segmentation "
+        "model folders (config.json + weights + preprocessor); the embedded shapes-segformer lives here; "
+        "nothing is downloaded (docs/regions-detailer-wildcards.md)",
+        shown="`models/detectors`",
+    )  # fmt: skip
+    wildcard_dir: Path = setting(
+        "WILDCARD_DIR", DEFAULT_WILDCARD_DIR,
+        "folder of wildcard files: `__name__` in a prompt is a random line of NAME.txt (sub-folders: "
+        "`__folder/name__`; .yaml/.json collections too), Dynamic Prompts' format (docs/regions-detailer-wildcards.md)",
+        shown="`models/wildcards`",
     )  # fmt: skip
     tiled_vae_pixels: int | None = setting(
         "TILED_VAE_PIXELS", None,

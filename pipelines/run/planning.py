@@ -17,10 +17,13 @@ from pipelines.control import ip_adapter
 from pipelines.imaging import inpaint
 from pipelines.prompts import styles
 from pipelines.prompts.plan import PromptPlan
+from pipelines.run import regions
 from pipelines.run.calls import size_for
 from pipelines.sampling.guidance import supports_guidance_end
+from pipelines.sampling.regional import Regional
 from pipelines.sampling.step_cache import StepCache
 from pipelines.schema.errors import UnsupportedTaskError
+from pipelines.schema.regions import Split
 from pipelines.schema.request import GenerationRequest, item_seed
 
 
@@ -41,6 +44,8 @@ class Plan:
     cache: StepCache | None = None  # the step cache it runs with (pipelines.sampling.step_cache)
     texts: PromptPlan | None = None  # weighted and long prompts (pipelines.prompts.weights)
     control: dict[str, Any] = dataclasses.field(default_factory=dict)  # the units' and image prompts' arguments
+    regional: Regional | None = None  # regional prompts (pipelines.run.regions, pipelines.sampling.regional)
+    splits: dict[str, Split] = dataclasses.field(default_factory=dict)  # each prompt's regions
 
     def finish(self, item: dict[str, Any], image: Any) -> Any:
         """An output as the user gets it: an inpaint pasted back into its original (pipelines.imaging.inpaint)."""
@@ -68,10 +73,14 @@ def work_items(request: GenerationRequest, seed: int) -> list[dict[str, Any]]:
     these items gives the same images wherever it runs (`generate(item_range=...)`).
     """
     items: list[dict[str, Any]] = []
+    templates = request.prompt_template if len(request.prompt_template) == len(request.prompts) else ()
     for image in request.init_images or [None]:
-        for prompt in request.prompts:
+        for index, prompt in enumerate(request.prompts):
             for _ in range(request.num_images):
-                items.append({"prompt": prompt, "image": image, "seed": item_seed(seed, len(items))})
+                item = {"prompt": prompt, "image": image, "seed": item_seed(seed, len(items))}
+                if templates:  # the wildcard template it was resolved from (pipelines.prompts.wildcards)
+                    item["template"] = templates[index]
+                items.append(item)
     return items
 
 
@@ -122,6 +131,8 @@ def plan(
     prompts = {text: texts.text(text) for text in request.prompts}  # metadata keeps the prompt as written
     plan = Plan(pipe, request, items, first, accepted, prompts, size, guidance_end, warnings, texts=texts)
     plan.cache = step_cache_for(p, request, warnings)
+    if request.regions is not None and request.regions.regional_prompts:
+        regions.plan_regions(p, plan)
     if request.inpaint is not None:
         plan_inpaint(p, plan)
     if request.controlnet:

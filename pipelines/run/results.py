@@ -80,6 +80,10 @@ def metadata(
         meta["controlnet"] = [control.describe(unit) for unit in request.controlnet]
     if request.ip_adapter:
         meta["ip_adapter"] = [ip_adapter.describe(prompt) for prompt in request.ip_adapter]
+    if request.regions is not None and request.regions.regional_prompts:
+        meta.update(request.regions.model_dump())  # Regional Prompter's infotext ("RP Active", "RP Ratios", ...)
+    if item.get("template"):
+        meta["prompt_template"] = item["template"]  # Dynamic Prompts' "Template"
     quantized = quantization.applied(p.pipe)
     if quantized:  # which weights made the image: a quantized model's output differs from the plain one's
         meta["quantization"] = quantized

@@ -51,8 +51,9 @@ def add_request_arguments(
         help_text = f"{item.description} [{item.accepted()}]"
         if item.name == "prompt":
             parser.add_argument("prompt", nargs="+", help=help_text)
-        elif item.kind == "flag":
-            parser.add_argument(flag, dest=item.name, action="store_true", default=None, help=help_text)
+        elif item.kind == "flag":  # a switch that is on by default is turned off by --no-NAME
+            action = argparse.BooleanOptionalAction if item.default is True else "store_true"
+            parser.add_argument(flag, dest=item.name, action=action, default=None, help=help_text)
         elif item.kind in ("scales", "images", "names", "units"):
             metavar = {"scales": "NAME_OR_FILE[:SCALE]", "images": "FILE", "names": "NAME", "units": "image=FILE,model=NAME,..."}[item.kind]
             parser.add_argument(flag, dest=item.name, action="append", metavar=metavar, help=help_text)

@@ -58,9 +58,11 @@ from pipelines.schema.fields import (
 
 __all__ = ["RequestError", "dotted", "request_error"]  # re-exported: the schema's error type
 from pipelines.schema.control import ControlUnit
+from pipelines.schema.detailer import Detailer, Detailer2nd
 from pipelines.schema.hires import Hires
 from pipelines.schema.image_prompt import ImagePrompt
 from pipelines.schema.inpaint import DEFAULT_STRENGTH, Inpaint
+from pipelines.schema.regions import Regions, is_regional, split_prompt
 
 SEED_SPACE = 2**64  # torch.Generator.manual_seed takes 0..2^64-1
 RANDOM_SEED_SPACE = 2**32  # random seeds: short, and valid in tools that keep 32-bit seeds
@@ -73,6 +75,8 @@ STEP_CACHE_THRESHOLDS = {"FirstBlockCache": 0.05, "MagCache": 0.06}
 # A model's defaults where it names none (its vocabulary, recipe or diffusers signature): 20 steps
 # (the signatures' 50 are too many for a first image), CFG 4, image guidance 1.5 (InstructPix2Pix's).
 FALLBACK_STEPS, FALLBACK_GUIDANCE, FALLBACK_IMAGE_GUIDANCE = 20, 4.0, 1.5
+WILDCARD_MODES = ("random", "combinatorial", "off")  # pipelines.prompts.wildcards
+MAX_TEMPLATES = 10_000  # prompt_template's entries: one per resolved prompt
 EDIT_TASKS = frozenset({"img2img", "inpaint"})
 TXT2IMG = frozenset({"txt2img"})
 IMG2IMG = frozenset({"img2img"})
@@ -185,6 +189,37 @@ class GenerationRequest(Schema):
     ip_adapter: Annotated[tuple[ImagePrompt, ...], Units(ImagePrompt, most=4), About("Image prompt", a1111="alwayson_scripts")] = Field(
         (), description="IP-Adapter image prompts: each a reference picture, an adapter and a scale (pipelines.control.ip_adapter)"
     )  # fmt: skip
+
+    wildcards: Annotated[str, Choice(WILDCARD_MODES), About("Wildcards")] = Field(
+        "random", description="{a|b} and __name__ (WILDCARD_DIR) in prompts: a random pick per image (by its seed), every combination, or off (the text as written)"
+    )  # fmt: skip
+    prompt_template: Annotated[tuple[str, ...], Names(most=MAX_TEMPLATES), About("Prompt template", infotext="Template")] = Field(
+        (), description="the template each prompt was resolved from (set by the server when it resolves wildcards; kept in the images' metadata)"
+    )  # fmt: skip
+    regions: Annotated[Regions | None, About("Regional prompts")] = Field(
+        None, description="several prompts, each for its own part of the picture (pipelines.sampling.regional)"
+    )
+    detailer: Annotated[Detailer | None, About("Detailer")] = Field(
+        None, description="after the images: find regions with a detector and inpaint each at full resolution (pipelines.imaging.detailer)"
+    )  # fmt: skip
+    detailer_2nd: Annotated[Detailer2nd | None, About("Detailer 2nd pass")] = Field(  # type: ignore[valid-type]
+        None, description="a second detailer pass after the first (ADetailer's 2nd tab)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _regional_prompt(cls, data: Any) -> Any:
+        """A prompt written with ADDCOL/ADDROW/ADDBASE/ADDCOMM turns regional prompts on (those words mean
+        nothing else), split by the keyword's direction, unless the request says how."""
+        if not isinstance(data, dict) or data.get("regions") is not None:
+            return data
+        prompt = data.get("prompt")
+        texts = [prompt] if isinstance(prompt, str) else list(prompt) if isinstance(prompt, list | tuple) else []
+        regional = [t for t in texts if isinstance(t, str) and is_regional(t)]
+        if regional:
+            split = "Rows" if split_prompt(regional[0]).rows else "Columns"
+            data = {**data, "regions": {"regional_prompts": True, "region_split": split}}
+        return data
 
     @model_validator(mode="after")
     def _one_task(self) -> GenerationRequest:
@@ -315,6 +350,11 @@ def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
         # Hires options with hires fix off: left out unread. A1111 clients send them always, some with
         # values that only mean "off" (hr_scale 0, hr_upscaler "none"), which A1111 ignores too.
         del data["hires"]
+    if "regions" in data and not _switched_on(data["regions"].get("regional_prompts")):
+        del data["regions"]  # likewise: the region options with regional prompts off
+    for part, switch in (("detailer", "ad_model"), ("detailer_2nd", "ad_model_2nd")):
+        if part in data and str(data[part].get(switch) or "").strip().lower() in ("", "none"):
+            del data[part]  # a pass without a detector: off (ADetailer's "None")
     return data
 
 
@@ -405,6 +445,7 @@ class GenerationResult:
     step_cache: str = ""  # the step cache it ran with ("FirstBlockCache 0.05"), "" for none (pipelines.sampling.step_cache)
     vae_tiling: bool = False  # decoded (and encoded) in tiles: the image was large (TILED_VAE_PIXELS) or memory short
     hires: str = ""  # the hires pass it ran ("64x64 -> 128x128, Lanczos, strength 0.3"), "" for none (pipelines.imaging.hires)
+    detailer: str = ""  # the detailer passes it ran ("shapes-segformer: 3 region(s) in 2 of 2 image(s)") (pipelines.imaging.detailer)
 
     def info(self) -> dict[str, Any]:
         """JSON-friendly summary (what the API returns beside the images)."""
@@ -426,4 +467,6 @@ class GenerationResult:
             out["vae_tiling"] = True
         if self.hires:
             out["hires"] = self.hires
+        if self.detailer:
+            out["detailer"] = self.detailer
         return out
