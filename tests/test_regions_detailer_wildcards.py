@@ -247,7 +247,7 @@ def test_a1111_takes_regional_prompter_adetailer_and_dynamic_prompts_as_their_cl
     text = info["infotexts"][0]
     assert "RP Active: True" in text and "RP Matrix submode: Columns" in text and "ADetailer model: shapes-segformer" in text
     assert models == {"ad_model": ["None", "shapes-segformer"]}
-    assert info_back["parameters"]["ad_model"] == "shapes-segformer" and info_back["parameters"]["regional_prompts"] is True
+    assert info_back["parameters"]["ADetailer model"] == "shapes-segformer" and info_back["parameters"]["RP Active"] == "True"
 
 
 def test_webuiapi_wildcard_batch_is_one_pick_per_image(app):

@@ -51,7 +51,7 @@ class Wildcards:
         return [str(v) for v in self._manager.get_values(name)]
 
     def _check(self, texts: Iterable[str], field: str) -> None:
-        known = set(self.names())
+        known = self.names()
         for text in texts:
             for name in WILDCARD.findall(text):
                 if not GLOB.search(name) and name not in known:
