@@ -280,3 +280,16 @@ def test_a_network_openvino_cannot_convert_is_named_with_the_ops():
         "OpenVINO: No conversion rule found for operations: aten::chunk, aten::einsum, aten::unbind; "
         "Conversion is failed for: SequenceMark, prim::ListUnpack"
     )
+
+
+def test_regional_prompts_run_through_the_openvino_graph(ov_pipeline, torch_pipeline):
+    """The Latent method's windows go through the UNet's graph (any size: no new conversion) and give torch's
+    picture; the Attention method, whose cross-attention the graph holds, runs as Latent and says so."""
+    prompt = "a red circle on a blue background ADDCOL a green square on a white background"
+    request = GenerationRequest(prompt, width=128, height=64, seed=0, steps=6)
+    ov = ov_pipeline.generate(request)
+    torch_result = torch_pipeline.generate(request)
+    assert np.abs(arrays(ov)[0].astype(int) - arrays(torch_result)[0].astype(int)).max() <= 3
+    attention = ov_pipeline.generate(request.replace(regions={"regional_prompts": True, "region_method": "Attention"}))
+    assert any("ran the Latent mode" in w for w in attention.warnings)
+    assert attention.metadata[0]["region_method"] == "Latent" and np.array_equal(arrays(attention)[0], arrays(ov)[0])

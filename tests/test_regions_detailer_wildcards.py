@@ -259,3 +259,33 @@ def test_webuiapi_wildcard_batch_is_one_pick_per_image(app):
     prompts = result.info["all_prompts"]
     assert len(prompts) == 3 and all("{" not in p and "__" not in p for p in prompts)
     assert all("Template: " in text for text in result.info["infotexts"])
+
+
+def test_a_region_leaves_the_calls_own_embeddings_as_they_are():
+    """The region's embeddings replace the conditional rows in a copy: diffusers reuses its prompt_embeds every
+    step, so writing into them would give region 0 the last region's prompt from the second step on."""
+    from pipelines.sampling.regional import _call
+
+    own = torch.zeros(2, 154, 8)  # a long prompt: two CLIP windows
+    region = {"prompt_embeds": torch.ones(1, 77, 8)}
+    seen = []
+    _call(lambda *a, **k: seen.append(k["encoder_hidden_states"]) or (torch.zeros(2, 4, 8, 8),), (torch.zeros(2, 4, 8, 8), 1),
+          {"encoder_hidden_states": own}, own, region, 1, (0, 8, 0, 8), (8, 8))  # fmt: skip
+    assert own.abs().sum() == 0 and seen[0][1, :77].eq(1).all() and seen[0][0].eq(0).all()
+
+
+def test_three_columns_off_the_unets_step_with_a_controlnet_unit(pipe):
+    """Region edges that fall between the UNet's down-sampled cells: the windows are cut on whole cells, so
+    ControlNet's residuals at every resolution match (a 1:1:1 split of 128 px)."""
+    silhouette = draw(Scene("white", "circle", "black", 0.4, 0.5, 0.5, 0), 64).resize((128, 64))
+    result = pipe.generate(GenerationRequest(f"{LEFT} ADDCOL {RIGHT} ADDCOL {LEFT}", width=128, height=64, seed=1, steps=3,
+                                             controlnet=[{"image": silhouette, "model": "shapes-silhouette", "module": "none"}]))  # fmt: skip
+    assert result.images[0].size == (128, 64)
+    with pytest.raises(RequestError, match="region 2 is less than one latent cell"):
+        pipe.generate(GenerationRequest(f"{LEFT} ADDCOL {RIGHT}", width=64, height=64, steps=2,
+                                        regions={"regional_prompts": True, "region_ratios": "40,1"}))  # fmt: skip
+
+
+def test_wildcard_text_the_library_cannot_parse_is_refused_naming_the_prompt(pipe):
+    with pytest.raises(RequestError, match=r"prompt: wildcards: .* at column"):
+        pipe.wildcards.resolve(GenerationRequest("a {red|blue} cat {", seed=1))

@@ -66,7 +66,7 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
         notes.append("LoRA(s) not on this server: " + ", ".join(missing))
     if params.get("model") and params["model"] != info.model_name:
         notes.append(f"made with model {params['model']}; this server runs {info.model_name}")
-    _recorded_values(params, values)
+    _recorded_values(params, values, info, notes)
     values["controlnet"] = [control_settings(unit) for unit in params.get("controlnet") or []]
     if values["controlnet"]:
         notes.append(f"{len(values['controlnet'])} ControlNet unit(s): settings restored; add their control images")
@@ -77,7 +77,7 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
     return values, notes
 
 
-def _recorded_values(params: dict[str, Any], values: dict[str, Any]) -> None:
+def _recorded_values(params: dict[str, Any], values: dict[str, Any], info: ModelInfo, notes: list[str]) -> None:
     """Every other number, text, choice or switch a PNG records (the schema names its infotext key: "Clip
     skip", "RP Ratios", "ADetailer model", and any field new to the schema), a number fitted to its range;
     where the PNG has none, unset or the field's default (what A1111 leaves out is the default)."""
@@ -89,6 +89,10 @@ def _recorded_values(params: dict[str, Any], values: dict[str, Any]) -> None:
             values[item.name] = _fit(item.name, value) if isinstance(value, int | float) else None
         elif item.kind in ("text", "choice", "flag"):  # Regional Prompter's, ADetailer's: off where the PNG has none
             values[item.name] = value if value is not None else item.default
+    for name in ("ad_model", "ad_model_2nd"):  # a detector this server lacks (ADetailer's YOLO files): the pass off
+        if values.get(name) not in (None, "None", *info.detectors):
+            notes.append(f"detector {values[name]} is not on this server; that detailer pass is off")
+            values[name] = "None"
 
 
 def one_prompt(prompt: Any, notes: list[str]) -> str:

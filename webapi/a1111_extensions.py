@@ -1,12 +1,13 @@
 """The A1111 extensions built in, as their clients send them in `alwayson_scripts`, and ADetailer's own routes.
 
 - **ADetailer** (`"ADetailer": {"args": [enable, skip_img2img, {ad_model, ad_prompt, ...}, {...}]}`; the
-  leading flags are optional, as in its older versions): the first two passes' dictionaries, by ADetailer's
-  own key names, which are our fields' (pipelines.schema.detailer); a pass's keys our schema lacks are said
-  in the warnings. `GET /adetailer/v1/version`, `/adetailer/v1/ad_model` (the server's detectors).
+  leading flags are optional, as in its older versions; `skip_img2img` skips image-to-image, a pass with
+  `ad_tab_enable: false` is off): the first two passes' dictionaries, by ADetailer's own key names, which
+  are our fields' (pipelines.schema.detailer); a pass's keys our schema lacks are said in the warnings. `GET /adetailer/v1/version`, `/adetailer/v1/ad_model` (the server's detectors).
 - **Regional Prompter** (`"Regional Prompter": {"args": [active, debug, mode, matrix submode, mask submode,
   prompt submode, ratios, base ratios, use base, use common, use negative common, calc mode, ...]}`, its
-  README's order): Matrix mode; "Horizontal"/"Columns" split into columns, "Vertical"/"Rows" into rows.
+  README's order): Matrix mode; its split by the schema's names (Columns, Rows, and the older Horizontal,
+  Vertical: pipelines.schema.regions.SPLIT_ALIASES).
   "use base" / "use common" without the keyword in the prompt make its first part the base / common
   prompt, as Regional Prompter does. Mask and Prompt modes are refused by name.
 - **Dynamic Prompts** (`"Dynamic Prompts v2.17.1": {"args": [enabled, combinatorial, ...]}`): off, or
@@ -24,7 +25,6 @@ from pipelines.schema.regions import BASE, COMMON, SEPARATORS
 from .errors import WireError
 
 ADETAILER_VERSION = "24.11.1"  # the ADetailer whose API this speaks (its `args` layout)
-SPLITS = {"columns": "Columns", "horizontal": "Columns", "rows": "Rows", "vertical": "Rows"}
 HANDLED = ("adetailer", "regional prompter", "dynamic prompts")
 
 
@@ -47,7 +47,7 @@ def handled(name: str) -> bool:
     return name.lower().startswith(HANDLED)
 
 
-def adetailer(payload: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+def adetailer(payload: dict[str, Any], task: str, warnings: list[str]) -> dict[str, Any]:
     """Our flat detailer fields from ADetailer's args: its first two passes (a third and later are said)."""
     args = _entry(payload, "adetailer")
     if not args:
@@ -55,7 +55,9 @@ def adetailer(payload: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     flags = [a for a in args[:2] if isinstance(a, bool)]
     if flags and not flags[0]:
         return {}  # ADetailer switched off
-    passes = [a for a in args if isinstance(a, dict)]
+    if len(flags) > 1 and flags[1] and task != "txt2img":
+        return {}  # its skip_img2img
+    passes = [a for a in args if isinstance(a, dict) and a.get("ad_tab_enable", True) not in (False, "false", 0)]
     if len(passes) > 2:
         warnings.append(f"alwayson_scripts.ADetailer: {len(passes)} passes, the first 2 run here")
     known = set(Detailer.model_fields)
@@ -65,7 +67,7 @@ def adetailer(payload: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
         for key, value in values.items():
             if key in known:
                 flat[key + suffix] = value
-            elif value not in (None, "", False, 0):
+            elif key != "ad_tab_enable" and value not in (None, "", False, 0):
                 warnings.append(f"alwayson_scripts.ADetailer: {key} is not supported here, ignored")
     return flat
 
@@ -74,16 +76,13 @@ def regional_prompter(payload: dict[str, Any], prompt: str, warnings: list[str])
     """Our flat region fields from Regional Prompter's positional args, and the prompt with its base/common
     keyword where the args ask for one the prompt does not write."""
     args = _entry(payload, "regional prompter")
-    if not args or not args[0] or str(args[0]).lower() == "false":
+    if not args or not _flag(args[0]):
         return {}, prompt
     get = lambda i, default: args[i] if len(args) > i and args[i] not in (None, "") else default  # noqa: E731
     mode = str(get(2, "Matrix"))
     if mode.lower() != "matrix":
         raise WireError(("alwayson_scripts", "Regional Prompter", "args", 2), f"{mode!r} mode is not supported here: Matrix is")
-    split = SPLITS.get(str(get(3, "Columns")).lower())
-    if split is None:
-        raise WireError(("alwayson_scripts", "Regional Prompter", "args", 3), f"{get(3, '')!r}: Columns, Rows (Horizontal, Vertical)")
-    flat = {"regional_prompts": True, "region_split": split, "region_ratios": str(get(6, "1,1")),
+    flat = {"regional_prompts": True, "region_split": get(3, "Columns"), "region_ratios": str(get(6, "1,1")),
             "region_method": str(get(11, "Attention")).capitalize()}  # fmt: skip
     base = _number(get(7, ""))
     if base is not None:

@@ -316,7 +316,7 @@ def common(payload: dict[str, Any], limits: Limits, task: str, images_in: int = 
     if isinstance(flat.get("prompt"), str):
         regions, flat["prompt"] = extensions.regional_prompter(payload, flat["prompt"], warnings)
         flat.update(regions)
-    flat.update(**extensions.adetailer(payload, warnings), **extensions.dynamic_prompts(payload))
+    flat.update(**extensions.adetailer(payload, task, warnings), **extensions.dynamic_prompts(payload))
     flat.update(
         num_images=batch * n_iter,
         sampler=sampler(payload, model, warnings),

@@ -29,7 +29,7 @@ from PIL import Image
 
 from devices.one_load import ONE_LOAD
 from pipelines.schema.detailer import SECOND, Pass, model_defaults
-from pipelines.schema.errors import UnsupportedTaskError
+from pipelines.schema.errors import OutOfMemoryError, UnsupportedTaskError
 from pipelines.schema.fields import RequestError, shown
 from pipelines.schema.inpaint import Inpaint
 from pipelines.schema.regions import Regions, is_regional, layout, split_prompt
@@ -232,7 +232,11 @@ def run(p: Any, request: Any, result: Any, progress: Any, should_cancel: Any, pr
         if result.cancelled or (should_cancel is not None and should_cancel()):
             result.cancelled = True
             break
-        _one_pass(p, request, result, values, "" if number == 0 else SECOND, progress, should_cancel, preview, said)
+        try:
+            _one_pass(p, request, result, values, "" if number == 0 else SECOND, progress, should_cancel, preview, said)
+        except (UnsupportedTaskError, OutOfMemoryError, OSError) as exc:  # the images drawn so far are kept, as ADetailer does
+            log.warning("detailer pass %d (%s) failed: %s", number + 1, values["ad_model"], exc)
+            result.warnings.append(f"detailer {values['ad_model']}: {exc}; the images are as the passes before left them")
     seconds = time.perf_counter() - start
     result.timings["detailer"] = seconds
     result.timings["total"] = result.timings.get("total", 0.0) + seconds
@@ -249,23 +253,27 @@ def _one_pass(p: Any, request: Any, result: Any, values: dict[str, Any], suffix:
     steps = max(1, int(request.steps * values["ad_denoising_strength"]))
     total = max(1, sum(map(len, found)) * steps)
     done = 0
+    stopped = "stopped during the detailer pass: the regions not yet repainted are as drawn"
     for index, regions in enumerate(found):
-        for region in regions:
+        for number, region in enumerate(regions):
             if should_cancel is not None and should_cancel():
                 result.cancelled = True
-                result.warnings.append("stopped during the detailer pass: the regions not yet repainted are as drawn")
+                result.warnings.append(stopped)
                 return
             mask = dilated(region.mask, values["ad_dilate_erode"])
+            if mask.getbbox() is None:  # eroded away: nothing to repaint
+                continue
             sub = region_request(request, values, result.images[index], mask, result.metadata[index])
 
             def report(step: int, _total: int, _image: int, base: int = done, image: int = index) -> None:
                 if progress is not None:
                     progress(base + step, total, image)
 
-            p.activity = f"detailer: image {index + 1}, region {regions.index(region) + 1}/{len(regions)}"
+            p.activity = f"detailer: image {index + 1}, region {number + 1}/{len(regions)}"
             out = p._generate(sub, report, should_cancel, None, preview)
-            if out.cancelled or not out.images:
+            if out.cancelled or not out.images:  # Stop during the region: it is dropped, half-denoised
                 result.cancelled = True
+                result.warnings.append(stopped)
                 return
             result.images[index] = out.images[0]
             done += steps

@@ -12,7 +12,8 @@ The resolved request has one prompt per image (random) or per combination, `prom
 templates they came from (written to each image's metadata as Dynamic Prompts' "Template"), and
 `wildcards` "off", so resolving it again changes nothing. The negative prompt is resolved once, with
 the request's seed, and is the same for every image. A `__name__` the folder lacks is refused, naming
-those it has.
+those it has; text the library cannot parse (an unclosed `{`) is refused, naming the column. With several
+input images (image-to-image), every input gets the same picks.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from dynamicprompts.generators import CombinatorialPromptGenerator, RandomPromptGenerator
 from dynamicprompts.wildcards import WildcardManager
+from pyparsing import ParseBaseException
 
 from pipelines.schema.request import GenerationRequest, RequestError, item_seed
 
@@ -66,14 +68,20 @@ class Wildcards:
             return request
         self._check(prompts, "prompt")
         self._check([negative or ""], "negative_prompt")
-        if request.wildcards == "combinatorial":
-            resolved, templates = self._combinations(prompts, request.num_images)
-        else:
-            if request.seed is None:
-                raise ValueError("wildcards: random picks need the request's seed pinned first")
-            resolved, templates = self._random(request, prompts)
+        if request.wildcards != "combinatorial" and request.seed is None:
+            raise ValueError("wildcards: random picks need the request's seed pinned first")
+        try:
+            if request.wildcards == "combinatorial":
+                resolved, templates = self._combinations(prompts, request.num_images)
+            else:
+                resolved, templates = self._random(request, prompts)
+        except ParseBaseException as exc:  # an unclosed {, a bad $$ count: the caller's text
+            raise RequestError("prompt", f"wildcards: {exc.msg} at column {exc.column} (wildcards=off sends it as written)") from None
         if has_syntax(negative):
-            negative = RandomPromptGenerator(self._manager, seed=request.seed or 0).generate(negative, 1)[0]
+            try:
+                negative = RandomPromptGenerator(self._manager, seed=request.seed or 0).generate(negative, 1)[0]
+            except ParseBaseException as exc:
+                raise RequestError("negative_prompt", f"wildcards: {exc.msg} at column {exc.column}") from None
         single = len(resolved) == 1
         return request.replace(
             prompt=resolved[0] if single else resolved,

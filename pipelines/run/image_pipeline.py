@@ -118,8 +118,8 @@ class ImagePipeline:
         self.annotators = Annotators(options.annotator_dir, device_manager)  # units' depth/normal/seg maps
         self.twins = Twins(pipe, lambda: self.traits, self.controlnets)  # each task's pipeline (run.twins)
         self.ip_adapters = ip_adapter.IpAdapters([options.ipadapter_dir])
-        self.wildcards = Wildcards(options.wildcard_dir)
-        self.detectors = detailer.Detectors(options.detector_dir, device_manager)  # the detailer's (pipelines.imaging.detailer)  # {a|b} and __name__ in prompts (pipelines.prompts.wildcards)
+        self.wildcards = Wildcards(options.wildcard_dir)  # {a|b} and __name__ in prompts (pipelines.prompts.wildcards)
+        self.detectors = detailer.Detectors(options.detector_dir, device_manager)  # the detailer's (pipelines.imaging.detailer)
         self.ip_loaded = ip_adapter.Loaded(
             pipe, self.ip_adapters, self._reset_attention, self.traits.class_name
         )  # in the denoiser every task shares

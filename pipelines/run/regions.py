@@ -16,15 +16,9 @@ from pipelines.schema.fields import RequestError
 from pipelines.schema.regions import MAX_REGIONS, Split, layout, split_prompt
 
 
-def check(p: Any, pipe: Any, kind: str, method: str) -> None:
-    """Regional prompts need a UNet fed CLIP embeddings with an [uncond, cond] guidance batch; the Attention
-    method changes the cross-attention inside the denoiser, which an OpenVINO graph does not run."""
+def check(p: Any, pipe: Any, kind: str) -> None:
+    """Regional prompts need a UNet fed CLIP embeddings with an [uncond, cond] guidance batch."""
     name = type(denoiser(pipe)).__name__
-    if p.runtime is not None and method == "Attention":
-        raise UnsupportedTaskError(
-            "regional prompts' Attention mode changes the denoiser's cross-attention, which the OpenVINO runtime "
-            "runs inside one graph: use the Latent mode (it runs here), or a server with RUNTIME=torch"
-        )
     if kind not in ("clip", "clip2") or name != "UNet2DConditionModel" or p.traits.edit:
         raise UnsupportedTaskError(
             f"{type(pipe).__name__} cannot take regional prompts here: they need a UNet with CLIP text "
@@ -45,7 +39,14 @@ def plan_regions(p: Any, plan: Any) -> None:
         raise RequestError("prompt", f"every prompt of a regional request needs the same number of regions, got {counts}")
     if counts[0] > MAX_REGIONS:
         raise RequestError("prompt", f"{counts[0]} regions, more than {MAX_REGIONS}")
-    check(p, plan.pipe, plan.texts.kind, spec.region_method)
+    check(p, plan.pipe, plan.texts.kind)
+    if p.runtime is not None and spec.region_method == "Attention":  # the metadata says what ran
+        spec = spec.model_copy(update={"region_method": "Latent"})
+        plan.request = plan.request.model_copy(update={"regions": spec})
+        plan.warnings.append(
+            "regional prompts ran the Latent mode: the Attention mode changes the denoiser's cross-attention, which "
+            "the OpenVINO runtime runs inside one graph (RUNTIME=torch runs it)"
+        )
     try:
         boxes = layout(spec.region_ratios, counts[0], spec.region_split)
     except ValueError as exc:
@@ -57,6 +58,10 @@ def plan_regions(p: Any, plan: Any) -> None:
     unet = denoiser(plan.pipe)
     step = 2 ** (len(unet.config.down_block_types) - 1)  # windows of whole down-sampled cells
     plan.regional = Regional(boxes, base_ratio, spec.region_method, step=step)
+    cells = (plan.size[1] // p.vae_scale_factor, plan.size[0] // p.vae_scale_factor)
+    for index, (top, bottom, left, right) in enumerate(plan.regional.owners(*cells)):
+        if bottom <= top or right <= left:
+            raise RequestError("region_ratios", f"region {index + 1} is less than one latent cell at {plan.size[0]}x{plan.size[1]}: give it a larger share")
     plan.splits = splits
     for text, split in splits.items():
         plan.prompts[text] = plan.texts.text(split.regions[0])
@@ -67,13 +72,15 @@ def chunk_embeds(plan: Any, chunk: list[dict[str, Any]]) -> RegionEmbeds:
     splits: list[Split] = [plan.splits[item["prompt"]] for item in chunk]
     encoder = plan.texts.encoder
     count = len(splits[0].regions)
-    regions = [_encoded(encoder, [s.regions[r] for s in splits]) for r in range(1, count)]
-    base = _encoded(encoder, [s.base or "" for s in splits]) if plan.regional.base_ratio > 0 else None
+    words = plan.texts.words
+    regions = [_encoded(encoder, [s.regions[r] for s in splits], words) for r in range(1, count)]
+    base = _encoded(encoder, [s.base or "" for s in splits], words) if plan.regional.base_ratio > 0 else None
     return RegionEmbeds(regions, base, len(chunk))
 
 
-def _encoded(encoder: Any, texts: list[str]) -> dict[str, Any]:
-    found = call_embeds(encoder, texts, None, False)
+def _encoded(encoder: Any, texts: list[str], words: Any) -> dict[str, Any]:
+    """The conditional embeddings of `texts` (an `embedding:name` as the embedding's word, as region 0's)."""
+    found = call_embeds(encoder, [words(t) for t in texts], None, False)
     out = {"prompt_embeds": found["prompt_embeds"]}
     if "pooled_prompt_embeds" in found:
         out["pooled"] = found["pooled_prompt_embeds"]

@@ -75,12 +75,11 @@ class Regional:
         from diffusers.hooks import HookRegistry
 
         registry = HookRegistry.check_if_exists_or_initialize(denoiser)
-        original = None
-        if self.method == "Attention":
-            original = dict(denoiser.attn_processors)
-            denoiser.set_attn_processor({name: _wrap(self, name, p) for name, p in original.items()})
-        registry.register_hook(_hook(self), HOOK)
+        original = dict(denoiser.attn_processors) if self.method == "Attention" else None
         try:
+            if original is not None:
+                denoiser.set_attn_processor({name: _wrap(self, name, p) for name, p in original.items()})
+            registry.register_hook(_hook(self), HOOK)
             yield
         finally:
             registry.remove_hook(HOOK, recurse=False)
@@ -207,13 +206,11 @@ class _Output:
 
 
 def _window(top: int, bottom: int, left: int, right: int, height: int, width: int, step: int) -> tuple[int, int, int, int]:
-    """A region's window: its cells with CONTEXT cells around, grown to multiples of `step`, inside the latent."""
+    """A region's window: its cells with CONTEXT cells around, its edges on the UNet's step (so every down-sampled
+    map, ControlNet's residuals too, is cut on whole cells), inside the latent."""
     def grown(low: int, high: int, size: int) -> tuple[int, int]:
         low, high = max(0, low - CONTEXT), min(size, high + CONTEXT)
-        missing = -(high - low) % step
-        high = min(size, high + missing)
-        low = max(0, low - (-(high - low) % step))
-        return low, high
+        return low - low % step, min(size, -(-high // step) * step)
 
     y0, y1 = grown(top, bottom, height)
     x0, x1 = grown(left, right, width)
@@ -225,12 +222,12 @@ def _call(forward: Any, args: tuple, kwargs: dict, own: Any, embeds: dict | None
     args = tuple(_crop(a, window, latent) for a in args)
     kwargs = {k: _crop(v, window, latent) for k, v in kwargs.items()}
     if embeds is not None:
-        hidden = own.clone() if own.shape[1] == embeds["prompt_embeds"].shape[1] else _pad(own, embeds["prompt_embeds"].shape[1])
-        region = _pad(embeds["prompt_embeds"].to(hidden), hidden.shape[1])
-        hidden[-batch:] = region
-        if len(args) > 2:
-            args = args[:2]
-        kwargs["encoder_hidden_states"] = hidden
+        hidden = _pad(own, embeds["prompt_embeds"].shape[1]).clone()  # a copy: the call's own stay as they are
+        hidden[-batch:] = _pad(embeds["prompt_embeds"].to(hidden), hidden.shape[1])
+        if len(args) > 2:  # encoder_hidden_states given by position
+            args = (*args[:2], hidden, *args[3:])
+        else:
+            kwargs["encoder_hidden_states"] = hidden
         added = kwargs.get("added_cond_kwargs")
         if "pooled" in embeds and isinstance(added, dict) and "text_embeds" in added:
             text = added["text_embeds"].clone()

@@ -268,14 +268,17 @@ def _item(parse: Any, value: Any, index: int | str) -> Any:
 
 @dataclass(frozen=True)
 class Choice:
-    """One of `options` (any capitalisation, given back as written here); "" or null: the default."""
+    """One of `options` (any capitalisation, given back as written here; `aliases`: other names of an option,
+    lower-case -> the option); "" or null: the default."""
 
     options: tuple[str, ...]
+    aliases: tuple[tuple[str, str], ...] = ()
 
     def parse(self, value: Any) -> str | None:
         if value is None or (isinstance(value, str) and not value.strip()):
             return None
-        found = {o.lower(): o for o in self.options}.get(value.strip().lower()) if isinstance(value, str) else None
+        names = {**{o.lower(): o for o in self.options}, **dict(self.aliases)}
+        found = names.get(value.strip().lower()) if isinstance(value, str) else None
         if found is None:
             raise refuse(f"{shown(value, 80)} is not one of {', '.join(self.options)}")
         return found

@@ -21,6 +21,7 @@ from pydantic import Field, field_validator
 from pipelines.schema.fields import About, Choice, Flag, Range, Schema, Text, refuse
 
 SPLITS = ("Columns", "Rows")  # Regional Prompter's "Main splitting" (its Matrix submodes)
+SPLIT_ALIASES = {"horizontal": "Columns", "vertical": "Rows"}  # its names before 2023, in old PNGs and API clients
 METHODS = ("Latent", "Attention")  # Regional Prompter's "Calc mode"
 BASE, COMMON, COLUMN, ROW = "ADDBASE", "ADDCOMM", "ADDCOL", "ADDROW"
 SEPARATORS = re.compile(r"\b(?:ADDCOL|ADDROW|BREAK)\b")
@@ -39,7 +40,7 @@ class Regions(Schema):
     regional_prompts: Annotated[bool, Flag(), About("Regional prompts", infotext="RP Active")] = Field(
         False, description="split the picture into regions, each drawn from its own part of the prompt (ADDCOL / ADDROW / BREAK)"
     )  # fmt: skip
-    region_split: Annotated[str, Choice(SPLITS), About("Main splitting", infotext="RP Matrix submode")] = Field(
+    region_split: Annotated[str, Choice(SPLITS, tuple(SPLIT_ALIASES.items())), About("Main splitting", infotext="RP Matrix submode")] = Field(
         "Columns", description="the regions side by side (Columns) or stacked (Rows); with ';' in the ratios, the bands' direction"
     )  # fmt: skip
     region_ratios: Annotated[str, Text(), About("Divide ratio", infotext="RP Ratios")] = Field(
