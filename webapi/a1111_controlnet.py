@@ -44,18 +44,25 @@ MODE_NAMES = {**{str(i): name for i, name in enumerate(CONTROL_MODES)}, **{name.
 COPIED = ("module", "model", "weight", "guidance_start", "guidance_end")
 
 
-def unit_args(payload: dict[str, Any]) -> list[Any]:
-    """The units a body carries (the script's name in any case), [] for none."""
+def script_args(payload: dict[str, Any], name: str, prefix: bool = False, what: str = "a list") -> list[Any] | None:
+    """The `args` of the alwayson script `name` (any case; `prefix`: whose name starts with it, as Dynamic
+    Prompts puts its version in its name), None where absent; the extensions read theirs here too."""
     scripts = payload.get("alwayson_scripts") or {}
     if not isinstance(scripts, dict):
         raise WireError(("alwayson_scripts",), "must be an object of script name -> {\"args\": [...]}")
-    entry = next((v for k, v in scripts.items() if isinstance(k, str) and k.lower() == "controlnet"), None)
+    found = (lambda k: k.lower().startswith(name)) if prefix else (lambda k: k.lower() == name)
+    entry = next((v for k, v in scripts.items() if isinstance(k, str) and found(k)), None)
     if entry is None:
-        return []
+        return None
     args = entry.get("args") if isinstance(entry, dict) else entry
     if not isinstance(args, list):
-        raise WireError(("alwayson_scripts", "controlnet", "args"), "must be a list of units")
+        raise WireError(("alwayson_scripts", name, "args"), f"must be {what}")
     return args
+
+
+def unit_args(payload: dict[str, Any]) -> list[Any]:
+    """The units a body carries (the script's name in any case), [] for none."""
+    return script_args(payload, "controlnet", what="a list of units") or []
 
 
 def other_scripts(payload: dict[str, Any]) -> list[str]:

@@ -22,25 +22,11 @@ from typing import Any
 from pipelines.schema.detailer import SECOND, Detailer
 from pipelines.schema.regions import BASE, COMMON, SEPARATORS
 
+from .a1111_controlnet import script_args
 from .errors import WireError
 
 ADETAILER_VERSION = "24.11.1"  # the ADetailer whose API this speaks (its `args` layout)
 HANDLED = ("adetailer", "regional prompter", "dynamic prompts")
-
-
-def _entry(payload: dict[str, Any], name: str) -> list[Any] | None:
-    """The `args` of the alwayson script whose name starts with `name` (any case; Dynamic Prompts puts
-    its version in its name), None where absent."""
-    scripts = payload.get("alwayson_scripts") or {}
-    if not isinstance(scripts, dict):
-        return None
-    entry = next((v for k, v in scripts.items() if isinstance(k, str) and k.lower().startswith(name)), None)
-    if entry is None:
-        return None
-    args = entry.get("args") if isinstance(entry, dict) else entry
-    if not isinstance(args, list):
-        raise WireError(("alwayson_scripts", name, "args"), "must be a list")
-    return args
 
 
 def handled(name: str) -> bool:
@@ -49,7 +35,7 @@ def handled(name: str) -> bool:
 
 def adetailer(payload: dict[str, Any], task: str, warnings: list[str]) -> dict[str, Any]:
     """Our flat detailer fields from ADetailer's args: its first two passes (a third and later are said)."""
-    args = _entry(payload, "adetailer")
+    args = script_args(payload, "adetailer", prefix=True)
     if not args:
         return {}
     flags = [a for a in args[:2] if isinstance(a, bool)]
@@ -75,7 +61,7 @@ def adetailer(payload: dict[str, Any], task: str, warnings: list[str]) -> dict[s
 def regional_prompter(payload: dict[str, Any], prompt: str, warnings: list[str]) -> tuple[dict[str, Any], str]:
     """Our flat region fields from Regional Prompter's positional args, and the prompt with its base/common
     keyword where the args ask for one the prompt does not write."""
-    args = _entry(payload, "regional prompter")
+    args = script_args(payload, "regional prompter", prefix=True)
     if not args or not _flag(args[0]):
         return {}, prompt
     get = lambda i, default: args[i] if len(args) > i and args[i] not in (None, "") else default  # noqa: E731
@@ -95,7 +81,7 @@ def regional_prompter(payload: dict[str, Any], prompt: str, warnings: list[str])
 
 
 def dynamic_prompts(payload: dict[str, Any]) -> dict[str, Any]:
-    args = _entry(payload, "dynamic prompts")
+    args = script_args(payload, "dynamic prompts", prefix=True)
     if not args:
         return {}
     if not _flag(args[0]):

@@ -113,13 +113,10 @@ class Detectors:
 def _semantic(model: Any, processor: Any, image: Image.Image, device: Any) -> list[Region]:
     """Every class but the first is a region; connected parts apart (thin slivers opened away), each scored by
     its mean probability."""
-    import torch
     import torch.nn.functional as F
     from scipy import ndimage
 
-    inputs = processor(images=image, return_tensors="pt").to(device)
-    with torch.no_grad():
-        logits = model(**inputs).logits
+    logits = _forward(model, processor, image, device).logits
     probs = F.interpolate(logits.float(), size=(image.height, image.width), mode="bilinear", align_corners=False)
     foreground = (1 - probs.softmax(1)[0, 0]).cpu().numpy()
     # opened: a part thinner than 5 px (the blend where two regions' backgrounds meet) is not a region
@@ -131,12 +128,17 @@ def _semantic(model: Any, processor: Any, image: Image.Image, device: Any) -> li
     return regions
 
 
-def _boxes(model: Any, processor: Any, image: Image.Image, confidence: float, device: Any) -> list[Region]:
+def _forward(model: Any, processor: Any, image: Image.Image, device: Any) -> Any:
+    """The detector's raw outputs for `image`, through its own image processor."""
     import torch
 
     inputs = processor(images=image, return_tensors="pt").to(device)
     with torch.no_grad():
-        outputs = model(**inputs)
+        return model(**inputs)
+
+
+def _boxes(model: Any, processor: Any, image: Image.Image, confidence: float, device: Any) -> list[Region]:
+    outputs = _forward(model, processor, image, device)
     found = processor.post_process_object_detection(outputs, threshold=confidence, target_sizes=[(image.height, image.width)])[0]
     regions = []
     for score, box in zip(found["scores"].tolist(), found["boxes"].tolist(), strict=True):
@@ -148,11 +150,7 @@ def _boxes(model: Any, processor: Any, image: Image.Image, confidence: float, de
 
 
 def _instances(model: Any, processor: Any, image: Image.Image, confidence: float, device: Any) -> list[Region]:
-    import torch
-
-    inputs = processor(images=image, return_tensors="pt").to(device)
-    with torch.no_grad():
-        outputs = model(**inputs)
+    outputs = _forward(model, processor, image, device)
     found = processor.post_process_instance_segmentation(outputs, threshold=confidence, target_sizes=[(image.height, image.width)])[0]
     segmentation = found["segmentation"].cpu().numpy()
     return [

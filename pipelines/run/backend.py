@@ -27,6 +27,7 @@ from pipelines.imaging import hires
 from pipelines.imaging.upscalers import PIXEL
 from pipelines.sampling.samplers import check_steps
 from pipelines.schema.control import missing, resolve
+from pipelines.schema.detailer import SECOND
 from pipelines.schema.fields import shown
 from pipelines.schema.request import (
     FALLBACK_IMAGE_GUIDANCE,
@@ -181,7 +182,7 @@ class ModelInfo:
 
     def _accept_pass(self, name: str, part: str) -> None:
         """A detailer pass inpaints each region with a detector this server has."""
-        where = (part, "ad_model" + ("_2nd" if part.endswith("2nd") else ""))
+        where = (part, "ad_model" + (SECOND if part.endswith(SECOND) else ""))
         if not self.inpaint:
             raise RequestError(where, f"{self.model_name} ({self.pipeline_class}) cannot inpaint, which the detailer does to each region")
         if name not in self.detectors:

@@ -58,7 +58,8 @@ from pipelines.schema.fields import (
 
 __all__ = ["RequestError", "dotted", "request_error"]  # re-exported: the schema's error type
 from pipelines.schema.control import ControlUnit
-from pipelines.schema.detailer import Detailer, Detailer2nd
+from pipelines.schema.detailer import OFF as DETAILER_OFF
+from pipelines.schema.detailer import SECOND, Detailer, Detailer2nd
 from pipelines.schema.hires import Hires
 from pipelines.schema.image_prompt import ImagePrompt
 from pipelines.schema.inpaint import DEFAULT_STRENGTH, Inpaint
@@ -352,8 +353,8 @@ def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
         del data["hires"]
     if "regions" in data and not _switched_on(data["regions"].get("regional_prompts")):
         del data["regions"]  # likewise: the region options with regional prompts off
-    for part, switch in (("detailer", "ad_model"), ("detailer_2nd", "ad_model_2nd")):
-        if part in data and str(data[part].get(switch) or "").strip().lower() in ("", "none"):
+    for part, switch in (("detailer", "ad_model"), ("detailer_2nd", "ad_model" + SECOND)):
+        if part in data and str(data[part].get(switch) or "").strip().lower() in DETAILER_OFF:
             del data[part]  # a pass without a detector: off (ADetailer's "None")
     return data
 
