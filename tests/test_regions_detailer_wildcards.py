@@ -289,3 +289,18 @@ def test_three_columns_off_the_unets_step_with_a_controlnet_unit(pipe):
 def test_wildcard_text_the_library_cannot_parse_is_refused_naming_the_prompt(pipe):
     with pytest.raises(RequestError, match=r"prompt: wildcards: .* at column"):
         pipe.wildcards.resolve(GenerationRequest("a {red|blue} cat {", seed=1))
+
+
+def test_a_split_request_gives_the_same_prompts_and_images(pipe):
+    """Regions, wildcard picks and the detailer pass per image: a range of the items on another replica (what a
+    device pool does) gives those images bit for bit."""
+    from pipelines import ImagePipeline
+
+    replica = ImagePipeline.from_pretrained(DEFAULT_MODEL)
+    request = GenerationRequest(f"a {{red|blue}} circle on a __colour__ background ADDCOL {RIGHT}", width=128, height=64,
+                                seed=7, num_images=4, steps=6, detailer={"ad_model": "shapes-segformer"})  # fmt: skip
+    whole = pipe.generate(request)
+    part = replica.generate(request, item_range=(2, 4))
+    assert [m["prompt"] for m in whole.metadata[2:]] == [m["prompt"] for m in part.metadata]
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(whole.images[2:], part.images, strict=True))
+    assert len({m["prompt"] for m in whole.metadata}) > 1  # the picks differ between images
