@@ -51,6 +51,7 @@ class RuntimePlan:
     openvino_device: str = "CPU"
     error: str | None = None
     shapes: str = "auto"  # OPENVINO_SHAPES
+    strict: bool = False  # RUNTIME=openvino: a request OpenVINO cannot run is refused (auto runs it on torch)
 
     @property
     def openvino(self) -> bool:
@@ -102,7 +103,7 @@ def plan(
             return RuntimePlan("torch", NOT_INSTALLED, error=f"RUNTIME=openvino: {NOT_INSTALLED}")
         return RuntimePlan("torch", f"RUNTIME=auto: {NOT_INSTALLED}")
     asked = "RUNTIME=openvino" if mode == "openvino" else "RUNTIME=auto on the CPU with openvino installed"
-    return RuntimePlan("openvino", asked, device, shapes=shapes)
+    return RuntimePlan("openvino", asked, device, shapes=shapes, strict=mode == "openvino")
 
 
 @dataclass(frozen=True)

@@ -147,8 +147,74 @@ def test_a_restart_reads_the_cached_graphs_and_gives_the_same_pixels(ov_pipeline
 
 
 def test_step_caches_are_refused_with_the_reason(ov_pipeline):
-    with pytest.raises(UnsupportedTaskError, match="OpenVINO runtime runs as one graph"):
+    with pytest.raises(UnsupportedTaskError, match=r"OpenVINO runs as one graph.*RUNTIME=auto runs such a request on torch"):
         ov_pipeline.check_task(request(step_cache="FirstBlockCache"))
+
+
+@pytest.fixture(scope="module")
+def auto_pipeline(ov_cache):
+    """RUNTIME=auto with openvino installed: OpenVINO, and torch for a request OpenVINO cannot run."""
+    return ImagePipeline.from_pretrained(
+        DEFAULT_MODEL, DeviceManager("cpu"), PipelineOptions(runtime="auto", openvino_cache=ov_cache)
+    )
+
+
+def test_auto_runs_on_torch_what_openvino_cannot_and_says_why(auto_pipeline, torch_pipeline):
+    assert auto_pipeline.runtime is not None and not auto_pipeline.runtime.plan.strict
+    regional = request(prompt="a red circle ADDCOL a blue square", width=128, regions={"regional_prompts": True, "region_method": "Attention"})
+    got = auto_pipeline.generate(regional)
+    assert got.metadata[0]["region_method"] == "Attention"  # not turned into Latent as openvino does
+    assert np.array_equal(arrays(got)[0], arrays(torch_pipeline.generate(regional))[0])  # torch's own modules ran
+    assert any("torch for this request" in w and "Attention mode" in w for w in got.warnings)
+    assert "last torch request: regional prompts' Attention mode" in auto_pipeline.status()[0].runtime
+    after = auto_pipeline.generate(request())  # the next plain request is OpenVINO's again
+    assert not any("torch for this request" in w for w in after.warnings)
+    assert auto_pipeline.runtime.hooks["unet"].last.error is None
+    assert_close(after, torch_pipeline.generate(request()))
+
+
+@pytest.mark.slow
+def test_auto_runs_a_step_cache_on_torch(family_root, ov_cache):
+    """A DiT's step cache skips torch blocks inside the graph OpenVINO runs whole: RUNTIME=openvino refuses it,
+    RUNTIME=auto runs that request on torch (torch's pixels exactly) and says so."""
+    path = families.build("flux", family_root / "flux")
+    torch_model = ImagePipeline.from_pretrained(path, DeviceManager("cpu"), PipelineOptions(runtime="torch"))
+    auto = ImagePipeline.from_pretrained(path, DeviceManager("cpu"), PipelineOptions(runtime="auto", openvino_cache=ov_cache))
+    cached = request(prompt="a red circle", steps=6, seed=4, step_cache="FirstBlockCache")
+    got = auto.generate(cached)
+    assert np.array_equal(arrays(got)[0], arrays(torch_model.generate(cached))[0])
+    assert any("torch for this request" in w and "FirstBlockCache" in w for w in got.warnings)
+    strict = ImagePipeline.from_pretrained(path, DeviceManager("cpu"), PipelineOptions(runtime="openvino", openvino_cache=ov_cache))
+    with pytest.raises(UnsupportedTaskError, match="cannot be used with RUNTIME=openvino"):
+        strict.generate(cached)
+
+
+def _sweep_requests():
+    """One request per schema field set to test_fields' sample (the embedded model's names), 2 steps."""
+    from pipelines.schema.request import fields, nest
+    from tests.test_fields import base_for, sample
+
+    for item in fields():
+        flat = {**base_for(item), item.name: sample(item), "steps": 2, "seed": 3}
+        try:
+            yield item.name, GenerationRequest(**nest(flat))
+        except ValueError:  # a sample this model's request cannot take at all: no runtime question
+            continue
+
+
+def test_auto_serves_every_request_torch_serves(auto_pipeline, torch_pipeline):
+    """The issue's bar: with openvino installed, RUNTIME=auto never refuses what RUNTIME=torch serves."""
+    refused = []
+    for name, item in _sweep_requests():
+        try:
+            torch_pipeline.generate(item)
+        except (ValueError, UnsupportedTaskError):
+            continue  # torch refuses it too (the sample names something this model lacks)
+        try:
+            auto_pipeline.generate(item)
+        except Exception as exc:  # every failure is what this test reports
+            refused.append(f"{name}: {type(exc).__name__}: {exc}")
+    assert not refused, "RUNTIME=auto refused what torch served: " + "; ".join(refused)
 
 
 def test_a_lora_set_gets_its_own_graph_and_its_effect(ov_pipeline, torch_pipeline):

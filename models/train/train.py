@@ -7,6 +7,7 @@
     python -m models.train.train control [--steps N]   # the embedded ControlNet (models/train/control.py)
     python -m models.train.train ip-adapter [--steps N]   # the embedded IP-Adapter (models/train/ip_adapter.py)
     python -m models.train.train detector [--steps N]   # the detailer's embedded detector (models/train/detector.py)
+    python -m models.train.train lcm [--steps N]   # the few-step LCM-LoRA of tiny-shapes (models/train/lcm.py)
 
 Each stage is seeded and checkpoints to `models/train/runs/<stage>/` (git-ignored) every few
 hundred steps; running the same command again resumes from the last checkpoint and, because
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 
 LORA_OUT = MODELS_DIR / "loras"
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000, "lcm": 1500}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
@@ -349,6 +350,12 @@ def _train_detector(steps: int) -> None:
     train_detector(steps)
 
 
+def _train_lcm(steps: int) -> None:
+    from .lcm import train_lcm  # needs tiny-shapes trained first
+
+    train_lcm(steps)
+
+
 def _export_edit(_steps: int | None = None) -> None:
     from .edit import export_edit
 
@@ -363,7 +370,7 @@ def _edit_from_export(source: Path | None = None) -> None:
 
 STAGES = {
     "vae": train_vae, "unet": train_unet, "export": export_model, "lora": train_lora,
-    "edit": _train_edit, "control": _train_control, "ip-adapter": _train_ip_adapter, "detector": _train_detector, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
+    "edit": _train_edit, "control": _train_control, "ip-adapter": _train_ip_adapter, "detector": _train_detector, "lcm": _train_lcm, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
 }  # fmt: skip
 
 

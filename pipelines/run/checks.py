@@ -23,10 +23,10 @@ def check_task(p: Any, request: GenerationRequest) -> None:
     t = p.traits
     if request.hires is not None:  # RequestError naming the hires field (the engine asked this at submit too)
         hires.check(request, p.model_info())
-    if request.step_cache not in (None, step_cache.NONE) and p.runtime is not None:
+    if request.step_cache not in (None, step_cache.NONE) and p.runtime is not None and p.runtime.plan.strict:
         raise UnsupportedTaskError(
-            f"step caches skip torch blocks inside the denoiser, which the OpenVINO runtime runs as one graph, "
-            f"so {request.step_cache} cannot be used here (a server with RUNTIME=torch can)"
+            f"{torch_needed(p, request)}, so {request.step_cache} cannot be used with RUNTIME=openvino "
+            "(RUNTIME=auto runs such a request on torch; RUNTIME=torch runs every request there)"
         )
     if request.step_cache not in (None, step_cache.NONE) and not t.step_cache:
         raise UnsupportedTaskError(
@@ -52,6 +52,20 @@ def check_task(p: Any, request: GenerationRequest) -> None:
         )
     if request.loras and not t.lora:
         raise UnsupportedTaskError(f"{t.class_name} has no LoRA loader in diffusers; LoRAs cannot be used with it")
+
+
+def torch_needed(p: Any, request: GenerationRequest) -> str | None:
+    """Why this request needs the torch modules where the OpenVINO runtime runs the networks, or None.
+    RUNTIME=auto runs such a request on torch (ImagePipeline.generate); RUNTIME=openvino refuses a step
+    cache and runs regional Attention as Latent (pipelines.run.regions), as it always did."""
+    if p.runtime is None:
+        return None
+    if request.step_cache not in (None, step_cache.NONE):
+        return f"the step cache {request.step_cache} skips torch blocks inside the denoiser, which OpenVINO runs as one graph"
+    regions = request.regions
+    if regions is not None and regions.regional_prompts and regions.region_method == "Attention":
+        return "regional prompts' Attention mode changes the denoiser's cross-attention, inside OpenVINO's graph"
+    return None
 
 
 def check_control(p: Any, request: GenerationRequest) -> None:

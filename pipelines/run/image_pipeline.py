@@ -362,11 +362,23 @@ class ImagePipeline:
                 self._own_scheduler = own  # first: a reader never sees the swapped one as the model's
                 self.twins.use_scheduler(scheduler)
             try:
-                return self._passes(request, report, should_cancel, item_range, preview)
+                return self._on_runtime(request, report, should_cancel, item_range, preview)
             finally:
                 self.twins.use_scheduler(own)
                 self._own_scheduler = None
                 self.activity = "idle"
+
+    def _on_runtime(self, request: GenerationRequest, progress: ProgressFn, should_cancel: CancelFn | None,
+                    item_range: tuple[int, int] | None, preview: PreviewFn | None) -> GenerationResult:  # fmt: skip
+        """`_passes` on the runtime the request can run on: with RUNTIME=auto, a request OpenVINO cannot run
+        (checks.torch_needed) runs on the torch modules, and its info says why."""
+        why = checks.torch_needed(self, request)
+        if why is None or self.runtime is None or self.runtime.plan.strict:
+            return self._passes(request, progress, should_cancel, item_range, preview)
+        with self.runtime.torch_only(why):
+            result = self._passes(request, progress, should_cancel, item_range, preview)
+        result.warnings.append(f"runtime: torch for this request ({why}); RUNTIME=auto runs OpenVINO otherwise")
+        return result
 
     def _passes(self, request: GenerationRequest, progress: ProgressFn, should_cancel: CancelFn | None,
                 item_range: tuple[int, int] | None, preview: PreviewFn | None) -> GenerationResult:  # fmt: skip

@@ -40,7 +40,7 @@ def plan_regions(p: Any, plan: Any) -> None:
     if counts[0] > MAX_REGIONS:
         raise RequestError("prompt", f"{counts[0]} regions, more than {MAX_REGIONS}")
     check(p, plan.pipe, plan.texts.kind)
-    if p.runtime is not None and spec.region_method == "Attention":  # the metadata says what ran
+    if p.runtime is not None and p.runtime.torch_reason is None and spec.region_method == "Attention":  # RUNTIME=openvino
         spec = spec.model_copy(update={"region_method": "Latent"})
         plan.request = plan.request.model_copy(update={"regions": spec})
         plan.warnings.append(

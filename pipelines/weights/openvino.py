@@ -24,6 +24,7 @@ Each converted graph is checked once against the torch module on the inputs it w
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -31,7 +32,7 @@ import shutil
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,8 @@ class OpenVinoHook(ModelHook):
         self.last: _Entry | None = None
 
     def new_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if self.runtime.torch_reason is not None:  # this request runs torch (OpenVinoRuntime.torch_only)
+            return self.fn_ref.original_forward(*args, **kwargs)
         leaves, spec, tensor_at = _flat(args, kwargs)
         key = self._key(leaves, spec, tensor_at, module)
         entry = self.graphs.get(key)
@@ -221,6 +224,8 @@ class OpenVinoRuntime:
         self.conversions = 0  # graphs converted by this runtime (the disk cache's reads are not counted)
         self.compiles = 0  # graphs compiled for the device (per shape with static shapes)
         self.on_activity: Callable[[str], None] = lambda text: None  # the replica's activity line
+        self.torch_reason: str | None = None  # set while a request runs on torch (`torch_only`)
+        self.last_torch: str | None = None  # why the last request that ran torch did, for the status panel
         self._lock = threading.Lock()
 
     def install(self, pipe: Any) -> None:
@@ -246,10 +251,21 @@ class OpenVinoRuntime:
             if name in self.hooks:
                 self.hooks[name].ip_adapter = key
 
+    @contextlib.contextmanager
+    def torch_only(self, reason: str) -> Iterator[None]:
+        """Every network runs its torch module inside (RUNTIME=auto's fallback for a request OpenVINO cannot
+        run: pipelines.run.checks.torch_needed). The pipeline's lock makes it one request's."""
+        before, self.torch_reason, self.last_torch = self.torch_reason, reason, reason
+        try:
+            yield
+        finally:
+            self.torch_reason = before
+
     def describe(self) -> str:
         parts = [f"{name} {hook.describe()}" for name, hook in self.hooks.items()]
         parts += [f"{name} torch ({why})" for name, why in self.skipped.items()]
-        return f"OpenVINO {self.version.split('-')[0]} {self.device_label}: " + "; ".join(parts)
+        text = f"OpenVINO {self.version.split('-')[0]} {self.device_label}: " + "; ".join(parts)
+        return text + (f"; last torch request: {self.last_torch}" if self.last_torch else "")
 
     def graph(self, hook: OpenVinoHook, module: torch.nn.Module, key: str, args: tuple, kwargs: dict) -> _Entry:
         """The compiled graph for `key`: from the disk cache, else converted from the module (and saved)."""
