@@ -66,6 +66,9 @@ def measure(model: str, dm: Any, option: Option, images: int, steps: int, repeat
             samples.append(seconds / images)
             peaks.append(result.peak_memory)
         row.update(per_image_s=summary(samples), peak_memory=max(p or 0 for p in peaks) or None)
+        if pipeline.runtime is not None:  # the graphs' weights as OpenVINO holds them (OPENVINO_WEIGHTS)
+            graphs, fp32 = pipeline.runtime.weight_bytes()
+            row["runtime_weights"] = f"graphs' weights {graphs / 2**20:.1f} MiB ({graphs / fp32:.2f}x fp32)"
         row["pixels"] = as_array(result.images)
     finally:
         pipeline.close()

@@ -40,6 +40,10 @@ OPENVINO_DEVICES = "CPU, GPU, GPU.N, NPU or AUTO"
 # dimension known; a dynamic model fails to compile there).
 STATIC_SHAPES = ("NPU",)
 SHAPES = ("auto", "dynamic", "static")  # OPENVINO_SHAPES: auto = static on the devices above, dynamic elsewhere
+# OPENVINO_WEIGHTS: the graphs' weights as converted (fp32), or compressed by NNCF (int8: per-channel; int4: groups
+# of 64 with int8 where a layer does not fit). Compute stays f32 (weights are decompressed on the fly).
+WEIGHTS = ("fp32", "int8", "int4")
+NNCF_NOT_INSTALLED = "nncf is not installed (pip install -r requirements-openvino.txt)"
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class RuntimePlan:
     error: str | None = None
     shapes: str = "auto"  # OPENVINO_SHAPES
     strict: bool = False  # RUNTIME=openvino: a request OpenVINO cannot run is refused (auto runs it on torch)
+    weights: str = "fp32"  # OPENVINO_WEIGHTS
 
     @property
     def openvino(self) -> bool:
@@ -65,7 +70,10 @@ class RuntimePlan:
         return self.openvino_device.split(".")[0] in STATIC_SHAPES
 
     def describe(self) -> str:
-        where = f" {self.openvino_device}" + (", static shapes" if self.static_shapes else "") if self.openvino else ""
+        where = ""
+        if self.openvino:
+            where = f" {self.openvino_device}" + (", static shapes" if self.static_shapes else "")
+            where += f", {self.weights} weights" if self.weights != "fp32" else ""
         return f"{self.name}{where}: {self.reason}"
 
 
@@ -83,9 +91,10 @@ def openvino_installed() -> bool:
 
 
 def plan(
-    backend: str, mode: str = "auto", openvino_device: str = "CPU", installed: bool | None = None, shapes: str = "auto"
+    backend: str, mode: str = "auto", openvino_device: str = "CPU", installed: bool | None = None, shapes: str = "auto",
+    weights: str = "fp32",
 ) -> RuntimePlan:
-    """The table above for one torch backend, RUNTIME, OPENVINO_DEVICE and OPENVINO_SHAPES."""
+    """The table above for one torch backend, RUNTIME, OPENVINO_DEVICE, OPENVINO_SHAPES and OPENVINO_WEIGHTS."""
     installed = openvino_installed() if installed is None else installed
     device = parse_openvino_device(openvino_device)
     if mode == "torch":
@@ -103,7 +112,30 @@ def plan(
             return RuntimePlan("torch", NOT_INSTALLED, error=f"RUNTIME=openvino: {NOT_INSTALLED}")
         return RuntimePlan("torch", f"RUNTIME=auto: {NOT_INSTALLED}")
     asked = "RUNTIME=openvino" if mode == "openvino" else "RUNTIME=auto on the CPU with openvino installed"
-    return RuntimePlan("openvino", asked, device, shapes=shapes, strict=mode == "openvino")
+    if weights != "fp32" and not installed_nncf():
+        if mode == "openvino":
+            return RuntimePlan("torch", NNCF_NOT_INSTALLED, error=f"OPENVINO_WEIGHTS={weights}: {NNCF_NOT_INSTALLED}")
+        asked, weights = f"{asked}; fp32 weights: OPENVINO_WEIGHTS={weights} needs nncf, not installed", "fp32"
+    return RuntimePlan("openvino", asked, device, shapes=shapes, strict=mode == "openvino", weights=weights)
+
+
+def installed_nncf() -> bool:
+    """Whether NNCF (OPENVINO_WEIGHTS=int8|int4's weight compression) can be imported; not imported here."""
+    return installed("nncf")
+
+
+def check_weights(core: Any, device: str, weights: str) -> None:
+    """ValueError when OPENVINO_WEIGHTS asks for compressed weights the device's plugin does not run (its
+    OPTIMIZATION_CAPABILITIES lack INT8: OpenVINO's name for int8 and int4 weight decompression)."""
+    if weights == "fp32" or device == "AUTO":
+        return
+    name = "GPU.0" if device == "GPU" and "GPU" not in core.available_devices else device
+    capabilities = list(core.get_property(name, "OPTIMIZATION_CAPABILITIES"))
+    if "INT8" not in capabilities:
+        raise ValueError(
+            f"OPENVINO_WEIGHTS={weights}: OpenVINO's {device} plugin cannot run compressed weights "
+            f"(its capabilities: {', '.join(capabilities) or 'none'}); OPENVINO_WEIGHTS=fp32 runs there"
+        )
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,9 @@ def runtime_plan(self: Any) -> runtimes.RuntimePlan:
     plain float32 torch modules (quantized weights are torchao/GGUF tensor types it cannot trace; it
     picks its own precision per device). Asked for (RUNTIME=openvino) and not possible: ModelLoadError."""
     opts = self.options
-    plan = runtimes.plan(self.dm.backend, opts.runtime, opts.openvino_device, shapes=opts.openvino_shapes)
+    plan = runtimes.plan(
+        self.dm.backend, opts.runtime, opts.openvino_device, shapes=opts.openvino_shapes, weights=opts.openvino_weights
+    )
     why = _openvino_refusal(self) if plan.openvino else None
     if why:
         plan = runtimes.RuntimePlan("torch", why, error=f"RUNTIME=openvino: {why}")

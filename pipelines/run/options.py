@@ -16,7 +16,7 @@ from pydantic import BeforeValidator, Field
 from config import Accepts, Lower, Refused, Section, setting
 from devices.compile import COMPILE_MODES
 from devices.manager import MEMORY_LEVELS
-from devices.runtime import OPENVINO_DEVICES, RUNTIMES, SHAPES, parse_openvino_device
+from devices.runtime import OPENVINO_DEVICES, RUNTIMES, SHAPES, WEIGHTS, parse_openvino_device
 from pipelines.schema.request import STEP_CACHES, spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -219,6 +219,12 @@ class PipelineOptions(Section, title="Pipeline"):
         "with the OpenVINO runtime: dynamic (one compiled graph for every batch and size) or static (one per "
         "batch and size, compiled on first use: faster per step, memory per shape); auto = static on the NPU, "
         "which needs it, dynamic elsewhere",
+    )  # fmt: skip
+    openvino_weights: Annotated[Literal[WEIGHTS], Lower] = setting(
+        "OPENVINO_WEIGHTS", "fp32",
+        "with the OpenVINO runtime: the graphs' weights as converted (fp32), or compressed by NNCF to int8 "
+        "(~0.25x the memory) or int4 (~0.15x), decompressed on the fly; each kept in the graph cache. fp32 by "
+        "default: on a model that fits the CPU's caches int8 saves memory, not time (docs/performance.md#int8)",
     )  # fmt: skip
     openvino_cache: Path = setting(
         "OPENVINO_CACHE", DEFAULT_OPENVINO_CACHE,

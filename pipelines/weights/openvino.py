@@ -42,7 +42,7 @@ import torch.utils._pytree as pytree
 from diffusers.hooks import HookRegistry, ModelHook
 
 from devices.compile import denoiser_of
-from devices.runtime import RuntimePlan, check_device, openvino_devices
+from devices.runtime import RuntimePlan, check_device, check_weights, openvino_devices
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,14 @@ DYNAMIC_SAFE = ("UNet2DConditionModel", "Decoder", "Encoder", "CLIPTextModel", "
 TEXT_ENCODERS = ("CLIPTextModel", "CLIPTextModelWithProjection", "T5EncoderModel")
 VAES = ("AutoencoderKL",)  # encoder/decoder plain functions of their input (video VAEs keep caches between calls)
 TOLERANCE = 1e-3  # largest |openvino - torch| / (1 + max |torch|) accepted for a new graph (measured: ~1e-6 in f32)
+# ... with compressed weights (OPENVINO_WEIGHTS), per network: measured on the embedded model's UNet, CLIP and
+# VAE decoder, int8 0.7-1.4e-2 (images >= 30 dB against fp32: tests/test_openvino.py); int4 is coarser.
+COMPRESSED_TOLERANCE = {"int8": 5e-2, "int4": 2e-1}
+# NNCF's mode per OPENVINO_WEIGHTS: asymmetric (a zero point per channel or group) is NNCF's default and its
+# most accurate; the NPU's plugin decompresses symmetric weights only (OpenVINO's NPU weight-compression notes).
+NNCF_MODES = {"int8": "INT8_ASYM", "int4": "INT4_ASYM"}
+NNCF_MODES_NPU = {"int8": "INT8_SYM", "int4": "INT4_SYM"}
+INT4_GROUP = 64  # int4 groups of 64 input channels (NNCF's default 128 is wider than most of a small model's layers)
 # Converted graphs kept in memory per network (LoRA sets): an older one is read again from disk when asked for.
 GRAPHS_KEPT = 3
 # Distinct graphs per network in a process before it goes back to torch: a pipeline passing a new Python
@@ -80,6 +88,7 @@ class _Entry:
     source: str = ""  # "converted" or "disk cache"
     out_at: list[int] = field(default_factory=list)  # where the graph's outputs go among the output's leaves
     out_leaves: list[Any] = field(default_factory=list)  # the output's leaves, tensors as None (the rest as returned)
+    weight_bytes: int = 0  # the graph's constants (its weights), as compressed (OPENVINO_WEIGHTS)
 
 
 def _flat(args: tuple, kwargs: dict) -> tuple[list[Any], Any, list[int]]:
@@ -210,13 +219,14 @@ class OpenVinoRuntime:
         self.ov, self.plan = openvino, plan
         self.core = openvino.Core()
         check_device(self.core, plan.openvino_device)  # ValueError naming what OpenVINO sees
+        check_weights(self.core, plan.openvino_device, plan.weights)  # ... or a plugin without int8 weights
         self.version = openvino.get_version()
         self.cache_dir = Path(cache_dir).expanduser()
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.core.set_property({"CACHE_DIR": str(self.cache_dir / "compiled")})
         # the replica's share of the cores: serving.pool.share_cpu_threads set torch's
         self.config = _compile_config(plan.openvino_device, threads or torch.get_num_threads())
-        self.identity = f"{self.version}|{plan.openvino_device}|{sorted(self.config.items())}"
+        self.identity = f"{self.version}|{plan.openvino_device}|{sorted(self.config.items())}|{plan.weights}"
         self.device_label = _device_label(self.core, plan.openvino_device)
         self.hooks: dict[str, OpenVinoHook] = {}
         self.modules: dict[str, torch.nn.Module] = {}
@@ -265,6 +275,9 @@ class OpenVinoRuntime:
         parts = [f"{name} {hook.describe()}" for name, hook in self.hooks.items()]
         parts += [f"{name} torch ({why})" for name, why in self.skipped.items()]
         text = f"OpenVINO {self.version.split('-')[0]} {self.device_label}: " + "; ".join(parts)
+        graphs, fp32 = self.weight_bytes()
+        if self.plan.weights != "fp32" and fp32:
+            text += f"; {self.plan.weights} weights: {graphs / 2**20:.1f} MiB ({graphs / fp32:.2f}x fp32's {fp32 / 2**20:.1f})"
         return text + (f"; last torch request: {self.last_torch}" if self.last_torch else "")
 
     def graph(self, hook: OpenVinoHook, module: torch.nn.Module, key: str, args: tuple, kwargs: dict) -> _Entry:
@@ -296,23 +309,45 @@ class OpenVinoRuntime:
         with torch.no_grad():
             expected = original(*call[0], **call[1])
             traced = _Traced(module, original, leaves, spec, tensor_at).eval()
-            model = self.ov.convert_model(traced, example_input=example)
+            model = self._compressed(self.ov.convert_model(traced, example_input=example))
         out_leaves, out_spec = pytree.tree_flatten(expected)
-        entry = _Entry(key, model=model, source="converted", out_spec=out_spec)
+        entry = _Entry(key, model=model, source="converted", out_spec=out_spec, weight_bytes=_constant_bytes(model))
         entry.out_at = [i for i, leaf in enumerate(out_leaves) if isinstance(leaf, torch.Tensor)]
         entry.out_leaves = [None if i in entry.out_at else leaf for i, leaf in enumerate(out_leaves)]
         meta = {"out_spec": pytree.treespec_dumps(out_spec), "out_at": entry.out_at, "out_leaves": entry.out_leaves}
         text = json.dumps(meta)  # TypeError for an output leaf JSON cannot keep: the network stays torch
-        _check(hook.name, self.run(entry, list(example)), expected)
+        _check(hook.name, self.run(entry, list(example)), expected, COMPRESSED_TOLERANCE.get(self.plan.weights, TOLERANCE))
         _save(self.ov, model, text, folder)
         self.conversions += 1
         return entry
+
+    def _compressed(self, model: Any) -> Any:
+        """The converted graph with its weights compressed by NNCF as OPENVINO_WEIGHTS asks (fp32: unchanged)."""
+        weights = self.plan.weights
+        if weights == "fp32":
+            return model
+        import nncf
+
+        modes = NNCF_MODES_NPU if self.plan.openvino_device.startswith("NPU") else NNCF_MODES
+        extra = {"group_size": INT4_GROUP, "ratio": 1.0} if weights == "int4" else {}
+        return nncf.compress_weights(model, mode=getattr(nncf.CompressWeightsMode, modes[weights]), **extra)
+
+    def weight_bytes(self) -> tuple[int, int]:
+        """(bytes of the networks' weights in their last graphs, the same networks' torch fp32 bytes): what
+        OPENVINO_WEIGHTS saves, for the status panel."""
+        graphs = torch_bytes = 0
+        for name, hook in self.hooks.items():
+            if hook.last is not None and hook.last.error is None:
+                graphs += hook.last.weight_bytes
+                torch_bytes += sum(t.numel() * 4 for t in self.modules[name].state_dict().values())
+        return graphs, torch_bytes
 
     def _read(self, key: str, folder: Path) -> _Entry:
         """A graph saved by `_convert` (checked then), compiled for this device."""
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         model = self.core.read_model(str(folder / "model.xml"))
         entry = _Entry(key, model=model, source="disk cache", out_spec=pytree.treespec_loads(meta["out_spec"]))
+        entry.weight_bytes = _constant_bytes(model)
         entry.out_at, entry.out_leaves = meta["out_at"], meta["out_leaves"]
         return entry
 
@@ -356,15 +391,20 @@ def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {' '.join(text.strip().splitlines()[:3])[:300]}"
 
 
-def _check(name: str, got: Any, expected: Any) -> None:
+def _constant_bytes(model: Any) -> int:
+    """Bytes of an OpenVINO model's constants: its weights, as stored (int8/int4 where compressed)."""
+    return sum(op.get_byte_size() for op in model.get_ordered_ops() if op.get_type_name() == "Constant")
+
+
+def _check(name: str, got: Any, expected: Any, tolerance: float = TOLERANCE) -> None:
     """ValueError when a new graph's outputs are not the torch module's on the inputs it was traced with."""
     pairs = zip(pytree.tree_leaves(got), pytree.tree_leaves(expected), strict=True)
     for a, b in ((a, b) for a, b in pairs if isinstance(b, torch.Tensor)):
         if a.shape != b.shape:
             raise ValueError(f"{name}: OpenVINO output shape {tuple(a.shape)} != torch's {tuple(b.shape)}")
         error = (a.float() - b.float()).abs().max().item() / (1.0 + b.float().abs().max().item())
-        if not error <= TOLERANCE:
-            raise ValueError(f"{name}: OpenVINO output differs from torch's by {error:.2e} (> {TOLERANCE})")
+        if not error <= tolerance:
+            raise ValueError(f"{name}: OpenVINO output differs from torch's by {error:.2e} (> {tolerance})")
 
 
 def _save(ov: Any, model: Any, meta: str, folder: Path) -> None:
