@@ -13,6 +13,7 @@
     python -m models.eval --ip-adapter --n 100       # the embedded IP-Adapter: the reference's colour carried (models/eval_ip_adapter.py)
     python -m models.eval --regions --n 60 [--method Latent|Attention|joined]   # regional prompts (models/eval_regions.py)
     python -m models.eval --detailer --n 60          # the detailer pass on small shapes (models/eval_regions.py)
+    python -m models.eval --few-step --n 200         # tiny-shapes-fast at 4 steps against tiny-shapes at 20
 
 Each generated image is judged by models.scoring's classifier (no learned model), which is
 100 % correct on the procedural training images themselves, so errors it reports are the model's.
@@ -127,6 +128,35 @@ def _rates(rows: list[dict]) -> dict[str, float]:
     }
 
 
+def run_few_step(args: argparse.Namespace) -> dict:
+    """The embedded few-step model (the tiny-shapes-fast recipe: LCM-LoRA, 4 steps, guidance off) against
+    tiny-shapes at its defaults (20 steps, guidance 4) on the same prompts and seeds: adherence and the ratio
+    of each rate, seconds per image (batches of 8 here; end to end through the API: benchmarks)."""
+    from devices import DeviceManager
+    from pipelines import ImagePipeline
+    from pipelines.run.options import PipelineOptions
+
+    options = PipelineOptions(runtime=args.runtime or "auto", lora_dir=LORA_DIR)
+    report = {}
+    for name in ("tiny-shapes", "tiny-shapes-fast"):
+        pipeline = ImagePipeline.from_pretrained(name if name != "tiny-shapes" else str(MODEL_DIR), DeviceManager(), options)
+        evaluate(pipeline, 8, args.seed + 99)  # warm-up (OpenVINO reads or converts its graphs)
+        row = evaluate(pipeline, args.n, args.seed)
+        row.pop("_images")
+        report[name] = {k: v for k, v in row.items() if k != "rows"}
+        print(f"{name}: {row['steps']} steps, CFG {row['guidance_scale']}, sampler {pipeline.scheduler_name}, "
+              f"runtime {pipeline.runtime_plan.name}")  # fmt: skip
+        for key in ("foreground_color", "background_color", "shape", "all_three"):
+            print(f"  {key:<17} {row[key] * 100:5.1f} %")
+        print(f"  {'seconds/image':<17} {row['seconds_per_image']:.3f}")
+    slow, fast = report["tiny-shapes"], report["tiny-shapes-fast"]
+    report["all_three_ratio"] = fast["all_three"] / slow["all_three"]
+    report["speedup"] = slow["seconds_per_image"] / fast["seconds_per_image"]
+    print(f"fast / 20-step: all three {report['all_three_ratio']:.3f} of the 20-step model's (goal >= 0.95), "
+          f"{report['speedup']:.2f}x faster per image (batches of 8)")  # fmt: skip
+    return report
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m models.eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -153,9 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ip-adapter", action="store_true", help="the embedded IP-Adapter (models/eval_ip_adapter.py)")
     parser.add_argument("--regions", action="store_true", help="regional prompts, two columns (models/eval_regions.py)")
     parser.add_argument("--detailer", action="store_true", help="the detailer pass on small shapes (models/eval_regions.py)")
+    parser.add_argument("--few-step", action="store_true", help="tiny-shapes-fast (4 steps) against tiny-shapes (20)")
     parser.add_argument("--method", default=None, help="--regions: Latent (default), Attention, or joined (one prompt)")
     parser.add_argument("--padding", type=int, default=None, help="--detailer: the pass's only-masked padding (its default)")
-    parser.add_argument("--runtime", default=None, help="--regions/--detailer: RUNTIME (torch, openvino; default: auto)")
+    parser.add_argument("--runtime", default=None, help="--regions/--detailer/--few-step: RUNTIME (torch, openvino; default: auto)")
     parser.add_argument("--upscalers", default="Lanczos,shapes-compact-x2,Latent", help="--hires: the upscalers compared")
     parser.add_argument("--strength", type=float, default=None, help="--inpaint/--outpaint: (DEFAULT_STRENGTH); --hires: 0.3; --detailer: the pass's")
     parser.add_argument("--masked-content", default=None, help="--inpaint/--outpaint: original or fill")
@@ -203,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
             from models.eval_inpaint import run
 
         report = run(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
+        return 0
+    if args.few_step:
+        report = run_few_step(args)
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1))
         return 0

@@ -368,6 +368,24 @@ def test_families_run_through_openvino_or_say_what_stays_torch(name, family_root
         print(f"\n{name}: {described}")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["flux", "sd3"])
+def test_a_dit_converts_once_for_every_size(name, family_root, ov_cache):
+    """Issue 58: a DiT's transformer (and T5) converted at the load's warm-up serve other batches and sizes from
+    the same graph (no new conversion) with torch's images."""
+    path = families.build(name, family_root / name)
+    torch_model = ImagePipeline.from_pretrained(path, DeviceManager("cpu"), PipelineOptions(runtime="torch"))
+    ov_model = ImagePipeline.from_pretrained(path, DeviceManager("cpu"), PipelineOptions(runtime="openvino", openvino_cache=ov_cache))
+    width, height = ov_model.default_size
+    ov_model.generate(request(prompt="a red circle", steps=2, width=width, height=height))
+    converted = ov_model.runtime.conversions
+    for size in ((2 * width, height), (width, height + ov_model.size_multiple)):
+        asked = request(prompt="a red circle", steps=2, seed=4, num_images=2, width=size[0], height=size[1])
+        assert_close(ov_model.generate(asked), torch_model.generate(asked))
+    assert ov_model.runtime.conversions == converted, ov_model.runtime_description
+    assert ov_model.runtime.hooks["transformer"].dynamic
+
+
 def test_a_network_openvino_cannot_convert_is_named_with_the_ops():
     from pipelines.weights.openvino import _reason
 

@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 LORA_OUT = MODELS_DIR / "loras"
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000, "lcm": 1500}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000, "lcm": 3000}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
@@ -356,6 +356,12 @@ def _train_lcm(steps: int) -> None:
     train_lcm(steps)
 
 
+def _export_lcm(_steps: int | None = None) -> None:
+    from .lcm import export_lcm
+
+    export_lcm()
+
+
 def _export_edit(_steps: int | None = None) -> None:
     from .edit import export_edit
 
@@ -370,7 +376,7 @@ def _edit_from_export(source: Path | None = None) -> None:
 
 STAGES = {
     "vae": train_vae, "unet": train_unet, "export": export_model, "lora": train_lora,
-    "edit": _train_edit, "control": _train_control, "ip-adapter": _train_ip_adapter, "detector": _train_detector, "lcm": _train_lcm, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
+    "edit": _train_edit, "control": _train_control, "ip-adapter": _train_ip_adapter, "detector": _train_detector, "lcm": _train_lcm, "lcm-export": _export_lcm, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
 }  # fmt: skip
 
 
@@ -394,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.time()
         if stage == "edit-from-export":
             STAGES[stage](args.source)
-        elif stage in ("export", "edit-export"):
+        elif stage in ("export", "edit-export", "lcm-export"):
             STAGES[stage]()
         else:
             STAGES[stage](args.steps or DEFAULT_STEPS[stage])

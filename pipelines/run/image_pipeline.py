@@ -45,7 +45,7 @@ from pipelines.run.model_setup import read_vocabulary
 from pipelines.run.options import PipelineOptions
 from pipelines.run.traits import denoiser, inspect_pipeline
 from pipelines.run.twins import Twins
-from pipelines.sampling import samplers, step_cache, vae_tiling
+from pipelines.sampling import few_step, samplers, step_cache, vae_tiling
 from pipelines.sampling.guidance import DEFAULT_GUIDANCE_END
 from pipelines.sampling.preview import PreviewDecoder
 from pipelines.schema.request import (
@@ -291,6 +291,12 @@ class ImagePipeline:
         """Prompt tokens per text encoder against what it keeps (the UI's token counter)."""
         return count_tokens(self._token_windows, parse(prompt).text, chunked=bool(self.prompt_weighting))
 
+    def few_step_names(self, request: GenerationRequest) -> list[str]:
+        """What a few-step kind is recognised by (pipelines.sampling.few_step): the request's LoRAs, the
+        recipe's, the model's name and source."""
+        recipe = [lora.path for lora in self.recipe.loras] if self.recipe else []
+        return [*(request.loras or {}), *recipe, self.model_name, str(self.source)]
+
     # ------------------------------------------------------------------ LoRA
     def load_lora(self, path: str | Path, name: str | None = None, allow_outside: bool = False) -> str:
         with self._lock:
@@ -335,6 +341,8 @@ class ImagePipeline:
                 raise ValueError(f"item_range: {item_range} is not a range inside 0..{request.total_images}")
             count = stop - start
         request = self.wildcards.resolve(pin_seed(request))  # the engine's already were (a no-op then)
+        few = few_step.find(self.few_step_names(request))
+        request = few_step.apply(few, request) if few else request  # a few-step model's or LoRA's sampler and steps
         validate(request, self.limits, count=count)
         samplers.check_steps(
             request.sampler or self.scheduler_name,
@@ -343,11 +351,14 @@ class ImagePipeline:
         )
         self.check_task(request)
         request = planning.styled(self, request.with_defaults(self))
+        if few:
+            few_step.check(few, request, request.sampler or self.scheduler_name)
         if request.inpaint is not None and inpaint.is_empty(
             inpaint.binary_mask(request.inpaint.mask, request.inpaint.invert_mask)
         ):
             return results.unchanged(self, request, item_range)
-        scheduler = samplers.build(self.own_scheduler, request.sampler) if request.sampler else None
+        overrides = dict(few.scheduler_options) if few else None
+        scheduler = samplers.build(self.own_scheduler, request.sampler, overrides) if request.sampler else None
         count_now = count if count is not None else request.total_images
 
         def report(step: int, total: int, image: int) -> None:
