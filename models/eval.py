@@ -212,9 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     special = (args.edit, args.inpaint, args.outpaint, args.prompts, args.upscale, args.hires, args.control, args.ip_adapter,
-               args.regions, args.detailer)  # fmt: skip
+               args.regions, args.detailer, args.few_step)  # fmt: skip
     if any(special):
-        if args.regions or args.detailer:
+        if args.few_step:
+            run = run_few_step
+        elif args.regions or args.detailer:
             from models.eval_regions import run_detailer, run_regions
 
             run = run_regions if args.regions else run_detailer
@@ -234,11 +236,6 @@ def main(argv: list[str] | None = None) -> int:
             from models.eval_inpaint import run
 
         report = run(args)
-        if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=1))
-        return 0
-    if args.few_step:
-        report = run_few_step(args)
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1))
         return 0

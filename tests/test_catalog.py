@@ -69,7 +69,7 @@ def test_offline_only_the_embedded_and_local_models_are_listed(empty_cache, monk
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     probe = Probe(AssertionError("no network when the Hub is switched off"))
     entries = catalog.list_models(MODELS, hub=probe)
-    assert {e.name for e in entries if e.loadable} == {"tiny-shapes", "tiny-shapes-edit"}
+    assert {e.name for e in entries if e.loadable} == {"tiny-shapes", "tiny-shapes-fast", "tiny-shapes-edit"}
     why = {e.name: e.why_not for e in entries if not e.loadable}
     assert len(why) == 11 and probe.calls == 0
     assert why["sdxl-base"] == (

@@ -84,7 +84,7 @@ def test_what_breaks_a_few_step_model_is_refused_naming_the_field(fast, base, fi
 
 def test_a_step_cache_is_refused_on_a_few_step_kind():
     kind = few_step.find(["lcm-lora-sdxl"])
-    with pytest.raises(RequestError, match="no.*to spare"):
+    with pytest.raises(RequestError, match=r"no.*to spare"):
         few_step.check(kind, GenerationRequest(prompt=PROMPT, step_cache="FirstBlockCache", guidance_scale=1.0), "LCM")
 
 
