@@ -198,6 +198,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def special_evaluation(args: argparse.Namespace):
+    """The evaluation another module runs for a mode flag (--edit, --hires, --few-step...), or None."""
+    special = (args.edit, args.inpaint, args.outpaint, args.prompts, args.upscale, args.hires, args.control,
+               args.ip_adapter, args.regions, args.detailer, args.few_step)  # fmt: skip
+    if not any(special):
+        return None
+    if args.few_step:
+        run = run_few_step
+    elif args.regions or args.detailer:
+        from models.eval_regions import run_detailer, run_regions
+
+        run = run_regions if args.regions else run_detailer
+    elif args.control:
+        from models.eval_control import run_control as run
+    elif args.ip_adapter:
+        from models.eval_ip_adapter import run_ip_adapter as run
+    elif args.upscale or args.hires:
+        from models.eval_hires import run_hires, run_upscale
+
+        run = run_upscale if args.upscale else run_hires
+    elif args.prompts:
+        from models.eval_prompts import run
+    elif args.edit:
+        from models.eval_edit import run
+    else:
+        from models.eval_inpaint import run
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -211,30 +240,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    special = (args.edit, args.inpaint, args.outpaint, args.prompts, args.upscale, args.hires, args.control, args.ip_adapter,
-               args.regions, args.detailer, args.few_step)  # fmt: skip
-    if any(special):
-        if args.few_step:
-            run = run_few_step
-        elif args.regions or args.detailer:
-            from models.eval_regions import run_detailer, run_regions
-
-            run = run_regions if args.regions else run_detailer
-        elif args.control:
-            from models.eval_control import run_control as run
-        elif args.ip_adapter:
-            from models.eval_ip_adapter import run_ip_adapter as run
-        elif args.upscale or args.hires:
-            from models.eval_hires import run_hires, run_upscale
-
-            run = run_upscale if args.upscale else run_hires
-        elif args.prompts:
-            from models.eval_prompts import run
-        elif args.edit:
-            from models.eval_edit import run
-        else:
-            from models.eval_inpaint import run
-
+    run = special_evaluation(args)
+    if run is not None:
         report = run(args)
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1))
