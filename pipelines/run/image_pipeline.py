@@ -340,19 +340,7 @@ class ImagePipeline:
             if not 0 <= start < stop <= request.total_images:
                 raise ValueError(f"item_range: {item_range} is not a range inside 0..{request.total_images}")
             count = stop - start
-        request = self.wildcards.resolve(pin_seed(request))  # the engine's already were (a no-op then)
-        few = few_step.find(self.few_step_names(request))
-        request = few_step.apply(few, request) if few else request  # a few-step model's or LoRA's sampler and steps
-        validate(request, self.limits, count=count)
-        samplers.check_steps(
-            request.sampler or self.scheduler_name,
-            request.steps or self.default_steps,
-            samplers.minima(self.own_scheduler),
-        )
-        self.check_task(request)
-        request = planning.styled(self, request.with_defaults(self))
-        if few:
-            few_step.check(few, request, request.sampler or self.scheduler_name)
+        request, few = self._checked(request, count)
         if request.inpaint is not None and inpaint.is_empty(
             inpaint.binary_mask(request.inpaint.mask, request.inpaint.invert_mask)
         ):
@@ -378,6 +366,24 @@ class ImagePipeline:
                 self.twins.use_scheduler(own)
                 self._own_scheduler = None
                 self.activity = "idle"
+
+    def _checked(self, request: GenerationRequest, count: int | None) -> tuple[GenerationRequest, few_step.FewStep | None]:
+        """Step 1: wildcards resolved, a few-step model's or LoRA's sampler and steps applied where the request
+        left them to the model, then every refusal before model work; the request with its defaults filled."""
+        request = self.wildcards.resolve(pin_seed(request))  # the engine's already were (a no-op then)
+        few = few_step.find(self.few_step_names(request))
+        request = few_step.apply(few, request) if few else request
+        validate(request, self.limits, count=count)
+        samplers.check_steps(
+            request.sampler or self.scheduler_name,
+            request.steps or self.default_steps,
+            samplers.minima(self.own_scheduler),
+        )
+        self.check_task(request)
+        request = planning.styled(self, request.with_defaults(self))
+        if few:
+            few_step.check(few, request, request.sampler or self.scheduler_name)
+        return request, few
 
     def _on_runtime(self, request: GenerationRequest, progress: ProgressFn, should_cancel: CancelFn | None,
                     item_range: tuple[int, int] | None, preview: PreviewFn | None) -> GenerationResult:  # fmt: skip
