@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import shutil
 import threading
 import time
@@ -444,6 +445,12 @@ def _compile_config(device: str, threads: int | None) -> dict[str, Any]:
         config["INFERENCE_PRECISION_HINT"] = "f32"
         if threads:
             config["INFERENCE_NUM_THREADS"] = int(threads)
+        if threads and threads < (os.cpu_count() or 1):
+            # A pool replica's share of the cores (serving.pool.share_cpu_threads): OpenVINO pins each compiled
+            # model's stream to cores it picks itself, the same ones for every replica, so two replicas took turns
+            # on one core (two requests at once: 2.01x one). Unpinned, the OS spreads them: 1.15x
+            # (docs/performance.md#the-pool-on-a-cpu). A lone replica keeps the default (pinning measured no gain).
+            config["ENABLE_CPU_PINNING"] = False
     return config
 
 
