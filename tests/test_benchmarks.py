@@ -197,3 +197,17 @@ def test_speed_runtime_openvino_reports_the_ratios(tiny_model_dir, tmp_path, cap
     assert all(r["openvino_vs_torch"] > 0 and r["openvino_static"] > 0 for r in summary["images_per_s"].values())
     assert summary["first_load_s"] > 0 and summary["cached_load_s"] > 0 and summary["psnr_vs_torch"] >= 40
     assert "OpenVINO vs torch eager" in capsys.readouterr().out
+
+
+@pytest.mark.openvino
+def test_the_suite_writes_its_json_under_openvino(tiny_model_dir, tmp_path):
+    """Issue 58: with openvino installed RUNTIME=auto runs the suite on OpenVINO; its JSON holds plain numbers
+    (the FLOP count was a Tensor: TypeError at the end of the run) and the dtype section measures torch's dtypes
+    on the torch modules (bf16 used to be converted, then fell back with tracebacks)."""
+    pytest.importorskip("openvino")
+    out = tmp_path / "bench.json"
+    argv = ["--model", str(tiny_model_dir), "--device", "cpu", "--steps", "2", "--repeats", "1", "--images", "1"]
+    assert bench_main([*argv, "--only", "dtype,roofline", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())["results"]
+    assert r["roofline"]["runtime"] == "openvino" and r["roofline"]["unet_gflop_per_step"] > 0
+    assert r["dtype"]["runtime"] == "torch" and set(r["dtype"]["dtypes"]) == {"float32", "bfloat16"}

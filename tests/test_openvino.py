@@ -135,6 +135,18 @@ def test_int8_weights_keep_the_picture_in_a_quarter_of_the_memory(ov_cache, torc
     assert "int8 weights" in int8.runtime_plan.describe()
 
 
+def test_a_pool_replicas_share_of_the_cores_runs_unpinned(monkeypatch):
+    """OpenVINO pinned every replica's stream to the same cores (two requests at once on cpu,cpu: 2.01x one);
+    a replica with a share of the cores runs unpinned, a lone one keeps OpenVINO's default."""
+    from pipelines.weights.openvino import _compile_config
+
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert _compile_config("CPU", 4)["ENABLE_CPU_PINNING"] is False
+    assert _compile_config("CPU", 4)["INFERENCE_NUM_THREADS"] == 4
+    assert "ENABLE_CPU_PINNING" not in _compile_config("CPU", 8)
+    assert "ENABLE_CPU_PINNING" not in _compile_config("GPU", 4)
+
+
 def test_the_device_report_lists_what_openvino_sees():
     report = DeviceManager("cpu").report()["openvino"]
     assert [d["name"] for d in report["devices"]][:1] == ["CPU"]
