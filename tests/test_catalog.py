@@ -80,7 +80,7 @@ def test_offline_only_the_embedded_and_local_models_are_listed(empty_cache, monk
     with pytest.raises(RequestError) as refused:
         catalog.find("flux.1-dev", MODELS, hub=probe)
     assert refused.value.loc == ("model",) and "HF_HUB_OFFLINE" in str(refused.value)
-    assert str(refused.value).endswith("available: tiny-shapes, tiny-shapes-fast, tiny-shapes-edit")
+    assert str(refused.value).endswith("available: tiny-shapes-fast, tiny-shapes, tiny-shapes-edit")
 
 
 def test_a_recipe_whose_weights_are_in_the_hugging_face_cache_is_listed(empty_cache, tmp_path, monkeypatch):
