@@ -50,7 +50,7 @@ def test_models_lists_what_can_load_here_and_the_picker_agrees(app):
     demo, _, client = app
     listed = client.predict(api_name="/models")
     names = {m["name"]: m["kind"] for m in listed["models"]}
-    assert names == {"tiny-shapes": "recipe", "broken": "folder", "tiny-sd": "folder"}
+    assert names == {"tiny-shapes-fast": "recipe", "tiny-shapes": "recipe", "broken": "folder", "tiny-sd": "folder"}
     why = {m["name"]: m["why"] for m in listed["unavailable"]}
     assert "hidream-e1.1" in why and "HF_HUB_OFFLINE" in why["sdxl-base"], why
     assert listed["current"] == "tiny-shapes" and listed["switch_allowed"] is True
