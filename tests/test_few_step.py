@@ -73,6 +73,7 @@ def test_a_few_step_lora_picked_on_the_base_model_brings_its_sampler_and_steps(b
         ({"guidance_scale": 5.0}, "guidance_scale", "at most 2"),
         ({"sampler": "DPM++ 2M"}, "sampler", "use LCM, TCD"),
         ({"sampler": "Euler"}, "sampler", "distilled for"),
+        ({"steps": 20}, "steps", "at most 8"),
     ],
 )
 def test_what_breaks_a_few_step_model_is_refused_naming_the_field(fast, base, fields, field, says):
