@@ -8,6 +8,7 @@ cycle, and no second copy of train.py when it runs as `python -m models.train.tr
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -43,6 +44,24 @@ def save_checkpoint(path: Path, **state) -> None:
 def load_checkpoint(path: Path) -> dict | None:
     # Our own checkpoints only (optimizer state needs full unpickling).
     return torch.load(path, weights_only=False) if path.exists() else None
+
+
+def resume_lora(path: Path, params: list[torch.nn.Parameter], opt: torch.optim.Optimizer, stage: str) -> int:
+    """The step a LoRA stage resumes at: its checkpoint's LoRA tensors (`save_checkpoint(lora=...)`) copied into
+    `params` and its optimizer state restored; 0 when there is no checkpoint yet."""
+    ckpt = load_checkpoint(path)
+    if ckpt is None:
+        return 0
+    copy_lora(params, ckpt["lora"])
+    opt.load_state_dict(ckpt["opt"])
+    logging.getLogger(__name__).info("%s: resuming at step %d", stage, ckpt["step"])
+    return ckpt["step"]
+
+
+def copy_lora(params: list[torch.nn.Parameter], saved: list[torch.Tensor]) -> None:
+    """A checkpoint's LoRA tensors into the LoRA parameters, in order."""
+    for p, tensor in zip(params, saved, strict=True):
+        p.data.copy_(tensor)
 
 
 class EMA:

@@ -27,9 +27,11 @@ from .common import (
     MODELS_DIR,
     RUNS,
     SEED,
+    copy_lora,
     load_checkpoint,
     lr_at,
     progress,
+    resume_lora,
     save_checkpoint,
     to_tensor,
     tokenize,
@@ -158,13 +160,7 @@ def train_lcm(steps: int) -> None:
     params = [p for p in pipe.unet.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=LR, weight_decay=0.0)
     distiller = Distiller(pipe, embeds, empty)
-    start = 0
-    if ckpt := load_checkpoint(out / "ckpt.pt"):
-        for p, saved in zip(params, ckpt["lora"], strict=True):
-            p.data.copy_(saved)
-        opt.load_state_dict(ckpt["opt"])
-        start = ckpt["step"]
-        log.info("lcm: resuming at step %d", start)
+    start = resume_lora(out / "ckpt.pt", params, opt, "lcm")
     pipe.unet.train()
     bar = progress(steps, start, "lcm")
     for step in range(start, steps):
@@ -196,9 +192,7 @@ def export_lcm() -> None:
     if ckpt is None:
         raise SystemExit("lcm export: no checkpoint; run the lcm stage first")
     pipe = student()
-    params = [p for p in pipe.unet.parameters() if p.requires_grad]
-    for p, saved in zip(params, ckpt["lora"], strict=True):
-        p.data.copy_(saved)
+    copy_lora([p for p in pipe.unet.parameters() if p.requires_grad], ckpt["lora"])
     layers = {k: v.half() for k, v in get_peft_model_state_dict(pipe.unet).items()}
     LCM_OUT.mkdir(parents=True, exist_ok=True)
     StableDiffusionPipeline.save_lora_weights(LCM_OUT, unet_lora_layers=layers, weight_name=LCM_NAME)

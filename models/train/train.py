@@ -40,6 +40,7 @@ from .common import (  # shared with the editor's training (models/train/edit.py
     min_snr_loss,
     noised,
     progress,
+    resume_lora,
     save_checkpoint,
     to_tensor,
     tokenize,
@@ -291,13 +292,7 @@ def train_lora(steps: int) -> None:
     opt = torch.optim.AdamW(params, lr=LR["lora"], weight_decay=0.0)
     scheduler = configs.make_train_scheduler()
     scale = vae.config.scaling_factor
-    start = 0
-    if ckpt := load_checkpoint(out / "ckpt.pt"):
-        for p, saved in zip(params, ckpt["lora"], strict=True):
-            p.data.copy_(saved)
-        opt.load_state_dict(ckpt["opt"])
-        start = ckpt["step"]
-        log.info("lora: resuming at step %d", start)
+    start = resume_lora(out / "ckpt.pt", params, opt, "lora")
     unet.train()
     bar = progress(steps, start, "lora")
     for step in range(start, steps):

@@ -284,9 +284,10 @@ class OpenVinoRuntime:
         parts = [f"{name} {hook.describe()}" for name, hook in self.hooks.items()]
         parts += [f"{name} torch ({why})" for name, why in self.skipped.items()]
         text = f"OpenVINO {self.version.split('-')[0]} {self.device_label}: " + "; ".join(parts)
-        graphs, fp32 = self.weight_bytes()
-        if self.plan.weights != "fp32" and fp32:
-            text += f"; {self.plan.weights} weights: {graphs / 2**20:.1f} MiB ({graphs / fp32:.2f}x fp32's {fp32 / 2**20:.1f})"
+        if self.plan.weights != "fp32":  # counted only where it is shown (the status panel polls this)
+            graphs, fp32 = self.weight_bytes()
+            if fp32:
+                text += f"; {self.plan.weights} weights: {graphs / 2**20:.1f} MiB ({graphs / fp32:.2f}x fp32's {fp32 / 2**20:.1f})"
         return text + (f"; last torch request: {self.last_torch}" if self.last_torch else "")
 
     def graph(self, hook: OpenVinoHook, module: torch.nn.Module, key: str, args: tuple, kwargs: dict) -> _Entry:
