@@ -4,6 +4,7 @@
     python -m engine "change the background to black" --init-image in.png      # the Edit tab's model
     python -m engine "a red square on a white background" --init-image in.png --mask mask.png   # inpaint
     python -m engine "a white background" --init-image in.png --outpaint 0,0,32,0   # extend 32 px right
+    python -m engine "a red circle moving left on a blue background" --frames 17 --out clip.mp4   # the Video tab's model
     PREFERRED_DEVICE=cpu CPU_REPLICAS=2 python -m engine "a red circle on a blue background" -n 8
 
 The same settings, backend and engine as `python app.py` (`AppSettings.from_env`, `build_engine`):
@@ -25,7 +26,7 @@ from typing import Any
 from tqdm import tqdm
 
 from config import environment
-from pipelines import ModelInfo, PipelineError, extend_canvas, save_images
+from pipelines import ModelInfo, PipelineError, extend_canvas, save_clips, save_images
 from pipelines.schema.cli import add_request_arguments, flag_message, request_values
 from pipelines.schema.fields import TASKS, RequestError, Spec
 from pipelines.schema.inpaint import MAX_EXTEND
@@ -38,7 +39,10 @@ from .jobs import Engine, Finished
 def build_parser() -> tuple[argparse.ArgumentParser, list[Spec]]:
     p = argparse.ArgumentParser(prog="python -m engine", description="Generate with the app's backend.")
     added = add_request_arguments(p, TASKS)
-    p.add_argument("--out", default="outputs", help="output folder (default: outputs/)")
+    p.add_argument(
+        "--out", default="outputs",
+        help="output folder (default: outputs/); with --frames, a clip file too: clip.mp4 (H.264), .webp, .gif, .zip (PNG frames)",
+    )  # fmt: skip
     p.add_argument("--model", default=None, help="default: $MODEL_ID")
     p.add_argument("--device", default=None, help="default: $PREFERRED_DEVICE")
     g = p.add_argument_group("outpaint and inpaint shorthands (with --init-image; pipelines.imaging.inpaint)")
@@ -114,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if engine is not None:
             engine.close()
-    paths = save_images(result, args.out)
+    paths = save_images(result, Path(args.out).parent if result.clips and Path(args.out).suffix else args.out)
+    paths += save_clips(result, args.out) if result.clips else []
     print(f"{len(paths)} image(s), seeds {result.seeds}, on {result.device} -> {Path(args.out)}/")
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)

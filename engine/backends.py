@@ -5,7 +5,8 @@ all serve the same thing:
 - GENERATION_BACKEND=local (default): a `DevicePool`, one replica per device of PREFERRED_DEVICE;
 - GENERATION_BACKEND=ray: a `RayBackend` on Ray Serve;
 and, where an instruction editor serves the Edit tab (EDIT_MODEL_ID, or the embedded editor beside
-the embedded model), an `EditRouter` with the editor beside the main backend; on ZeroGPU
+the embedded model), an `EditRouter` with the editor beside the main backend; where a video model serves
+the Video tab (VIDEO_MODEL_ID, or the embedded video model beside the embedded model), a `VideoRouter`; on ZeroGPU
 (SPACES_ZERO_GPU=true) all of it wrapped in a `ZeroGPUBackend` (engine.zerogpu), which runs each
 generation in a `spaces.GPU` worker.
 """
@@ -18,6 +19,7 @@ from devices import DeviceManager
 from pipelines import Annotators, GenerationBackend, Upscalers, Wildcards
 from serving.editing import EditRouter, default_editor
 from serving.pool import DevicePool
+from serving.video import VideoRouter, default_video
 
 from .jobs import Admission, Engine, Switching
 from .settings import AppSettings
@@ -36,6 +38,9 @@ def build_backend(settings: AppSettings, model: str | None = None, devices: str 
     if editor is not None:
         edits = DevicePool.from_pretrained(editor, devices, settings.pipeline, settings.devices)
         backend = EditRouter(backend, edits, automatic=not settings.edit_model_id)
+    video = default_video(model, settings.video_model_id)
+    if video is not None:
+        backend = VideoRouter(backend, DevicePool.from_pretrained(video, devices, settings.pipeline, settings.devices))
     if settings.zero_gpu:
         from .zerogpu import ZeroGPUBackend  # imports `spaces`, only on ZeroGPU
 

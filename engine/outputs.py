@@ -23,9 +23,11 @@ from typing import Any
 
 from PIL import Image
 
-from pipelines import TEMP_SUFFIX, GenerationResult, save_pngs
+from pipelines import TEMP_SUFFIX, GenerationResult, save_clip, save_pngs
 
 log = logging.getLogger(__name__)
+SAVED_SUFFIXES = (".png", ".mp4", ".webp", ".gif", ".zip")  # pictures, and clips beside their poster PNGs (save_clips)
+CLIP_SUFFIXES = SAVED_SUFFIXES[1:]
 NAME_PREFIX = "%H%M%S"  # a saved PNG's name starts with the time of day (`save_pngs` adds the rest)
 
 
@@ -75,6 +77,15 @@ class OutputStore:
         self.prune()
         return SavedImages([str(p) for p in paths])
 
+    def save_clips(self, result: GenerationResult, posters: list[str], fmt: str = "mp4") -> list[str]:
+        """Each clip of a video result beside its poster PNG (same name, `fmt`'s suffix: mp4 | webp | gif | png, a zip),
+        with the poster's parameters inside (A1111's infotext, our JSON: PNG info reads them back)."""
+        suffix = ".zip" if fmt == "png" else "." + fmt  # PNG frames go in a zip beside the poster PNG
+        return [
+            str(save_clip(clip, result.fps, meta, Path(poster).with_suffix(suffix)))
+            for clip, meta, poster in zip(result.clips, result.metadata, posters, strict=True)
+        ]
+
     def save_pictures(
         self, images: list[Image.Image], metadata: list[dict[str, Any]], owner: str | None, extra: dict[str, str]
     ) -> list[Path]:
@@ -100,9 +111,16 @@ class OutputStore:
         return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
     def files(self) -> list[Path]:
-        """Finished PNGs, oldest first (files being written are excluded)."""
-        found = [p for p in self.root.rglob("*.png") if p.is_file() and not p.name.endswith(TEMP_SUFFIX)]
+        """Finished PNGs and clips, oldest first (files being written are excluded)."""
+        found = [
+            p for p in self.root.rglob("*") if p.suffix.lower() in SAVED_SUFFIXES and p.is_file() and not p.name.endswith(TEMP_SUFFIX)
+        ]  # fmt: skip
         return sorted(found, key=lambda p: p.stat().st_mtime)
+
+    @staticmethod
+    def clips_of(poster: str | Path) -> list[Path]:
+        """The clip files saved beside a poster PNG (`save_clips`: same name, a clip's suffix)."""
+        return [p for s in CLIP_SUFFIXES if (p := Path(poster).with_suffix(s)).is_file()]
 
     def usage(self) -> int:
         return sum(p.stat().st_size for p in self.files())

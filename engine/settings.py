@@ -192,6 +192,12 @@ class AppSettings(Section, title="App"):
         "folder / Hub id / recipe; none = always the main model",
         shown="(automatic)",
     )  # fmt: skip
+    video_model_id: str = setting(
+        "VIDEO_MODEL_ID", "",
+        "the Video tab's model: unset = the embedded tiny-shapes-video beside the embedded model; a folder / Hub id / "
+        "recipe of a video family (Wan, LTX); none = no video",
+        shown="(automatic)",
+    )  # fmt: skip
     http_api: AutoFlag = setting(
         "HTTP_API", "auto",
         "the A1111 (/sdapi/v1) and OpenAI (/v1/images) HTTP APIs on the app's port; auto = on localhost or with "
@@ -294,6 +300,11 @@ def _check_ray(settings: AppSettings) -> None:
         raise SettingsError(
             f"{', '.join(unused)}: set for the local device pool, but GENERATION_BACKEND=ray places its replicas "
             "by RAY_DEVICE and RAY_REPLICAS; unset it"
+        )
+    if settings.video_model_id not in ("", "none"):
+        raise SettingsError(
+            f"VIDEO_MODEL_ID={settings.video_model_id!r}: the Ray backend serves one model; a video model is served by "
+            "MODEL_ID itself there, or use GENERATION_BACKEND=local"
         )
     if settings.edit_model_id not in ("", "none"):
         raise SettingsError(

@@ -14,6 +14,7 @@
     python -m models.eval --regions --n 60 [--method Latent|Attention|joined]   # regional prompts (models/eval_regions.py)
     python -m models.eval --detailer --n 60          # the detailer pass on small shapes (models/eval_regions.py)
     python -m models.eval --few-step --n 200         # tiny-shapes-fast at 4 steps against tiny-shapes at 20
+    python -m models.eval --video --n 60             # the text-to-video model tiny-shapes-video (models/eval_video.py)
 
 Each generated image is judged by models.scoring's classifier (no learned model), which is
 100 % correct on the procedural training images themselves, so errors it reports are the model's.
@@ -184,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--regions", action="store_true", help="regional prompts, two columns (models/eval_regions.py)")
     parser.add_argument("--detailer", action="store_true", help="the detailer pass on small shapes (models/eval_regions.py)")
     parser.add_argument("--few-step", action="store_true", help="tiny-shapes-fast (4 steps) against tiny-shapes (20)")
+    parser.add_argument("--video", action="store_true", help="the text-to-video model (models/eval_video.py)")
     parser.add_argument("--method", default=None, help="--regions: Latent (default), Attention, or joined (one prompt)")
     parser.add_argument("--padding", type=int, default=None, help="--detailer: the pass's only-masked padding (its default)")
     parser.add_argument("--runtime", default=None, help="--regions/--detailer/--few-step: RUNTIME (torch, openvino; default: auto)")
@@ -199,13 +201,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def special_evaluation(args: argparse.Namespace):
-    """The evaluation another module runs for a mode flag (--edit, --hires, --few-step...), or None."""
+    """The evaluation another module runs for a mode flag (--edit, --hires, --few-step, --video...), or None."""
     special = (args.edit, args.inpaint, args.outpaint, args.prompts, args.upscale, args.hires, args.control,
-               args.ip_adapter, args.regions, args.detailer, args.few_step)  # fmt: skip
+               args.ip_adapter, args.regions, args.detailer, args.few_step, args.video)  # fmt: skip
     if not any(special):
         return None
     if args.few_step:
         run = run_few_step
+    elif args.video:
+        from models.eval_video import run_video as run
     elif args.regions or args.detailer:
         from models.eval_regions import run_detailer, run_regions
 

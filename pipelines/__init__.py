@@ -10,6 +10,7 @@ keeps a room from importing one above it or a sibling beside it):
 | `schema` | the request schema, torch-free: fields, the request and its parts, errors, the CLI flags, the docs |
 | `sampling` | samplers, guidance end, step caches, tiled VAE, live previews |
 | `control` · `imaging` · `weights` | ControlNet, preprocessors, IP-Adapters · hires fix, inpaint, upscalers, grids · loading, recipes, catalog, LoRA, hashes, quantization, OpenVINO |
+| `video` | video models' abilities (frames, fps, image-to-video), the frame-packed VAE, clip files written and read |
 | `prompts` · `pnginfo` | A1111's prompt language, tokens, styles, embeddings · PNG metadata written and read |
 | `run` | `ImagePipeline` and what it composes: set-up, traits, the diffusers call, steps, the backend contract |
 
@@ -40,9 +41,12 @@ _FACE: dict[str, tuple[str, str]] = {
         for n in ("GenerationBackend", "ModelInfo", "Capabilities", "ReplicaStatus", "CancelFn", "PreviewFn", "ProgressFn")
     },
     # PNG metadata
-    **{n: ("pipelines.pnginfo.write", n) for n in ("save_images", "save_pngs", "save_png", "png_info", "a1111_parameters", "TEMP_SUFFIX")},
+    **{n: ("pipelines.pnginfo.write", n) for n in ("save_images", "save_pngs", "save_png", "png_info", "a1111_parameters", "TEMP_SUFFIX", "save_clip", "save_clips")},
     **{n: ("pipelines.pnginfo.read", n) for n in ("read_metadata", "read_png_info", "parse_a1111")},
     "read_png_text": ("pipelines.pnginfo.files", "read_text"),
+    # video: clips written and read (pipelines.video.files)
+    **{n: ("pipelines.video.files", n) for n in ("write_video", "read_video", "read_frames", "is_video", "VideoInfo")},
+    "VIDEO_FORMATS": ("pipelines.video.files", "FORMATS"),
     # control
     "Annotators": ("pipelines.control.annotators", "Annotators"),
     "detect": ("pipelines.control.maps", "detect"),

@@ -3,6 +3,7 @@
 - `serving.pool.DevicePool`: the in-process backend, one `ImagePipeline` per device (one device is a
   pool of one), with `serving.health`'s re-tests of a failed replica.
 - `serving.editing.EditRouter`: the embedded editor beside the main model (instruction edits go to it).
+- `serving.video.VideoRouter`: a video model beside the image models (video requests go to it).
 
 Serving beyond one machine with Ray Serve (optional: `pip install -r requirements-ray.txt`):
 

@@ -63,6 +63,7 @@ def result_to_wire(result: GenerationResult) -> dict[str, Any]:
     data = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
     data["images"] = [png_bytes(image) for image in result.images]
     data["inputs"] = [None if image is None else png_bytes(image) for image in result.inputs]
+    data["clips"] = [[png_bytes(frame) for frame in clip] for clip in result.clips]
     return data
 
 
@@ -70,6 +71,7 @@ def result_from_wire(data: dict[str, Any]) -> GenerationResult:
     data = dict(data)
     data["images"] = [png_image(b) for b in data["images"]]
     data["inputs"] = [None if b is None else png_image(b) for b in data["inputs"]]
+    data["clips"] = [[png_image(b) for b in clip] for clip in data.get("clips", ())]
     return GenerationResult(**data)
 
 

@@ -76,8 +76,15 @@ def stop_streams(demo) -> None:
     asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout=30)
 
 
+def main_pool(backend):
+    """The device pool that serves text-to-image in an app's backend: the video and editor routers' main one
+    (`VideoRouter(EditRouter(pool, editor), video)`)."""
+    while hasattr(backend, "main"):
+        backend = backend.main
+    return backend
+
+
 def main_pipeline(backend):
-    """The ImagePipeline that serves text-to-image in an app's backend (the editor router's main
-    pool's first replica), for tests that reach into the model."""
-    pool = getattr(backend, "main", backend)
-    return pool.replicas[0]
+    """The ImagePipeline that serves text-to-image in an app's backend (the main pool's first replica), for
+    tests that reach into the model."""
+    return main_pool(backend).replicas[0]

@@ -413,3 +413,87 @@ def build(name: str, path: Path, seed: int = 0) -> Path:
     index = json.loads((path / "model_index.json").read_text())
     assert index["_class_name"] == FAMILIES[name].pipeline_class, index["_class_name"]
     return path
+
+
+# --------------------------------------------------------------------------- video families (pipelines.video)
+def umt5_encoder(d_model: int = 32):
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    config = UMT5Config(
+        vocab_size=64, d_model=d_model, d_kv=8, d_ff=37, num_layers=1, num_heads=4,
+        relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+    )  # fmt: skip
+    return UMT5EncoderModel(config).eval()
+
+
+def wan_transformer():
+    """diffusers' tests/pipelines/wan config: 2 heads of 12, 2 layers, patch (1, 2, 2)."""
+    from diffusers import WanTransformer3DModel
+
+    return WanTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=16, out_channels=16,
+        text_dim=32, freq_dim=256, ffn_dim=32, num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+        rope_max_seq_len=32,
+    )  # fmt: skip
+
+
+def wan(path: Path, two_experts: bool = False, ti2v: bool = False) -> None:
+    """Wan 2.1 text-to-video (UMT5, the causal 3-D VAE: 4 frames and 8x8 pixels per latent, flow matching);
+    `two_experts`: Wan 2.2 A14B (a low-noise transformer_2 below boundary_ratio); `ti2v`: Wan 2.2 TI2V-5B
+    (per-token timesteps, `expand_timesteps`: image-to-video with the same weights)."""
+    from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline
+
+    vae = AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True])
+    extra = {"transformer_2": wan_transformer(), "boundary_ratio": 0.875} if two_experts else {}
+    WanPipeline(
+        tokenizer=t5_tokenizer(), text_encoder=umt5_encoder(), vae=vae.eval(), transformer=wan_transformer(),
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0), expand_timesteps=ti2v, **extra,
+    ).save_pretrained(path, safe_serialization=True)  # fmt: skip
+
+
+def ltx(path: Path) -> None:
+    """LTX-Video: T5, its video VAE (LTX-Video packs 32x32 pixels and 8 frames per latent; this tiny one 4 frames), frame-rate conditioned."""
+    from diffusers import (
+        AutoencoderKLLTXVideo,
+        FlowMatchEulerDiscreteScheduler,
+        LTXPipeline,
+        LTXVideoTransformer3DModel,
+    )
+
+    transformer = LTXVideoTransformer3DModel(
+        in_channels=8, out_channels=8, patch_size=1, patch_size_t=1, num_attention_heads=4, attention_head_dim=8,
+        cross_attention_dim=32, num_layers=1, caption_channels=32,
+    )  # fmt: skip
+    vae = AutoencoderKLLTXVideo(
+        in_channels=3, out_channels=3, latent_channels=8, block_out_channels=(8, 8, 8, 8),
+        decoder_block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1),
+        decoder_layers_per_block=(1, 1, 1, 1, 1), spatio_temporal_scaling=(True, True, False, False),
+        decoder_spatio_temporal_scaling=(True, True, False, False), decoder_inject_noise=(False,) * 5,
+        upsample_residual=(False,) * 4, upsample_factor=(1,) * 4, timestep_conditioning=False, patch_size=1,
+        patch_size_t=1, encoder_causal=True, decoder_causal=False,
+    )  # fmt: skip
+    LTXPipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae.eval(), text_encoder=t5_encoder(), tokenizer=t5_tokenizer(),
+        transformer=transformer,
+    ).save_pretrained(path, safe_serialization=True)  # fmt: skip
+
+
+VIDEO_FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family("wan", "WanPipeline", wan),
+        Family("wan2.2-a14b", "WanPipeline", lambda p: wan(p, two_experts=True)),
+        Family("wan2.2-ti2v", "WanPipeline", lambda p: wan(p, ti2v=True)),
+        Family("ltx", "LTXPipeline", ltx),
+    )
+}
+
+
+def build_video(name: str, path: Path, seed: int = 0) -> Path:
+    """Write the tiny video family `name` to `path` (seeded); a no-op when already there."""
+    if (path / "model_index.json").is_file():
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    VIDEO_FAMILIES[name].build_fn(path)
+    return path

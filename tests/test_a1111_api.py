@@ -657,11 +657,11 @@ def test_open_webui_switches_the_model_where_switching_is_allowed(tmp_path, monk
         httpx.Client(base_url=demo.local_url.rstrip("/") + "/sdapi/v1", timeout=120) as client,
     ):
         listed = client.get("/sd-models").json()
-        assert [m["title"] for m in listed] == ["tiny-shapes", "tiny-shapes-fast", "tiny-shapes-edit"]
+        assert [m["title"] for m in listed] == ["tiny-shapes", "tiny-shapes-fast", "tiny-shapes-edit", "tiny-shapes-video"]
         assert set(listed[0]) == {"title", "model_name", "hash", "sha256", "filename", "config"}
         message = refused(client.post("/options", json={"sd_model_checkpoint": "sdxl-base"}), "sd_model_checkpoint")
         assert message.startswith("sd_model_checkpoint: 'sdxl-base' cannot load here: its weights ")
-        assert "HF_HUB_OFFLINE" in message and message.endswith("available: tiny-shapes-fast, tiny-shapes, tiny-shapes-edit")
+        assert "HF_HUB_OFFLINE" in message and message.endswith("available: tiny-shapes-fast, tiny-shapes, tiny-shapes-edit, tiny-shapes-video")
         assert client.post("/options", json={"sd_model_checkpoint": "tiny-shapes-edit"}).status_code == 200
         assert client.get("/options").json()["sd_model_checkpoint"] == "tiny-shapes-edit"
         body = {"prompt": PROMPT, **SMALL, "override_settings": {"sd_model_checkpoint": "tiny-shapes"}}

@@ -14,7 +14,7 @@ from PIL import Image
 
 from pipelines.pnginfo.read import parse_a1111
 from pipelines.run.options import DEFAULT_MODEL
-from tests.app_server import embedded_model_available, running_app
+from tests.app_server import embedded_model_available, main_pool, running_app
 
 PROMPT = "a red circle on a blue background"
 SMALL = {"width": 64, "height": 64, "steps": 6, "seed": 21}
@@ -189,7 +189,7 @@ def test_a_plot_on_a_pool_of_two_replicas_runs_two_cells_at_once_with_the_single
 
     env = {"PREFERRED_DEVICE": "cpu", "CPU_REPLICAS": "2", "ALLOW_MODEL_SWITCH": "0"}
     with running_app(DEFAULT_MODEL, tmp_path, env=env) as (demo, backend):
-        pool = backend.main
+        pool = main_pool(backend)
         assert len(pool.replicas) == 2
         pool.generate = counted = AtOnce(pool.generate)
         api = webuiapi.WebUIApi(host="127.0.0.1", port=int(demo.local_url.split(":")[2].strip("/")), sampler="Euler a", steps=6)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from pipelines.run.options import DEFAULT_MODEL
-from tests.app_server import embedded_model_available, running_app
+from tests.app_server import embedded_model_available, main_pool, running_app
 
 pytestmark = pytest.mark.slow  # the browser tier: left out of `python -m pytest -m "not slow"`, run in CI
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -338,7 +338,7 @@ def test_live_previews_on_a_pool_of_two_cpu_replicas(browser, tmp_path):
         pytest.skip("needs the embedded model")
     env = {"PREFERRED_DEVICE": "cpu", "CPU_REPLICAS": "2"}
     with running_app(DEFAULT_MODEL, tmp_path, env=env) as (demo, backend):
-        assert len(backend.main.replicas) == 2
+        assert len(main_pool(backend).replicas) == 2
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         _generate_and_watch_previews(page, demo.local_url, images=4, steps=40)
         page.close()
@@ -394,7 +394,7 @@ def app_py(tmp_path: Path, env_changes: dict[str, str | None]):
         "OUTPUT_DIR": str(tmp_path),
         "GRADIO_ANALYTICS_ENABLED": "False",
     }
-    for name in ("MODEL_ID", "PREFERRED_DEVICE", "CPU_REPLICAS", "EDIT_MODEL_ID", "GENERATION_BACKEND"):
+    for name in ("MODEL_ID", "PREFERRED_DEVICE", "CPU_REPLICAS", "EDIT_MODEL_ID", "VIDEO_MODEL_ID", "GENERATION_BACKEND"):
         env.pop(name, None)
     for name, value in env_changes.items():
         env.pop(name, None) if value is None else env.update({name: value})
@@ -783,3 +783,29 @@ def test_regions_detailer_and_wildcards_in_the_browser(browser, served):
     texts = [Image.open(p).text["parameters"] for p in made]
     assert len(made) == 3 and all("Template: __scene__" in t and not t.startswith("__") for t in texts), texts
     page.close()
+
+
+def test_python_app_py_plays_a_clip_from_the_video_tab(browser, tmp_path):
+    """Issue 56's user: `python app.py`, the Video tab, "a red circle moving left on a blue background", and
+    the clip plays in the page, offline, on the CPU."""
+    from playwright.sync_api import expect
+
+    from serving.video import EMBEDDED_VIDEO
+
+    if not embedded_model_available() or not (EMBEDDED_VIDEO / "model_index.json").is_file():
+        pytest.skip("needs the embedded models")
+    with app_py(tmp_path, {}) as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(url, wait_until="load")
+        page.get_by_role("tab", name="Video").click()
+        page.locator("#video-prompt textarea").fill("a red circle moving left on a blue background")
+        page.get_by_role("button", name="Generate video").click()
+        player = page.locator("#video-player video")
+        expect(player).to_have_count(1, timeout=180_000)
+        page.wait_for_function("() => document.querySelector('#video-player video').readyState >= 2", timeout=60_000)
+        duration = player.evaluate("v => v.duration")
+        assert abs(duration - 17 / 8) <= 0.05 * 17 / 8, duration
+        expect(page.locator("#video-info")).to_contain_text("1 clip(s) of 17 frames at 8 fps in")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "video-tab-1400.png"))
+        page.close()

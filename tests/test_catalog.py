@@ -69,9 +69,9 @@ def test_offline_only_the_embedded_and_local_models_are_listed(empty_cache, monk
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     probe = Probe(AssertionError("no network when the Hub is switched off"))
     entries = catalog.list_models(MODELS, hub=probe)
-    assert {e.name for e in entries if e.loadable} == {"tiny-shapes", "tiny-shapes-fast", "tiny-shapes-edit"}
+    assert {e.name for e in entries if e.loadable} == {"tiny-shapes", "tiny-shapes-fast", "tiny-shapes-edit", "tiny-shapes-video"}
     why = {e.name: e.why_not for e in entries if not e.loadable}
-    assert len(why) == 11 and probe.calls == 0
+    assert len(why) == 16 and probe.calls == 0  # 11 image recipes, 5 video recipes
     assert why["sdxl-base"] == (
         "its weights stabilityai/stable-diffusion-xl-base-1.0: not in the Hugging Face cache, "
         "and the Hugging Face Hub is switched off here (HF_HUB_OFFLINE)"
@@ -80,7 +80,7 @@ def test_offline_only_the_embedded_and_local_models_are_listed(empty_cache, monk
     with pytest.raises(RequestError) as refused:
         catalog.find("flux.1-dev", MODELS, hub=probe)
     assert refused.value.loc == ("model",) and "HF_HUB_OFFLINE" in str(refused.value)
-    assert str(refused.value).endswith("available: tiny-shapes-fast, tiny-shapes, tiny-shapes-edit")
+    assert str(refused.value).endswith("available: tiny-shapes-fast, tiny-shapes, tiny-shapes-edit, tiny-shapes-video")
 
 
 def test_a_recipe_whose_weights_are_in_the_hugging_face_cache_is_listed(empty_cache, tmp_path, monkeypatch):

@@ -39,7 +39,8 @@ from pipelines.schema.fields import RequestError
 from pipelines.schema.request import SEED_SPACE, RequestLimits, item_seed, pin_seed, spec, validate
 from serving.editing import EditRouter
 from serving.pool import DevicePool
-from tests.app_server import app_settings, embedded_model_available
+from serving.video import VideoRouter
+from tests.app_server import app_settings, embedded_model_available, main_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "a red circle on a blue background"
@@ -61,7 +62,8 @@ def _events(engine: Engine, request: GenerationRequest, caller: Caller | None = 
 
 
 def test_the_default_app_backend_streams_previews_before_the_final_images(app_engine):
-    assert isinstance(app_engine.backend, EditRouter), "python app.py serves the editor beside the embedded model"
+    assert isinstance(app_engine.backend, VideoRouter), "python app.py serves the video model beside the embedded model"
+    assert isinstance(app_engine.backend.main, EditRouter), "... and the editor beside it"
     assert app_engine.capabilities.previews
     request = GenerationRequest(prompt=PROMPT, num_images=2, steps=12, seed=5)
     events = _events(app_engine, request)
@@ -88,7 +90,7 @@ def test_a_pool_of_two_streams_previews_of_both_parts(tmp_path):
     settings = app_settings(DEFAULT_MODEL, tmp_path, env={"PREFERRED_DEVICE": "cpu", "CPU_REPLICAS": "2"})
     engine = build_engine(settings)
     try:
-        pool = engine.backend.main
+        pool = main_pool(engine.backend)
         assert isinstance(pool, DevicePool) and len(pool.replicas) == 2
         events = _events(engine, GenerationRequest(prompt=PROMPT, num_images=4, steps=10, seed=1))
         frames = [e for e in events if isinstance(e, Preview)]

@@ -304,7 +304,7 @@ def demo(tmp_path_factory):
     return create_demo(Engine(Model()), AppSettings(output_dir=tmp_path_factory.mktemp("out")))
 
 
-@pytest.mark.parametrize("tab", ["generate", "edit", "inpaint"])
+@pytest.mark.parametrize("tab", ["generate", "edit", "inpaint", "video"])
 def test_every_tab_and_its_endpoint_take_every_field_of_their_task(demo, tab):
     """The tab's form has a control for each field of its task (or the tab declares why not), and its
     endpoints take each as a parameter, by the published name, after their files."""
@@ -317,6 +317,7 @@ def test_every_tab_and_its_endpoint_take_every_field_of_their_task(demo, tab):
         "generate": {"/generate": taken},
         "edit": {"/edit": ["files", *taken]},
         "inpaint": {"/inpaint": ["image", "mask", *taken], "/outpaint": ["image", *OUTPAINT_SIDES, *taken]},
+        "video": {"/video": ["image", "format", *taken]},
     }[tab]
     for endpoint, names in expected.items():
         assert [p["parameter_name"] for p in api[endpoint]["parameters"]] == names, endpoint

@@ -56,7 +56,7 @@ GOOD = {"name": "x", "source": "some/model"}
         ({"source": None}, "source: required"),
         ({"colour": "red"}, "unknown field(s) colour"),
         ({"dtype": "float8"}, "dtype: 'float8'"),
-        ({"task": "video"}, "task: 'video'"),
+        ({"task": "audio"}, "task: 'audio'"),
         ({"pipeline_class": "FluxPipeline", "custom_pipeline": "x.py"}, "give one, not both"),
         ({"components": {"text_encoder_4": {"source": "a"}}}, "components.text_encoder_4.class: required"),
         ({"components": {"te": {"source": "a", "class": "os.system"}}}, "components.te.class"),

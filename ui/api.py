@@ -15,7 +15,7 @@ from typing import Any
 import gradio as gr
 
 from engine.plots import PLOT_PARAMETERS, PlotOptions, named_plot
-from pipelines import GenerationRequest
+from pipelines import VIDEO_FORMATS, GenerationRequest
 from pipelines.schema.request import spec
 from ui import plot_panel
 from ui.fields import FORM_ONLY, api_name, parameters
@@ -140,6 +140,23 @@ def edit_endpoint(studio: Studio):
     return api_edit
 
 
+def video_endpoint(studio: Studio):
+    """`/video`'s function: an optional first frame, the file format, then the Video tab's fields by name."""
+
+    def api_video(request: gr.Request, image: Any = None, format: str = "mp4", progress=gr.Progress(), **values: Any):
+        """Make clips from a prompt (and a first frame: image-to-video): num_frames frames at fps, written as
+        format (mp4 | webp | gif | zip of PNGs) with their parameters inside. A parameter left out (or null)
+        is the video model's default."""
+        flat = {field: values[api_name("video", field)] for field in parameters("video")}
+        for kind, value in studio.video(flat, image, format or "mp4", request, progress):
+            if kind == "done":
+                clips, result, posters = value
+                return clips[0] if clips and clips[0].endswith(".mp4") else None, [*clips, *posters], result.info()
+        raise AssertionError("unreachable: a video's events end with done")
+
+    return api_video
+
+
 def wire(studio: Studio) -> None:
     """The public API: `/generate`, `/edit` and the control endpoints."""
     outputs = [gr.Gallery(visible=False, format="png"), gr.JSON(visible=False)]
@@ -159,6 +176,13 @@ def wire(studio: Studio) -> None:
     gr.Button(visible=False).click(
         plot_endpoint(studio), inputs=[], inputs_kwargs={**hidden_inputs("generate", parameters("generate")), **plot_inputs()},
         outputs=plotted, api_name="xyz_plot", **queue,
+    )  # fmt: skip
+    first = gr.Image(label="first frame (image-to-video)", type="filepath", visible=False)
+    fmt = gr.Dropdown(list(VIDEO_FORMATS), value="mp4", label="file format", visible=False)
+    made = [gr.Video(visible=False), gr.File(file_count="multiple", visible=False), gr.JSON(visible=False)]
+    gr.Button(visible=False).click(
+        video_endpoint(studio), inputs=[first, fmt], inputs_kwargs=hidden_inputs("video", parameters("video")),
+        outputs=made, api_name="video", **queue,
     )  # fmt: skip
     _wire_control(studio)
 

@@ -27,6 +27,7 @@ from ui import (
     pnginfo_tab,
     status,
     upscale_tab,
+    video_tab,
 )
 from ui.positional import PositionalCalls
 from ui.studio import Studio
@@ -67,6 +68,8 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
                     e = edit_tab.build(studio)
                 with gr.Tab("Inpaint", id="inpaint"):
                     i = inpaint_tab.build(studio)
+                with gr.Tab("Video", id="video"):
+                    vid = video_tab.build(studio)
                 with gr.Tab("Upscale", id="upscale"):
                     u = upscale_tab.build(studio)
                 with gr.Tab("History", id="history") as history_tab:
@@ -76,12 +79,14 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
             with gr.Column(scale=2, min_width=280, elem_id="status-panel"):
                 status_md, plot = status.panel()
         generate_tab.wire(studio, g)
-        tab = {"generate": g, "edit": e, "inpaint": i}
+        tab = {"generate": g, "edit": e, "inpaint": i, "video": vid}
         models.wire(studio, picker, tab, header, tabs, lambda info: _header(engine, info))
         edit_tab.wire(studio, e)
         inpaint_tab.wire(studio, i)
         upscale_tab.wire(studio, u)
-        sends = {"inpaint": gallery_sends.to_inpaint(studio, i, tabs), "controlnet": gallery_sends.to_controlnet(g, tabs)}
+        video_tab.wire(studio, vid)
+        sends = {"inpaint": gallery_sends.to_inpaint(studio, i, tabs), "controlnet": gallery_sends.to_controlnet(g, tabs),
+                 "video": gallery_sends.to_video(vid, tabs)}  # fmt: skip
         gallery_sends.wire(
             [
                 gallery_sends.Source(g["gallery"], g["downloads"], 1, {n: g[f"send_{n}"] for n in sends}),
@@ -90,11 +95,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
             sends,
         )
 
-        def ui_stop(request: gr.Request) -> None:
-            studio.stop(None, request)
-
-        for btn in (g["stop"], e["stop"], i["stop"]):
-            btn.click(ui_stop, None, None, api_visibility="private", queue=False)
+        _wire_stop(studio, [g["stop"], e["stop"], i["stop"], vid["stop"]])
         api.wire(studio)
         inpaint_api.wire(studio)
         history_tab.select(None, None, None, js=f"() => document.getElementById('{history_refresh.elem_id}').click()")
@@ -108,6 +109,16 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
     demo.studio = studio  # for tests and embedding
     demo.tabs = tab  # each tab's components by name, its form under "form"
     return demo
+
+
+def _wire_stop(studio: Studio, buttons: list[gr.Button]) -> None:
+    """Every tab's Stop: the caller's running job stops after its step, its queued ones are dropped."""
+
+    def ui_stop(request: gr.Request) -> None:
+        studio.stop(None, request)
+
+    for btn in buttons:
+        btn.click(ui_stop, None, None, api_visibility="private", queue=False)
 
 
 def launch(demo: gr.Blocks, settings: AppSettings, **kwargs: Any) -> gr.Blocks:

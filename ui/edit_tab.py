@@ -82,6 +82,7 @@ def build(studio: Studio) -> dict[str, Any]:
             with gr.Row():
                 c["send_inpaint"] = gr.Button("Send to Inpaint", size="sm", elem_id="edit-send-inpaint")
                 c["send_controlnet"] = gr.Button("Send to ControlNet", size="sm", elem_id="edit-send-controlnet")
+                c["send_video"] = gr.Button("Send to Video", size="sm", elem_id="edit-send-video")
     return c
 
 

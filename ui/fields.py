@@ -21,13 +21,16 @@ PUBLISHED = {
     "inpaint": ("prompt", "negative_prompt", "strength", "mask_blur", "masked_content", "inpaint_area", "padding",
                 "invert_mask", "num_images", "steps", "guidance_scale", "seed", "sampler", "guidance_end",
                 "step_cache", "step_cache_threshold"),
+    "video": ("prompt", "negative_prompt", "num_frames", "fps", "width", "height", "steps", "guidance_scale", "seed",
+              "num_images", "sampler", "guidance_scale_2", "guidance_end", "step_cache", "step_cache_threshold"),
 }  # fmt: skip
 # Parameters published under another name than the field's: callers keep using them.
 RENAMED = {"edit": {"guidance_scale": "guidance", "image_guidance_scale": "image_guidance"}}
 OUTPAINT_SIDES = ("left", "up", "right", "down")  # /outpaint's own parameters, before /inpaint's
 FORM_ONLY = {"random_seed"}  # a tab's switch, not a request field (the Edit tab's /edit published it)
 # The inputs each endpoint takes before its fields: its files (and /outpaint's sides).
-LEADING = {"generate": (), "edit": ("files",), "inpaint": ("image", "mask"), "outpaint": ("image", *OUTPAINT_SIDES)}
+LEADING = {"generate": (), "edit": ("files",), "inpaint": ("image", "mask"), "outpaint": ("image", *OUTPAINT_SIDES),
+           "video": ("image", "format")}  # fmt: skip
 
 
 def parameters(endpoint: str) -> tuple[str, ...]:

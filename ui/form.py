@@ -31,8 +31,8 @@ from ui import control_panel, image_prompt_panel
 # The panels of the request's lists of parts (kind "units"): components, read, fill.
 PANELS = (control_panel.ControlPanel, image_prompt_panel.ImagePromptPanel)
 
-TASK = {"generate": "txt2img", "edit": "img2img", "inpaint": "inpaint"}
-PREFIX = {"generate": "", "edit": "edit-", "inpaint": "inpaint-"}  # of the elements' ids (browser tests find them)
+TASK = {"generate": "txt2img", "edit": "img2img", "inpaint": "inpaint", "video": "video"}
+PREFIX = {"generate": "", "edit": "edit-", "inpaint": "inpaint-", "video": "video-"}  # of the elements' ids (browser tests find them)
 # Fields of a tab's task the tab does not take, and why.
 _TEMPLATE = "set by the server: the wildcard template each prompt was resolved from (kept in the images' metadata)"
 NOT_TAKEN: dict[str, dict[str, str]] = {
@@ -42,6 +42,7 @@ NOT_TAKEN: dict[str, dict[str, str]] = {
         "width": "an edit keeps its input's aspect ratio at the model's area",
         "height": "an edit keeps its input's aspect ratio at the model's area",
     },
+    "video": {"prompt_template": _TEMPLATE},
     "inpaint": {
         "prompt_template": _TEMPLATE,
         "width": "an inpaint keeps its picture's size (\"only masked\" renders the masked box at the model's area)",
@@ -110,6 +111,9 @@ MODEL_PROPS: dict[str, Callable[[ModelInfo], dict[str, Any]]] = {
     "num_images": lambda info: {"maximum": info.max_batch},
     "image_guidance_scale": lambda info: {"value": info.default_image_guidance, "visible": info.image_guidance},
     "step_cache": _step_cache,
+    "num_frames": lambda info: _frames(info),
+    "fps": lambda info: {"value": info.clips.default_fps if info.clips else 16.0},
+    "guidance_scale_2": lambda info: {"value": info.default_guidance, "visible": bool(info.clips and info.clips.two_experts)},
     "step_cache_threshold": _threshold,
     "styles": lambda info: {"choices": list(info.styles), "visible": bool(info.styles)},
     "hires_fix": lambda info: {"interactive": _hires_possible(info), "info": _hires_info(info)},
@@ -125,6 +129,15 @@ MODEL_PROPS: dict[str, Callable[[ModelInfo], dict[str, Any]]] = {
         }.items()
     },
 }  # fmt: skip
+
+
+def _frames(info: ModelInfo) -> dict[str, Any]:
+    """The frames slider of a video model: its default, its most, in its step (k x step + 1)."""
+    if info.clips is None:
+        return {"value": 17, "step": 4, "minimum": 1, "info": "no video model is loaded (VIDEO_MODEL_ID)"}
+    c = info.clips
+    return {"value": c.default_frames, "step": c.frame_step, "minimum": 1, "maximum": c.max_frames,
+            "info": f"k x {c.frame_step} + 1 frames (the model packs {c.frame_step} per latent frame); 1: a still"}  # fmt: skip
 
 
 def _detector_info(info: ModelInfo) -> str:

@@ -1,4 +1,5 @@
-"""The Send buttons under result galleries: the chosen picture to Inpaint, or to a ControlNet unit.
+"""The Send buttons under result galleries: the chosen picture to Inpaint, to a ControlNet unit, or to Video
+(as the first frame: image-to-video).
 
 A gallery's select event records which result is chosen (the first when none was); each button sends
 that result's PNG. The Edit gallery shows each result after its input, so its stride is 2. A target
@@ -56,6 +57,17 @@ def to_controlnet(g: dict[str, Any], tabs: gr.Tabs) -> Target:
         return {**panel.receive(path, list(images)), tabs: gr.Tabs(selected="generate")}
 
     return Target(handler, panel.images, [*panel.receivers, tabs])
+
+
+def to_video(v: dict[str, Any], tabs: gr.Tabs) -> Target:
+    """The picture as the Video tab's first frame (image-to-video), the tab opened."""
+
+    def handler(path: str | None) -> dict[Any, Any]:
+        if not path:
+            raise gr.Error("select an image first", print_exception=False)
+        return {v["image"]: path, tabs: gr.Tabs(selected="video")}
+
+    return Target(handler, [], [v["image"], tabs])
 
 
 def _picker(stride: int) -> Callable[[gr.SelectData], int]:

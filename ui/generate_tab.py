@@ -95,6 +95,7 @@ def build(studio: Studio) -> dict[str, Any]:
             with gr.Row():
                 c["send_inpaint"] = gr.Button("Send to Inpaint", size="sm", elem_id="generate-send-inpaint")
                 c["send_controlnet"] = gr.Button("Send to ControlNet", size="sm", elem_id="generate-send-controlnet")
+                c["send_video"] = gr.Button("Send to Video", size="sm", elem_id="generate-send-video")
     gr.Examples([[e] for e in examples], inputs=[c["prompt"]], label="Examples")
     return c
 

@@ -56,6 +56,7 @@ def build(studio: Studio, g: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs) -
         where = gr.Markdown(elem_id="history-page")
     gallery = gr.Gallery(label="History", elem_id="history-gallery", columns=6, height=360, format="png")
     details = gr.Markdown(elem_id="history-details")
+    clip = gr.Video(label="Clip", elem_id="history-clip", visible=False, autoplay=True, loop=True, height=240)
     with gr.Row():
         sends = {
             "generate": gr.Button("Send to Generate", size="sm", elem_id="history-send"),
@@ -76,11 +77,14 @@ def build(studio: Studio, g: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs) -
 
     def choose(chunk: list[str], evt: gr.SelectData):
         path = Path(chunk[evt.index])
-        return evt.index, params_markdown(read_png_info(path))
+        playable = [p for p in studio.store.clips_of(path) if p.suffix == ".mp4"]  # a video's poster: its clip plays
+        shown = gr.update(value=studio.publish([str(playable[0])])[0], visible=True) if playable else gr.update(value=None, visible=False)
+        return evt.index, params_markdown(read_png_info(path)), shown
 
     def remove(number: int, chunk: list[str], index: int | None, request: gr.Request):
         if index is not None:
-            Path(chunk[index]).unlink(missing_ok=True)
+            for path in [Path(chunk[index]), *studio.store.clips_of(chunk[index])]:
+                path.unlink(missing_ok=True)
         return show(number, request)
 
     listing = [gallery, where, page, files, selected, details]
@@ -95,7 +99,7 @@ def build(studio: Studio, g: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs) -
     refresh.click(show, page, listing, **events)
     previous.click(newer, page, listing, **events)
     following.click(older, page, listing, **events)
-    gallery.select(choose, files, [selected, details], **events)
+    gallery.select(choose, files, [selected, details, clip], **events)
     _wire_sends(studio, g, i, tabs, sends, files, selected)
     delete.click(remove, [page, files, selected], listing, **events)
     return refresh

@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines import ModelInfo
-from ui import edit_tab, generate_tab, inpaint_tab
+from ui import edit_tab, generate_tab, inpaint_tab, video_tab
 from ui.studio import Studio
 
 
@@ -52,6 +52,7 @@ def wire(studio: Studio, m: dict[str, Any], tab: dict[str, dict[str, Any]], head
     def model_updates(info: ModelInfo) -> dict[Any, Any]:
         out = {**generate_tab.updates(info, tab["generate"]), **edit_tab.updates(info, tab["edit"])}
         out.update(inpaint_tab.updates(info, tab["inpaint"]))
+        out.update(video_tab.updates(info, tab["video"]))
         out[header] = gr.update(value=header_text(info))
         out[m["model"]] = gr.update(value=info.model_name)
         return out

@@ -17,7 +17,8 @@ from ui.studio import Studio
 
 def build(studio: Studio, g: dict[str, Any], e: dict[str, Any], i: dict[str, Any], tabs: gr.Tabs) -> None:
     upload = gr.File(
-        label="Drop an image (PNG, JPEG, WEBP)", file_types=[".png", ".jpg", ".jpeg", ".webp"], type="filepath",
+        label="Drop an image (PNG, JPEG, WEBP) or a clip (MP4, animated WebP, GIF, PNG frames zip)",
+        file_types=[".png", ".jpg", ".jpeg", ".webp", ".mp4", ".gif", ".zip"], type="filepath",
         height=120, elem_id="pnginfo-file",
     )  # fmt: skip
     details = gr.Markdown(elem_id="pnginfo-details")

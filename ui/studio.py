@@ -42,6 +42,7 @@ class Studio:
         self.info = info
         self.limits = Limits.of(self.settings, info)
         self.edit_limits = self.limits.for_task("img2img")  # the model serving edits: its own limits
+        self.video_limits = self.limits.for_task("video")  # the model serving video
 
     def request(self, flat: dict[str, Any], limits: Limits) -> GenerationRequest:
         """The request of a tab's or an endpoint's flat values; the forms take one prompt per line."""
@@ -170,6 +171,28 @@ class Studio:
         for i, (path, src, s) in enumerate(zip(paths, result.inputs, result.seeds, strict=True)):
             pairs += [(src, f"input {i + 1}"), (path, f"result {i + 1} · seed {s}")]
         yield "done", (pairs, result, paths)
+
+    def video(self, raw: dict[str, Any], image: Any, fmt: str, request: gr.Request | None, progress: gr.Progress | None):
+        """A video request (the Video tab, `/video`): its fields, the first frame if given (image-to-video);
+        yields ("done", (clip paths, result, poster paths)), each clip written as `fmt` beside its poster PNG."""
+        clips = self.video_limits.model.clips
+        if clips is None:
+            raise refuse("no video model is loaded here (VIDEO_MODEL_ID names one)")
+        if raw.get("num_frames") in (None, ""):
+            raw = {**raw, "num_frames": clips.default_frames}  # left out: the video model's, still a video request
+        try:
+            images = uploads.open_images([uploads.upload_path(image, "init_images")], self.video_limits) if image else None
+            req = self.request({**raw, "init_images": images}, self.video_limits)
+        except ValueError as exc:
+            raise refuse(str(exc)) from exc
+        result = yield from _previews(self.run(req, request, progress))
+        try:
+            saved = self.store.save(result, owner=self.user(request))
+            clips = self.store.save_clips(result, saved.paths, fmt)
+        except OSError as exc:
+            log.error("cannot save clips: %s", exc)
+            raise refuse(f"the clips could not be saved on the server ({exc.strerror or type(exc).__name__})") from exc
+        yield "done", (self.publish(clips), result, self.publish(saved.paths))
 
     def stop(self, job_id: str | None, request: gr.Request | None) -> dict[str, int]:
         """Stop the caller's running job after its step and drop its queued ones.

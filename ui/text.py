@@ -21,8 +21,11 @@ def refuse(message: str) -> gr.Error:
 def info_line(result: GenerationResult) -> str:
     t = result.timings
     peak = f"{result.peak_memory / 2**20:.1f} MiB" if result.peak_memory else "n/a"
+    made = f"{len(result.images)} image(s)"
+    if result.clips:
+        made = f"{len(result.clips)} clip(s) of {len(result.clips[0])} frames at {result.fps:g} fps"
     text = (
-        f"{len(result.images)} image(s) in {t['total']:.2f} s · {t['steps_per_second']:.1f} it/s · "
+        f"{made} in {t['total']:.2f} s · {t['steps_per_second']:.1f} it/s · "
         f"peak {peak} · {result.device} · {result.dtype} · {result.attention} attention"
     )
     if result.attention_components:

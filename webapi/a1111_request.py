@@ -80,6 +80,10 @@ NOT_TAKEN = {
     "loras": "carried as <lora:name:scale> tags in `prompt`, as A1111 writes them",
     "mask": "A1111's `mask` (base64) is decoded with the images, before the fields",
     "init_images": "A1111's `init_images` (base64) are decoded first, header checks included",
+    **dict.fromkeys(
+        ("num_frames", "fps", "guidance_scale_2"),
+        "A1111's txt2img/img2img make pictures; clips come from the Video tab, /video, the CLIs and ComfyUI's API",
+    ),
 }
 _LORA_TAG = re.compile(r"<lora:([^:>]+)(?::([^:>]*))?(?::[^>]*)?>")
 INPAINTING_FILL = {0: "fill", 1: "original"}  # 2 latent noise, 3 latent nothing: not offered (original used)

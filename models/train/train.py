@@ -8,6 +8,7 @@
     python -m models.train.train ip-adapter [--steps N]   # the embedded IP-Adapter (models/train/ip_adapter.py)
     python -m models.train.train detector [--steps N]   # the detailer's embedded detector (models/train/detector.py)
     python -m models.train.train lcm [--steps N]   # the few-step LCM-LoRA of tiny-shapes (models/train/lcm.py)
+    python -m models.train.train video|video-export   # the embedded video model (models/train/video.py)
 
 Each stage is seeded and checkpoints to `models/train/runs/<stage>/` (git-ignored) every few
 hundred steps; running the same command again resumes from the last checkpoint and, because
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 
 LORA_OUT = MODELS_DIR / "loras"
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000, "lcm": 3000}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000, "lcm": 3000, "video": 3000}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
@@ -357,6 +358,18 @@ def _export_lcm(_steps: int | None = None) -> None:
     export_lcm()
 
 
+def _train_video(steps: int) -> None:
+    from .video import train_video  # needs video-vae trained first
+
+    train_video(steps)
+
+
+def _export_video(_steps: int | None = None) -> None:
+    from .video import export_video
+
+    export_video()
+
+
 def _export_edit(_steps: int | None = None) -> None:
     from .edit import export_edit
 
@@ -372,6 +385,7 @@ def _edit_from_export(source: Path | None = None) -> None:
 STAGES = {
     "vae": train_vae, "unet": train_unet, "export": export_model, "lora": train_lora,
     "edit": _train_edit, "control": _train_control, "ip-adapter": _train_ip_adapter, "detector": _train_detector, "lcm": _train_lcm, "lcm-export": _export_lcm, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
+    "video": _train_video, "video-export": _export_video,
 }  # fmt: skip
 
 
@@ -395,7 +409,7 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.time()
         if stage == "edit-from-export":
             STAGES[stage](args.source)
-        elif stage in ("export", "edit-export", "lcm-export"):
+        elif stage in ("export", "edit-export", "lcm-export", "video-export"):
             STAGES[stage]()
         else:
             STAGES[stage](args.steps or DEFAULT_STEPS[stage])

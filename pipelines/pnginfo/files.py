@@ -19,6 +19,8 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
+from pipelines.video.files import is_video, read_video
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_CHUNK = 16 << 20  # a text chunk larger than this is skipped (no tool writes one; a hostile file might)
 MAX_READ = 64 << 20  # bytes read from a file at most
@@ -29,6 +31,10 @@ _XMP_TAGS = ("parameters", "UserComment", "description", "prompt", "workflow", "
 def read_text(path: str | Path | BinaryIO) -> tuple[dict[str, str], list[str]]:
     """({key: text}, notes) of an image file: PNG chunks by their keyword; JPEG/WEBP/other formats'
     EXIF UserComment as "UserComment" (also "parameters" when no other holds it), XMP fields by name."""
+    if not hasattr(path, "read") and is_video(path):  # a clip: its container's tags (pipelines.video.files)
+        clip = read_video(path)
+        note = f"a {clip.format} clip: {clip.frames} frames at {clip.fps:g} fps, {clip.width}x{clip.height}"
+        return {**clip.metadata, **({"parameters": clip.parameters} if clip.parameters else {})}, [note]
     if hasattr(path, "read"):  # an open binary file (an upload held in memory)
         data = path.read(MAX_READ)
     else:

@@ -34,6 +34,7 @@ from pipelines.pnginfo.read import JSON_KEY
 from pipelines.pnginfo.read import read_metadata as read_metadata  # re-exported: callers read our PNGs back from here
 from pipelines.sampling.step_cache import CALIBRATION, StepCache
 from pipelines.schema.request import GenerationResult
+from pipelines.video.files import write_video
 
 
 def _quote(value: Any) -> str:
@@ -145,6 +146,24 @@ def save_png(image: Image.Image, meta: dict[str, Any], path: str | Path, extra: 
         temp.unlink(missing_ok=True)
         raise
     return path
+
+
+def save_clip(clip: list[Image.Image], fps: float, meta: dict[str, Any], path: str | Path) -> Path:
+    """One clip of a video result as a file (MP4, WebP, GIF or a zip of PNGs, by `path`'s suffix) with its
+    metadata inside as a PNG has it: A1111's infotext and our JSON (PNG info reads both back)."""
+    return write_video(clip, fps, path, a1111_parameters(meta), {JSON_KEY: json.dumps(meta, default=str)})
+
+
+def save_clips(result: GenerationResult, out: str | Path) -> list[Path]:
+    """Every clip of a video result: `out` a file name (clip.mp4: the first clip there, the next as clip-1.mp4 ...)
+    or a folder (an MP4 per clip, named as `save_pngs` names its posters)."""
+    out = Path(out)
+    if out.suffix.lower() in (".mp4", ".webp", ".gif", ".zip"):
+        names = [out if i == 0 else out.with_name(f"{out.stem}-{i}{out.suffix}") for i in range(len(result.clips))]
+    else:
+        stamp, request_id = time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(8)
+        names = [out / f"{stamp}-{request_id}-{i:02d}-{m['seed']}.mp4" for i, m in enumerate(result.metadata)]
+    return [save_clip(c, result.fps, m, n) for c, m, n in zip(result.clips, result.metadata, names, strict=True)]
 
 
 def save_images(

@@ -38,6 +38,7 @@ from pipelines.schema.request import (
     routes_to_editor,
     validate,
 )
+from pipelines.video.family import VideoAbilities
 
 ProgressFn = Callable[[int, int, int], None]  # (steps done, steps in all, index of the image being made)
 CancelFn = Callable[[], bool]  # polled between denoising steps; True stops after the current step
@@ -73,7 +74,7 @@ class ReplicaStatus:
     compile: str = "no compile"  # what devices.compile did (or why not)
     runtime: str = "torch"  # what runs the networks: torch and why, or OpenVINO per network (devices.runtime)
     quantization: dict[str, str] = field(default_factory=dict)  # per component, what the loader made (quantization)
-    role: str = "main"  # "main" serves every request; "editor" serves the Edit tab beside it (EditRouter)
+    role: str = "main"  # "main" serves every request; "editor" / "video" the Edit / Video tab beside it (EditRouter, VideoRouter)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,6 +132,8 @@ class ModelInfo:
     detectors: tuple[str, ...] = ()  # the detailer's detectors (DETECTOR_DIR, pipelines.imaging.detailer)
     wildcards: tuple[str, ...] = ()  # the wildcards prompts may name as __name__ (WILDCARD_DIR, pipelines.prompts.wildcards)
     editor: ModelInfo | None = None  # the model serving edits, when it is another one (serving.editing)
+    video: ModelInfo | None = None  # the model serving video requests, when it is another one (serving.video)
+    clips: VideoAbilities | None = None  # this model makes clips: its frames and fps (pipelines.video.family)
 
     @property
     def limits(self) -> RequestLimits:
@@ -142,9 +145,16 @@ class ModelInfo:
         """The model the Edit tab's requests go to: its defaults, samplers and limits."""
         return self.editor or self
 
+    @property
+    def for_video(self) -> ModelInfo:
+        """The model video requests go to (the Video tab's): a video model beside this one, else this one."""
+        return self.video or self
+
     def for_task(self, task: str) -> ModelInfo:
-        """The model that runs a request of `task` (txt2img | img2img | inpaint), whose defaults and
-        limits apply: the routing rule is `pipelines.schema.request.routes_to_editor`'s."""
+        """The model that runs a request of `task` (txt2img | img2img | inpaint | video), whose defaults and
+        limits apply: the routing rule is `pipelines.schema.request.routes_to_editor`'s, video to `for_video`."""
+        if task == "video":
+            return self.for_video
         return self.for_edits if routes_to_editor(task) else self
 
     def serving(self, request: GenerationRequest) -> ModelInfo:
@@ -165,6 +175,10 @@ class ModelInfo:
             offered = ", ".join(self.loras) or "none"
             raise RequestError("loras", f"unknown LoRA {shown(unknown[0], 80)}; available: {offered}", (unknown[0],))
         check_steps(request.sampler or self.scheduler, request.steps or self.default_steps, self.min_steps)
+        if (request.num_frames is not None) != (self.clips is not None):
+            raise RequestError("num_frames", _video_mismatch(self, request))
+        if self.clips is not None:
+            request = self.clips.accept(request)
         if request.hires is not None:
             hires.check(request, self)
         if request.controlnet:
@@ -204,6 +218,14 @@ class ModelInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _video_mismatch(model: ModelInfo, request: GenerationRequest) -> str:
+    """Why `model` cannot serve `request`: a video request to an image model, or the other way round."""
+    name = f"{model.model_name} ({model.pipeline_class})" if model.pipeline_class else model.model_name
+    if model.clips is None:
+        return f"{name} makes images, not clips; a video model (VIDEO_MODEL_ID, the Video tab) serves num_frames"
+    return f"{name} makes clips: a request to it names num_frames (1 for a still frame)"
 
 
 @runtime_checkable

@@ -15,6 +15,7 @@ import torch
 
 from pipelines.run.traits import PipelineTraits, guidance_kwargs
 from pipelines.schema.request import GenerationRequest
+from pipelines.video import family
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,8 @@ def call_kwargs(
         kwargs["_auto_resize"] = False  # Kontext: keep the input at the requested size
     if request.guidance_rescale:
         kwargs["guidance_rescale"] = request.guidance_rescale
+    if request.num_frames is not None:
+        kwargs.update(family.call_kwargs(params, request, kwargs.get("image")))
     if "clean_caption" in params:
         kwargs["clean_caption"] = _clean_caption_available()
     return {k: v for k, v in kwargs.items() if k in params}

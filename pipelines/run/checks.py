@@ -34,6 +34,14 @@ def check_task(p: Any, request: GenerationRequest) -> None:
             f"{type(denoiser(p.pipe)).__name__} none, so {request.step_cache} cannot be used. "
             f"Families with step caching: {step_cache.FAMILIES}"
         )
+    if (request.task == "video") != (p.clips is not None):
+        what = "makes clips: a request to it names num_frames" if p.clips else "makes images: a video model serves num_frames"
+        raise UnsupportedTaskError(f"{p.model_name} ({t.class_name}) {what}")
+    if p.clips is not None:
+        p.clips.accept(request)  # frames, first frame, second expert (RequestError naming the field)
+        if request.loras and not t.lora:
+            raise UnsupportedTaskError(f"{t.class_name} has no LoRA loader in diffusers; LoRAs cannot be used with it")
+        return
     if request.controlnet:
         check_control(p, request)
     if request.ip_adapter:

@@ -50,7 +50,9 @@ def denoise(
     """Steps 5-6: the items in micro-batches (halved on out-of-memory), progress and cancel
     through the step callback. A chunk interrupted by cancel is dropped: it is only partly denoised."""
     items = plan.items
-    out = Finished(micro=min(len(items), p.options.micro_batch, p.micro_batch_limit.get(plan.size, 10**6)))
+    # a video model renders one clip per call (its image-to-video twin encodes a batch's first frames once per generator)
+    most = 1 if p.clips is not None else p.options.micro_batch
+    out = Finished(micro=min(len(items), most, p.micro_batch_limit.get(plan.size, 10**6)))
     p.dm.reset_peak_memory()
     done = 0
     steps_done = 0
@@ -81,7 +83,7 @@ def denoise(
             break
         out.timings.append(timing)
         steps_done += steps_per_call
-        for item, image in zip(chunk, output.images, strict=True):
+        for item, image in zip(chunk, _outputs(output, out.clips), strict=True):
             image = plan.finish(item, image)
             out.images.append(image)
             out.inputs.append(item["image"])
@@ -89,6 +91,15 @@ def denoise(
             out.metas.append(results.metadata(p, plan.request, item, *image.size, plan.guidance_end, rescale))
         done += len(chunk)
     return out
+
+
+def _outputs(output: Any, clips: list[list[Any]]) -> list[Any]:
+    """A call's pictures, one per item: a video pipeline's clips go to `clips` and each gives its first frame
+    (a clip of one frame is a picture: num_frames=1 returns images)."""
+    if not hasattr(output, "frames"):
+        return output.images
+    clips += [list(frames) for frames in output.frames if len(frames) > 1]
+    return [frames[0] for frames in output.frames]
 
 
 def chunk_kwargs(p: Any, plan: Plan, chunk: list[dict[str, Any]]) -> tuple[dict[str, Any], PromptSwitch | None]:
@@ -146,7 +157,7 @@ def run_call(
         pipe._interrupt = False
     if timer.progress is not None and not timer.cancelled:
         timer.progress(timer.base + timer.call_steps, timer.total, timer.first_image)  # done == total
-    if preview is not None and output is not None:
+    if preview is not None and output is not None and hasattr(output, "images"):
         callback.learn(output.images)
     return output, timing
 

@@ -18,6 +18,7 @@ recipes in `model_setup`, step callbacks in `callbacks`, model and LoRA hashes i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import threading
@@ -58,6 +59,7 @@ from pipelines.schema.request import (
     pin_seed,
     validate,
 )
+from pipelines.video import family as video
 from pipelines.weights import hashing, quantization
 from pipelines.weights.lora import LoraInfo, LoraManager
 from pipelines.weights.recipes import Recipe
@@ -109,6 +111,11 @@ class ImagePipeline:
         self._token_windows = token_windows(pipe, private=True)  # counted beside a running generation
         self.prompt_weighting = kind_of(pipe, self.traits.params)  # "": prompts go as plain text
         self.vocabulary = read_vocabulary(source)
+        # a video model's clips (pipelines.video.family); its vocabulary may name the size it was trained at
+        self.clips = video.abilities(pipe, self.vocabulary) if video.makes_clips(pipe) else None
+        if "default_width" in self.vocabulary:
+            size = (int(self.vocabulary["default_width"]), int(self.vocabulary["default_height"]))
+            self.traits = dataclasses.replace(self.traits, default_size=size)
         self.default_image_guidance = float(self.vocabulary.get("default_image_guidance", FALLBACK_IMAGE_GUIDANCE))
         self.default_guidance_end = float(self.vocabulary.get("default_guidance_end", DEFAULT_GUIDANCE_END))
         self.activity = "idle"  # what it does now, for the status panel
@@ -117,6 +124,7 @@ class ImagePipeline:
         self.controlnets = control.ControlNets([options.controlnet_dir], device_manager, options.controlnet_models)
         self.annotators = Annotators(options.annotator_dir, device_manager)  # units' depth/normal/seg maps
         self.twins = Twins(pipe, lambda: self.traits, self.controlnets)  # each task's pipeline (run.twins)
+        self.twins.clips = self.clips
         self.ip_adapters = ip_adapter.IpAdapters([options.ipadapter_dir])
         self.wildcards = Wildcards(options.wildcard_dir)  # {a|b} and __name__ in prompts (pipelines.prompts.wildcards)
         self.detectors = detailer.Detectors(options.detector_dir, device_manager)  # the detailer's (pipelines.imaging.detailer)
@@ -380,6 +388,8 @@ class ImagePipeline:
             samplers.minima(self.own_scheduler),
         )
         self.check_task(request)
+        if self.clips is not None:
+            request = self.clips.accept(request)  # the model's fps where the request names none
         request = planning.styled(self, request.with_defaults(self))
         if few:
             few_step.check(few, request, request.sampler or self.scheduler_name)

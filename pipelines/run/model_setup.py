@@ -33,6 +33,7 @@ from pipelines.sampling import samplers
 from pipelines.sampling.step_cache import StepCache
 from pipelines.schema.errors import ModelLoadError
 from pipelines.schema.request import GenerationRequest
+from pipelines.video import family as video
 from pipelines.weights import quantization
 from pipelines.weights.recipes import Recipe, open_model
 
@@ -75,6 +76,7 @@ def load(cls: type, source: str | Path | None, device_manager: DeviceManager | N
     check_device(dm, source)  # before the weights are read
     start = time.perf_counter()
     with ONE_LOAD:  # devices.one_load: module builds swap process-wide torch state
+        video.import_components()  # a folder may name the video room's own VAE class by its module
         pipe, recipe, weights = open_model(source, dm, opts.extra, opts.quantization, opts.base_model)
         self = cls.from_loaded(pipe, dm, opts, weights, start, recipe)
     self.model_id = source  # what MODEL_ID said (a recipe name stays a name)
@@ -146,6 +148,8 @@ def runtime_plan(self: Any) -> runtimes.RuntimePlan:
 def _openvino_refusal(self: Any) -> str | None:
     """Why this loaded model keeps torch although the device could have OpenVINO, or None."""
     quantized, dtype = quantization.applied(self.pipe), self.dm.dtype_name
+    if self.clips is not None:
+        return "video models stay torch: their 3-D VAEs and transformers are not converted (pipelines.weights.openvino)"
     if quantized:
         return f"quantized weights ({quantized}) stay torch"
     if dtype != "float32":
@@ -259,6 +263,9 @@ def _warm_up_requests(self: Any, steps: int) -> list[GenerationRequest]:
     from PIL import Image
 
     traits = self.traits
+    if self.clips is not None:
+        log.info("warm-up skipped: a video model's clip at its default size is a request of its own; the first request compiles")
+        return []
     if traits.inpaint_native or not (traits.text_to_image or traits.edit or traits.image_to_image):
         log.info("compile warm-up skipped: %s needs a mask; the first request compiles", traits.class_name)
         return []
@@ -281,6 +288,8 @@ def apply_recipe(self: Any, recipe: Recipe) -> None:
     self.vocabulary = {**self.vocabulary, **recipe.ui_vocabulary()}
     d = recipe.defaults
     self.traits = dataclasses.replace(self.traits, **_trait_changes(self.traits, recipe))
+    if self.clips is not None:  # a video recipe's frames and fps (pipelines.video.family)
+        self.clips = self.twins.clips = video.abilities(self.pipe, self.vocabulary)
     if "image_guidance" in d:
         self.default_image_guidance = float(d["image_guidance"])
     if "guidance_end" in d:
@@ -382,4 +391,5 @@ def describe(self: Any) -> ModelInfo:
         wildcards=self.wildcards.names(),
         controlnet_tasks=control.tasks(traits.class_name),
         ip_adapters=tuple(self.ip_adapters.names()) if traits.class_name in ip_adapter.FAMILIES else (),
+        clips=self.clips,
     )

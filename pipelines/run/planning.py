@@ -62,6 +62,7 @@ class Finished:
     metas: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     inputs: list[Any] = dataclasses.field(default_factory=list)
     timings: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    clips: list[list[Any]] = dataclasses.field(default_factory=list)  # a video request's frames, one list per item
     cancelled: bool = False
     oom_splits: int = 0
 

@@ -32,6 +32,10 @@ def assemble(p: Any, plan: Plan, out: Finished, cache: step_cache.Applied | None
         w, h = out.images[0].size
         warnings.append(f"{p.traits.class_name} produced {w}x{h} instead of the requested {width}x{height}")
     result = make_result(p, out.images, out.metas, out.inputs, out.timings, warnings, out.cancelled)
+    if out.clips:
+        result.clips, result.fps = out.clips, float(plan.request.fps or 0.0)
+        for meta, clip in zip(result.metadata, out.clips, strict=True):
+            meta.update(num_frames=len(clip), fps=result.fps)
     if cache is not None:
         result.step_cache = cache.label
         for meta in result.metadata:

@@ -84,7 +84,12 @@ def _config(module: Any, key: str, default: Any = None) -> Any:
 
 
 def vae_scale_factor(pipe: Any) -> int:
-    return int(getattr(pipe, "vae_scale_factor", None) or 8)
+    """Pixels per latent, across: image pipelines' `vae_scale_factor`, Wan's `vae_scale_factor_spatial`, LTX's
+    `vae_spatial_compression_ratio`."""
+    for name in ("vae_scale_factor", "vae_scale_factor_spatial", "vae_spatial_compression_ratio"):
+        if value := getattr(pipe, name, None):
+            return int(value)
+    return 8
 
 
 def size_step(pipe: Any) -> int:
@@ -94,19 +99,24 @@ def size_step(pipe: Any) -> int:
     processor = getattr(pipe, "image_processor", None)
     packed = int(_config(processor, "vae_scale_factor", vae) or vae)
     patch = _config(denoiser(pipe), "patch_size", 1) or 1
-    patch = patch[0] if isinstance(patch, (tuple, list)) else patch
+    patch = patch[-1] if isinstance(patch, (tuple, list)) else patch  # a video's (frames, height, width): the last
     return math.lcm(8, max(packed, vae * int(patch)))
 
 
 def default_size(pipe: Any) -> tuple[int, int]:
     """(width, height) the model was trained at: the denoiser's latent sample size x the VAE
-    factor, else the pipeline's `default_sample_size` (Flux, Qwen-Image), else 1024."""
+    factor, else the pipeline's `default_sample_size` (Flux, Qwen-Image), else its call's default
+    width and height (the video families: Wan's 832x480), else 1024."""
     sample = _config(denoiser(pipe), "sample_size")
     if not isinstance(sample, int):
         sample = getattr(pipe, "default_sample_size", None)
     if isinstance(sample, int):
         side = sample * vae_scale_factor(pipe)
         return side, side
+    params = call_params(pipe)
+    sides = [params[n].default if n in params else None for n in ("width", "height")]
+    if all(isinstance(v, int) for v in sides):
+        return sides[0], sides[1]
     return 1024, 1024
 
 

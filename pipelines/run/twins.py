@@ -11,6 +11,7 @@ from typing import Any
 from pipelines.control import controlnet as control
 from pipelines.run.traits import PipelineTraits
 from pipelines.schema.request import GenerationRequest
+from pipelines.video import family
 
 
 class Twins:
@@ -23,12 +24,16 @@ class Twins:
         self.img2img: Any = None
         self.inpaint: Any = None  # the inpainting twin, built on first use (`for_request`)
         self.control: tuple[tuple[str, ...], Any] | None = None  # (task and models, the ControlNet twin)
+        self.clips: family.VideoAbilities | None = None  # a video model's (set by its ImagePipeline)
+        self.image_to_video: Any = None  # a video model's image-to-video twin (pipelines.video.family)
 
     @property
     def traits(self) -> PipelineTraits:
         return self._traits()
 
     def for_request(self, request: GenerationRequest) -> Any:
+        if self.clips is not None:
+            return self.video_pipeline(request)
         if request.controlnet:
             return self.control_pipeline(request)
         if request.inpaint is not None:
@@ -41,6 +46,14 @@ class Twins:
             self.img2img = AutoPipelineForImage2Image.from_pipe(self.pipe)  # shares every weight
             self.img2img.set_progress_bar_config(disable=True)
         return self.img2img
+
+    def video_pipeline(self, request: GenerationRequest) -> Any:
+        """A video model's own pipeline, or for a first frame its image-to-video twin (built once)."""
+        if not request.init_images or self.clips.image_to_video == self.traits.class_name:
+            return self.pipe
+        if self.image_to_video is None:
+            self.image_to_video = family.video_twin(self.pipe, self.clips)
+        return self.image_to_video
 
     def inpaint_pipeline(self) -> Any:
         """This pipeline where it takes a mask itself, else its inpainting twin (`traits.inpaint`, or a
@@ -67,9 +80,9 @@ class Twins:
     def use_scheduler(self, scheduler: Any) -> None:
         """Point the model's pipeline and every twin built from it at `scheduler`."""
         self.pipe.scheduler = scheduler
-        for twin in (self.img2img, self.inpaint, self.control[1] if self.control else None):
+        for twin in (self.img2img, self.inpaint, self.image_to_video, self.control[1] if self.control else None):
             if twin is not None:
                 twin.scheduler = scheduler
 
     def close(self) -> None:
-        self.pipe = self.img2img = self.inpaint = self.control = None
+        self.pipe = self.img2img = self.inpaint = self.control = self.image_to_video = None

@@ -7,8 +7,9 @@ Two decoders, chosen per call by the latent's size:
   this pipeline's own finished images: after each finished batch the last step's latents and the
   decoded images are paired. So it fits whatever VAE the model has, with no per-family tables; the
   first large generation after a load shows progress only, later ones show previews.
-Latents that are not a (batch, channels, height, width) grid (Flux-style packed sequences) get no
-preview; the UI then shows progress only.
+A video's latents (batch, channels, frames, height, width), small ones, are decoded by the VAE into a
+strip of STRIP_FRAMES frames per clip. Latents that are not such a grid (Flux-style packed sequences) get
+no preview; the UI then shows progress only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from PIL import Image
 log = logging.getLogger(__name__)
 
 VAE_MAX_TOKENS = 32 * 32
+STRIP_FRAMES = 5  # a clip's preview: this many of its frames, side by side
 
 
 class PreviewDecoder:
@@ -36,6 +38,8 @@ class PreviewDecoder:
         return isinstance(latents, torch.Tensor) and latents.ndim == 4
 
     def decode(self, latents: torch.Tensor) -> list[Image.Image] | None:
+        if isinstance(latents, torch.Tensor) and latents.ndim == 5:
+            return self._clip_strips(latents)
         if not self.available(latents):
             return None
         if latents.shape[-1] * latents.shape[-2] <= VAE_MAX_TOKENS and getattr(self.pipe, "vae", None) is not None:
@@ -54,6 +58,21 @@ class PreviewDecoder:
             scaled = scaled + shift
         pixels = vae.decode(scaled, return_dict=False)[0]
         return _to_pil((pixels.float().clamp(-1, 1) + 1) / 2)
+
+    @torch.no_grad()
+    def _clip_strips(self, latents: torch.Tensor) -> list[Image.Image] | None:
+        """A video's latents (B, C, frames, h, w), small ones only: each clip's frames decoded by its VAE (Wan's
+        normalisation undone: `latents_mean` / `latents_std`), STRIP_FRAMES of them side by side."""
+        vae, (h, w) = getattr(self.pipe, "vae", None), latents.shape[-2:]
+        config = getattr(vae, "config", None)
+        if vae is None or h * w > VAE_MAX_TOKENS or getattr(config, "latents_mean", None) is None:
+            return None
+        mean = torch.tensor(config.latents_mean).view(1, -1, 1, 1, 1)
+        std = torch.tensor(config.latents_std).view(1, -1, 1, 1, 1)
+        video = vae.decode((latents.float().cpu() * std + mean).to(vae.dtype), return_dict=False)[0]  # B, 3, F, H, W
+        picks = np.linspace(0, video.shape[2] - 1, min(STRIP_FRAMES, video.shape[2])).round().astype(int).tolist()
+        strips = torch.cat([video[:, :, i] for i in picks], dim=-1)  # B, 3, H, W x picks
+        return _to_pil((strips.float().clamp(-1, 1) + 1) / 2)
 
     def _with_projection(self, latents: torch.Tensor) -> list[Image.Image]:
         x = latents.float().cpu().permute(0, 2, 3, 1)  # B, h, w, C

@@ -33,8 +33,9 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticCustomError, core_schema
 
-TASKS = ("txt2img", "img2img", "inpaint")  # what a request is: `GenerationRequest.task`
+TASKS = ("txt2img", "img2img", "inpaint", "video")  # what a request is: `GenerationRequest.task`
 ALL_TASKS = frozenset(TASKS)
+IMAGE_TASKS = frozenset(TASKS[:3])  # the kinds that make still pictures (a video request: `num_frames` set)
 _WHOLE = re.compile(r"[+-]?[0-9]{1,40}")  # ASCII only: str.isdigit() is True for "²", int("١٢") is 12
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]{1,40}(?:\.[0-9]{0,40})?|\.[0-9]{1,40})(?:[eE][+-]?[0-9]{1,3})?")
 _ALLOWED_CONTROL = {"\n", "\t", "\r"}

@@ -37,6 +37,7 @@ from PIL import Image
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from pipelines.schema.fields import (
+    IMAGE_TASKS,
     About,
     Choice,
     Flag,
@@ -77,8 +78,12 @@ STEP_CACHE_THRESHOLDS = {"FirstBlockCache": 0.05, "MagCache": 0.06}
 # (the signatures' 50 are too many for a first image), CFG 4, image guidance 1.5 (InstructPix2Pix's).
 FALLBACK_STEPS, FALLBACK_GUIDANCE, FALLBACK_IMAGE_GUIDANCE = 20, 4.0, 1.5
 WILDCARD_MODES = ("random", "combinatorial", "off")  # pipelines.prompts.wildcards
+MAX_FRAMES = 257  # a clip's most frames (LTX's 257 at 24 fps: ten seconds)
 MAX_TEMPLATES = 10_000  # prompt_template's entries: one per resolved prompt
 EDIT_TASKS = frozenset({"img2img", "inpaint"})
+VIDEO = frozenset({"video"})
+# The request's parts that work on one still picture: a video request refuses them.
+IMAGE_ONLY = ("inpaint", "hires", "controlnet", "ip_adapter", "regions", "detailer", "detailer_2nd", "strength", "image_guidance_scale")
 TXT2IMG = frozenset({"txt2img"})
 IMG2IMG = frozenset({"img2img"})
 INPAINT = frozenset({"inpaint"})
@@ -169,8 +174,8 @@ class GenerationRequest(Schema):
     guidance_rescale: Annotated[float | None, Range(0.0, 1.0), About("Guidance rescale", infotext="CFG rescale", step=0.05)] = Field(
         None, description="pulls guidance's burnt, over-saturated colours back (Lin et al. 2023: v-prediction models run 0.5-0.7); null: the model's (0, none)"
     )  # fmt: skip
-    init_images: Annotated[list[Image.Image] | None, Picture(many=True), About("Input images", tasks=EDIT_TASKS, a1111="init_images", openai="image", cli="--init-image")] = Field(
-        None, description="the images to edit or inpaint; null: text-to-image"
+    init_images: Annotated[list[Image.Image] | None, Picture(many=True), About("Input images", tasks=EDIT_TASKS | VIDEO, a1111="init_images", openai="image", cli="--init-image")] = Field(
+        None, description="the images to edit or inpaint (a video request: the first frame of each clip, image-to-video); null: from the prompt alone"
     )  # fmt: skip
     strength: Annotated[float | None, Range(0.01, 1.0), About("Strength", tasks=EDIT_TASKS, a1111="denoising_strength", infotext="Denoising strength", step=0.01)] = Field(
         None, description=f"how much of each input is re-drawn (0 would keep it); null: {DEFAULT_STRENGTH:g} to inpaint, {IMG2IMG_STRENGTH:g} for image-to-image"
@@ -184,11 +189,21 @@ class GenerationRequest(Schema):
     hires: Annotated[Hires | None, About("Hires fix", tasks=TXT2IMG)] = Field(
         None, description="a second pass at a larger size over the first's enlarged images (pipelines.imaging.hires)"
     )
-    controlnet: Annotated[tuple[ControlUnit, ...], Units(ControlUnit), About("ControlNet", a1111="alwayson_scripts")] = Field(
+    controlnet: Annotated[tuple[ControlUnit, ...], Units(ControlUnit), About("ControlNet", tasks=IMAGE_TASKS, a1111="alwayson_scripts")] = Field(
         (), description="ControlNet units: each a control image, its preprocessor, a model, weight, start/end (pipelines.control.controlnet)"
     )  # fmt: skip
-    ip_adapter: Annotated[tuple[ImagePrompt, ...], Units(ImagePrompt, most=4), About("Image prompt", a1111="alwayson_scripts")] = Field(
+    ip_adapter: Annotated[tuple[ImagePrompt, ...], Units(ImagePrompt, most=4), About("Image prompt", tasks=IMAGE_TASKS, a1111="alwayson_scripts")] = Field(
         (), description="IP-Adapter image prompts: each a reference picture, an adapter and a scale (pipelines.control.ip_adapter)"
+    )  # fmt: skip
+
+    num_frames: Annotated[int | None, Range(1, MAX_FRAMES, integer=True), About("Frames", tasks=VIDEO, cli="--frames", infotext="Frames", step=1)] = Field(
+        None, description="frames of each clip: set, the request is a video (a video model serves it; 1 frame: a still image); null: an image request"
+    )  # fmt: skip
+    fps: Annotated[float | None, Range(1.0, 60.0), About("FPS", tasks=VIDEO, infotext="FPS", step=1)] = Field(
+        None, description="frames per second of the clip's file (LTX also conditions on it); null: the model's"
+    )
+    guidance_scale_2: Annotated[float | None, Range(0.0, 50.0), About("Guidance (low noise)", tasks=VIDEO, cli="--guidance-2", infotext="CFG scale 2", step=0.5)] = Field(
+        None, description="a two-expert model's (Wan 2.2 A14B) guidance for its low-noise expert; null: the same as guidance_scale"
     )  # fmt: skip
 
     wildcards: Annotated[str, Choice(WILDCARD_MODES), About("Wildcards")] = Field(
@@ -197,13 +212,13 @@ class GenerationRequest(Schema):
     prompt_template: Annotated[tuple[str, ...], Names(most=MAX_TEMPLATES), About("Prompt template", infotext="Template")] = Field(
         (), description="the template each prompt was resolved from (set by the server when it resolves wildcards; kept in the images' metadata)"
     )  # fmt: skip
-    regions: Annotated[Regions | None, About("Regional prompts")] = Field(
+    regions: Annotated[Regions | None, About("Regional prompts", tasks=IMAGE_TASKS)] = Field(
         None, description="several prompts, each for its own part of the picture (pipelines.sampling.regional)"
     )
-    detailer: Annotated[Detailer | None, About("Detailer")] = Field(
+    detailer: Annotated[Detailer | None, About("Detailer", tasks=IMAGE_TASKS)] = Field(
         None, description="after the images: find regions with a detector and inpaint each at full resolution (pipelines.imaging.detailer)"
     )  # fmt: skip
-    detailer_2nd: Annotated[Detailer2nd | None, About("Detailer 2nd pass")] = Field(  # type: ignore[valid-type]
+    detailer_2nd: Annotated[Detailer2nd | None, About("Detailer 2nd pass", tasks=IMAGE_TASKS)] = Field(  # type: ignore[valid-type]
         None, description="a second detailer pass after the first (ADetailer's 2nd tab)"
     )
 
@@ -228,6 +243,8 @@ class GenerationRequest(Schema):
         text-to-image's."""
         if self.hires is not None and self.init_images:
             raise refuse("hires fix refines a text-to-image first pass; an edit or inpaint has no first pass", field=("hires",))
+        if self.num_frames is not None:
+            self._video_only()
         if self.inpaint is None:
             return self
         if not self.init_images:
@@ -241,6 +258,12 @@ class GenerationRequest(Schema):
                     field=("inpaint", "mask"),
                 )
         return self
+
+    def _video_only(self) -> None:
+        """A video request (num_frames set) has none of the image-only parts: they work on one picture."""
+        for name in IMAGE_ONLY:
+            if getattr(self, name) not in (None, ()):
+                raise refuse("works on still pictures; a video request (num_frames set) takes none", field=(name,))
 
     def replace(self, **changes: Any) -> GenerationRequest:
         """A checked copy with `changes` (RequestError as construction)."""
@@ -256,7 +279,10 @@ class GenerationRequest(Schema):
 
     @property
     def task(self) -> str:
-        """txt2img | img2img | inpaint: which fields apply, and which model serves it (`routes_to_editor`)."""
+        """txt2img | img2img | inpaint | video: which fields apply, and which model serves it (`routes_to_editor`,
+        a video model for video)."""
+        if self.num_frames is not None:
+            return "video"
         return "inpaint" if self.inpaint is not None else ("img2img" if self.init_images else "txt2img")
 
     def with_defaults(self, model: ModelDefaults) -> GenerationRequest:
@@ -269,7 +295,7 @@ class GenerationRequest(Schema):
             changes["guidance_scale"] = model.default_guidance
         if self.image_guidance_scale is None:
             changes["image_guidance_scale"] = model.default_image_guidance
-        if self.strength is None and self.init_images:
+        if self.strength is None and self.init_images and self.task in STRENGTH:
             changes["strength"] = STRENGTH[self.task]
         return self.model_copy(update=changes) if changes else self
 
@@ -447,6 +473,10 @@ class GenerationResult:
     vae_tiling: bool = False  # decoded (and encoded) in tiles: the image was large (TILED_VAE_PIXELS) or memory short
     hires: str = ""  # the hires pass it ran ("64x64 -> 128x128, Lanczos, strength 0.3"), "" for none (pipelines.imaging.hires)
     detailer: str = ""  # the detailer passes it ran ("shapes-segformer: 3 region(s) in 2 of 2 image(s)") (pipelines.imaging.detailer)
+    # A video request's clips, each its frames, in the order of `images` (which holds each clip's first frame, so a
+    # front end that shows pictures shows the clips' posters); empty for an image request (pipelines.video)
+    clips: list[list[Image.Image]] = field(default_factory=list)
+    fps: float = 0.0  # the clips' frames per second
 
     def info(self) -> dict[str, Any]:
         """JSON-friendly summary (what the API returns beside the images)."""
@@ -470,4 +500,6 @@ class GenerationResult:
             out["hires"] = self.hires
         if self.detailer:
             out["detailer"] = self.detailer
+        if self.clips:
+            out.update(num_clips=len(self.clips), num_frames=[len(c) for c in self.clips], fps=self.fps)
         return out

@@ -15,7 +15,7 @@ guidance 5, image guidance 4) and, for E1-Full, a LoRA. A recipe says all of tha
       "loras": [{"path": "...safetensors", "scale": 1.0, "fuse": false}],
       "defaults": {"steps": 28, "guidance": 5.0, "image_guidance": 4.0},  # also "step_cache": "FirstBlockCache",
                                                                          # "step_cache_threshold": 0.08
-      "task": "edit",                                  # text-to-image | edit | both | inpaint
+      "task": "edit",                                  # text-to-image | edit | both | inpaint | video
       "inpaint_pipeline": "FluxKontextInpaintPipeline",  # optional: built with from_pipe for masks
       "notes": "shown in the UI",
       "quantization": {"transformer": {"method": "gguf", "file": "flux1-dev-Q4_K_S.gguf"},
@@ -44,7 +44,7 @@ from pipelines.weights import quantization
 log = logging.getLogger(__name__)
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "models" / "recipes"
-TASKS = ("text-to-image", "edit", "both", "inpaint")  # "inpaint": a model that needs a mask (Flux Fill)
+TASKS = ("text-to-image", "edit", "both", "inpaint", "video")  # "inpaint": needs a mask (Flux Fill); "video": makes clips (Wan, LTX)
 DTYPES = ("float32", "float16", "bfloat16")
 # A recipe's defaults: its key -> the request field it is the model's default for, checked by that
 # field's own rules (type and range: pipelines.schema.request).
@@ -52,6 +52,7 @@ DEFAULT_FIELDS = {
     "steps": "steps", "guidance": "guidance_scale", "image_guidance": "image_guidance_scale",
     "guidance_end": "guidance_end", "width": "width", "height": "height", "sampler": "sampler",
     "step_cache": "step_cache", "step_cache_threshold": "step_cache_threshold",
+    "num_frames": "num_frames", "fps": "fps", "guidance_2": "guidance_scale_2",
 }  # fmt: skip
 _JSON_TYPES = {"whole": int, "number": float, "text": str, "choice": str}
 TOP_KEYS = {
@@ -112,7 +113,8 @@ class Recipe:
         out = dict(self.vocabulary)
         if self.notes:
             out["notes"] = self.notes
-        names = {"steps": "default_steps", "guidance": "default_guidance_scale"}
+        names = {"steps": "default_steps", "guidance": "default_guidance_scale", "num_frames": "default_num_frames",
+                 "fps": "default_fps", "guidance_2": "default_guidance_scale_2"}  # fmt: skip
         out.update({names[k]: v for k, v in self.defaults.items() if k in names})
         return out
 

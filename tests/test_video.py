@@ -1,0 +1,164 @@
+"""Video through the real request path: tiny Wan (2.1, 2.2 two-expert, 2.2 TI2V), LTX and the embedded model
+run as `ImagePipeline` requests (num_frames set), refuse clearly what they cannot do, and write playable clips
+with their parameters inside (`python -m pipelines ... --frames N --out clip.mp4`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from devices import DeviceManager
+from pipelines import GenerationRequest, ImagePipeline, read_png_info, read_video
+from pipelines.schema.errors import UnsupportedTaskError
+from pipelines.schema.fields import RequestError
+from serving.wire import result_from_wire, result_to_wire
+from tests import families
+
+_LOADED: dict[str, ImagePipeline] = {}
+SIZE = {"width": 32, "height": 32, "steps": 3, "seed": 5}
+
+
+def load(root, name: str) -> ImagePipeline:
+    """One loaded tiny video family per session (tests/families.VIDEO_FAMILIES)."""
+    if name not in _LOADED:
+        path = families.build_video(name, root / name)
+        _LOADED[name] = ImagePipeline.from_pretrained(path, device_manager=DeviceManager("cpu"), memory_mode="off")
+    return _LOADED[name]
+
+
+@pytest.mark.parametrize("name", list(families.VIDEO_FAMILIES))
+def test_text_to_video_makes_clips_of_the_asked_frames_with_their_parameters(family_root, name):
+    pipe = load(family_root, name)
+    result = pipe.generate(GenerationRequest("a red circle", num_frames=9, num_images=2, **SIZE))
+    assert len(result.clips) == 2 and [len(c) for c in result.clips] == [9, 9]
+    assert all(frame.size == (32, 32) for clip in result.clips for frame in clip)
+    assert result.images[0] is result.clips[0][0]  # the poster: each clip's first frame
+    assert result.seeds == [5, 6]
+    assert not np.array_equal(np.asarray(result.clips[0][0]), np.asarray(result.clips[1][0]))  # own seed each
+    assert result.fps == pipe.clips.default_fps > 0
+    assert result.metadata[0]["num_frames"] == 9 and result.metadata[0]["fps"] == result.fps
+    assert result.info()["num_frames"] == [9, 9]
+
+
+def test_the_families_abilities_are_read_from_the_pipelines(family_root):
+    wan, a14b, ti2v, ltx = (load(family_root, n).clips for n in ("wan", "wan2.2-a14b", "wan2.2-ti2v", "ltx"))
+    assert (wan.frame_step, wan.default_frames, wan.default_fps) == (4, 81, 16.0)
+    ltx_vae = load(family_root, "ltx").pipe.vae_temporal_compression_ratio  # 4 in the tiny copy (LTX-Video's: 8)
+    assert ltx.frame_step == ltx_vae == 4 and ltx.default_fps == 25.0 and ltx.fps_conditioned
+    assert not wan.image_to_video and ti2v.image_to_video == "WanImageToVideoPipeline"
+    assert ltx.image_to_video == "LTXImageToVideoPipeline"
+    assert a14b.two_experts and not wan.two_experts
+    assert load(family_root, "wan").traits.size_step == 16  # 8x8 pixels per latent x patch 2
+
+
+@pytest.mark.parametrize("name", ["wan2.2-ti2v", "ltx"])
+def test_a_first_frame_makes_image_to_video_on_the_same_weights(family_root, name):
+    pipe = load(family_root, name)
+    first = Image.new("RGB", (32, 32), (200, 30, 30))
+    result = pipe.generate(GenerationRequest("a red circle", num_frames=9, init_images=[first], **SIZE))
+    assert len(result.clips) == 1 and len(result.clips[0]) == 9
+    assert result.inputs[0] is not None
+    twin = pipe.twins.image_to_video
+    assert type(twin).__name__ == pipe.clips.image_to_video and twin.transformer is pipe.pipe.transformer
+
+
+@pytest.mark.parametrize(
+    ("name", "changes", "field", "words"),
+    [
+        ("wan", {"num_frames": 10}, "num_frames", "9 or 13"),
+        ("ltx", {"num_frames": 7}, "num_frames", "5 or 9"),
+        ("wan", {"num_frames": 300}, "num_frames", "out of range"),
+        ("wan", {"num_frames": 9, "init_images": [Image.new("RGB", (32, 32))]}, "init_images", "no image-to-video"),
+        ("wan", {"num_frames": 9, "guidance_scale_2": 3.0}, "guidance_scale_2", "one expert"),
+    ],
+)
+def test_what_a_video_model_cannot_do_is_refused_naming_the_field(family_root, name, changes, field, words):
+    pipe = load(family_root, name)
+    with pytest.raises(RequestError) as info:
+        pipe.generate(GenerationRequest("a red circle", **{**SIZE, **changes}))
+    assert info.value.loc == (field,) and words in str(info.value)
+
+
+def test_the_second_expert_takes_its_own_guidance(family_root):
+    """Wan 2.2 A14B's low-noise expert runs with guidance_scale_2 (diffusers keeps what it ran with: the tiny
+    random experts are too weak for guidance to change their pixels)."""
+    pipe = load(family_root, "wan2.2-a14b")
+    pipe.generate(GenerationRequest("a red circle", num_frames=5, guidance_scale=4.0, guidance_scale_2=1.5, **SIZE))
+    assert (pipe.pipe.guidance_scale, pipe.pipe._guidance_scale_2) == (4.0, 1.5)
+    pipe.generate(GenerationRequest("a red circle", num_frames=5, guidance_scale=3.0, **SIZE))
+    assert pipe.pipe._guidance_scale_2 == 3.0  # none asked: the same as guidance_scale
+
+
+def test_image_and_video_requests_go_to_models_that_make_them(family_root, tiny_model_dir):
+    with pytest.raises(UnsupportedTaskError, match="makes clips"):
+        load(family_root, "wan").generate(GenerationRequest("a red circle", **SIZE))
+    image_model = ImagePipeline.from_pretrained(tiny_model_dir, device_manager=DeviceManager("cpu"))
+    with pytest.raises(UnsupportedTaskError, match="video model"):
+        image_model.generate(GenerationRequest("a red circle", num_frames=9, steps=2))
+    assert image_model.model_info().clips is None
+
+
+@pytest.mark.parametrize("part", ["hires", "controlnet", "regions", "strength"])
+def test_a_video_request_refuses_the_parts_that_work_on_one_picture(part):
+    value = {
+        "hires": {"hires_fix": True},
+        "controlnet": [{"image": Image.new("RGB", (8, 8)), "model": "m", "module": "canny"}],
+        "regions": {"regional_prompts": True},
+        "strength": 0.5,
+    }[part]
+    with pytest.raises(RequestError) as info:
+        GenerationRequest("a red circle", num_frames=9, **{part: value})
+    assert info.value.loc[0] == part and "still pictures" in str(info.value)
+
+
+def test_the_ray_wire_carries_the_clips(family_root):
+    result = load(family_root, "wan").generate(GenerationRequest("a red circle", num_frames=5, **SIZE))
+    back = result_from_wire(result_to_wire(result))
+    assert len(back.clips[0]) == 5 and back.fps == result.fps
+    assert np.array_equal(np.asarray(back.clips[0][3]), np.asarray(result.clips[0][3]))
+
+
+def test_the_command_line_writes_a_playable_mp4_with_its_parameters(family_root, tmp_path, capsys):
+    from pipelines.__main__ import main
+
+    path = families.build_video("wan", family_root / "wan")
+    out = tmp_path / "clip.mp4"
+    argv = ["a red circle", "--model", str(path), "--frames", "9", "--width", "32", "--height", "32", "--steps", "2",
+            "--seed", "3", "--fps", "12", "--out", str(out), "--device", "cpu"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    clip = read_video(out)
+    assert (clip.frames, clip.fps, clip.width, clip.height) == (9, 12.0, 32, 32)
+    assert abs(clip.duration - 9 / 12) < 0.05 * 9 / 12
+    info = read_png_info(out)  # PNG info reads the clip's parameters as a PNG's
+    fields = info["parameters"]
+    assert (fields["num_frames"], fields["fps"], fields["seed"]) == (9, 12.0, 3) and "Frames: 9, FPS: 12" in info["raw"]
+    assert str(out) in capsys.readouterr().out
+
+
+def test_the_app_serves_a_video_model_id_beside_the_image_model(family_root, tiny_model_dir, tmp_path):
+    """VIDEO_MODEL_ID: the app as `python app.py` builds it routes /video to that model, writes the clip beside
+    its poster, and History's store keeps (and prunes) both."""
+    from gradio_client import Client
+
+    from tests.app_server import running_app
+
+    video_model = families.build_video("wan2.2-ti2v", family_root / "wan2.2-ti2v")
+    with running_app(tiny_model_dir, tmp_path, env={"VIDEO_MODEL_ID": str(video_model)}) as (demo, backend):
+        assert backend.model_info().video.pipeline_class == "WanPipeline"
+        client = Client(demo.local_url, verbose=False)
+        played, _, info = client.predict(
+            image=None, format="mp4", prompt="a red circle", num_frames=5, width=32, height=32, steps=2, seed=4,
+            api_name="/video",
+        )  # fmt: skip
+        assert read_video(played).frames == 5 and info["num_frames"] == [5] and info["fps"] == 16.0
+        saved = sorted(p.suffix for p in tmp_path.rglob("*") if p.suffix in (".png", ".mp4"))
+        assert saved == [".mp4", ".png"]
+        assert demo.studio.store.clips_of(next(tmp_path.rglob("*.png")))[0].suffix == ".mp4"
+        image_result = client.predict(prompt="a red circle", num_images=1, steps=2, seed=1, api_name="/generate")
+        assert len(image_result[0]) == 1  # the image model still serves /generate
+
+
+def test_one_frame_is_a_still_picture(family_root):
+    result = load(family_root, "wan").generate(GenerationRequest("a red circle", num_frames=1, **SIZE))
+    assert result.clips == [] and len(result.images) == 1 and result.images[0].size == (32, 32)
