@@ -3,7 +3,7 @@
     python -m benchmarks.video_bench [--runs 5] [--json benchmarks/results-video-cpu-2core.json]
 
 - the embedded tiny-shapes-video: seconds per 17-frame clip (text-to-video and image-to-video), 20 steps;
-- the tiny Wan of tests/families.py, 17 frames, 28 steps: plain against FirstBlockCache (the speedup);
+- the tiny Wan of tests/families.py and the embedded model, 17 frames, 28 steps: plain against FirstBlockCache;
 - peak RSS of a 17-frame tiny-Wan clip at 512x512 with the VAE's decode whole against tiled (TILED_VAE_PIXELS),
   each in a fresh process (ru_maxrss is a process's high-water mark).
 Medians and the spread (min..max) of `--runs` runs.
@@ -47,16 +47,19 @@ def embedded(runs: int) -> dict:
 
 
 def step_cache(runs: int, root: Path) -> dict:
+    """FirstBlockCache at 28 steps, 17 frames, 64x64: on the tiny random Wan (2 blocks) and on the embedded model (6)."""
     from devices import DeviceManager
     from pipelines import GenerationRequest, ImagePipeline
     from tests import families
 
-    path = families.build_video("wan", root / "wan")
-    pipe = ImagePipeline.from_pretrained(path, device_manager=DeviceManager("cpu"), memory_mode="off")
-    base = dict(num_frames=17, width=64, height=64, steps=28, seed=0)
-    plain = _timed(pipe, GenerationRequest(PROMPT, **base), runs)
-    cached = _timed(pipe, GenerationRequest(PROMPT, step_cache="FirstBlockCache", **base), runs)
-    return {"plain": plain, "FirstBlockCache": cached, "speedup": round(plain["median_s"] / cached["median_s"], 2)}
+    out = {}
+    for name, path in (("tiny_wan", families.build_video("wan", root / "wan")), ("embedded", ROOT / "models" / "tiny-shapes-video")):
+        pipe = ImagePipeline.from_pretrained(path, device_manager=DeviceManager("cpu"), memory_mode="off")
+        base = dict(num_frames=17, width=64, height=64, steps=28, seed=0)
+        plain = _timed(pipe, GenerationRequest(PROMPT, **base), runs)
+        cached = _timed(pipe, GenerationRequest(PROMPT, step_cache="FirstBlockCache", **base), runs)
+        out[name] = {"plain": plain, "FirstBlockCache": cached, "speedup": round(plain["median_s"] / cached["median_s"], 2)}
+    return out
 
 
 RSS_CODE = """

@@ -177,7 +177,7 @@ def wire(studio: Studio) -> None:
         plot_endpoint(studio), inputs=[], inputs_kwargs={**hidden_inputs("generate", parameters("generate")), **plot_inputs()},
         outputs=plotted, api_name="xyz_plot", **queue,
     )  # fmt: skip
-    first = gr.Image(label="first frame (image-to-video)", type="filepath", visible=False)
+    first = gr.File(label="first frame (image-to-video)", file_types=["image"], type="filepath", visible=False)
     fmt = gr.Dropdown(list(VIDEO_FORMATS), value="mp4", label="file format", visible=False)
     made = [gr.Video(visible=False), gr.File(file_count="multiple", visible=False), gr.JSON(visible=False)]
     gr.Button(visible=False).click(

@@ -25,8 +25,9 @@ def mode_text(info: ModelInfo) -> str:
     if clips is None:
         return "**No video model is loaded**: set VIDEO_MODEL_ID to a Wan or LTX folder, Hub id or recipe"
     i2v = " · a first frame makes it image-to-video" if clips.image_to_video else ""
+    notes = f"  \n<small>{info.notes}</small>" if info.notes else ""
     return (f"**Text-to-video** with {info.model_name} ({info.pipeline_class}): {clips.default_frames} frames at "
-            f"{clips.default_fps:g} fps by default{i2v}")  # fmt: skip
+            f"{clips.default_fps:g} fps by default{i2v}{notes}")  # fmt: skip
 
 
 def placeholder(info: ModelInfo) -> str:
@@ -80,7 +81,11 @@ def wire(studio: Studio, v: dict[str, Any]) -> None:
     form: Form = v["form"]
 
     def ui_video(values: dict, request: gr.Request, progress=gr.Progress()):
-        for kind, value in studio.video(form.read(values), values[v["image"]], values[v["format"]], request, progress):
+        raw = form.read(values)
+        clips = studio.info.for_video.clips
+        if not (clips and clips.two_experts):
+            raw.pop("guidance_scale_2", None)  # its slider is hidden: a one-expert model takes none
+        for kind, value in studio.video(raw, values[v["image"]], values[v["format"]], request, progress):
             if kind == "preview":  # each clip's frames as they form, every PREVIEW_EVERY steps (a strip of 5)
                 yield gr.skip(), value[0], gr.skip(), gr.skip()
             elif kind == "done":

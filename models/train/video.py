@@ -208,7 +208,8 @@ def export_video(_steps: int | None = None) -> None:
             "prompt_template": VIDEO_PROMPT, "default_steps": 20, "default_guidance_scale": 5.0,
             "default_num_frames": NUM_FRAMES, "default_fps": FPS, "max_num_frames": 33,
             "default_width": FRAME_SIZE, "default_height": FRAME_SIZE,
-            "notes": f"trained at {FRAME_SIZE}x{FRAME_SIZE}, {NUM_FRAMES} frames; a shape moving left, right, up or down, or still",
+            "notes": f"trained at {FRAME_SIZE}x{FRAME_SIZE}, {NUM_FRAMES} frames, on a shape moving left, right, up or down, "
+            "or still; an early model: it draws the asked colours, not yet a shape that moves (docs/video.md)",
         }  # fmt: skip
         Path(tmp, "vocabulary.json").write_text(json.dumps(vocabulary, indent=1) + "\n")
         shutil.rmtree(VIDEO_OUT, ignore_errors=True)

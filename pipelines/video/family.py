@@ -113,7 +113,11 @@ def video_twin(pipe: Any, abilities: VideoAbilities) -> Any:
 
     twin_class = getattr(diffusers, abilities.image_to_video)
     extra = {"image_encoder": None, "image_processor": None} if abilities.image_to_video.startswith("Wan") else {}
-    twin = twin_class.from_pipe(pipe, **extra)
+    # every component passed by name: from_pipe keeps only those of the classes the twin's signature names, and
+    # would drop another VAE class (the embedded model's FramePackedVAE)
+    expected = inspect.signature(twin_class.__init__).parameters
+    shared = {name: module for name, module in pipe.components.items() if name in expected}
+    twin = twin_class.from_pipe(pipe, **{**shared, **extra})
     twin.set_progress_bar_config(disable=True)
     return twin
 
