@@ -3,7 +3,8 @@
 - `serving.pool.DevicePool`: the in-process backend, one `ImagePipeline` per device (one device is a
   pool of one), with `serving.health`'s re-tests of a failed replica.
 - `serving.editing.EditRouter`: the embedded editor beside the main model (instruction edits go to it).
-- `serving.video.VideoRouter`: a video model beside the image models (video requests go to it).
+- `serving.video.VideoRouter`: a video model beside the image models (video requests go to it); both routers
+  share `serving.routing.Beside`.
 
 Serving beyond one machine with Ray Serve (optional: `pip install -r requirements-ray.txt`):
 

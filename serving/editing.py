@@ -19,8 +19,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pipelines import CancelFn, Capabilities, GenerationBackend, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
-from pipelines.schema.request import GenerationRequest, GenerationResult, routes_to_editor
+from pipelines import GenerationBackend, ModelInfo, ReplicaStatus
+from pipelines.schema.request import GenerationRequest, routes_to_editor
+from serving.routing import Beside
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,11 @@ def _same(a: str, b: Path) -> bool:
         return False
 
 
-class EditRouter:
+class EditRouter(Beside):
     """The main backend for text-to-image, the editor backend for requests with input images."""
 
     def __init__(self, main: GenerationBackend, editor: GenerationBackend, automatic: bool = True):
-        self.main = main
+        super().__init__(main, editor)
         self.editor = editor
         self.automatic = automatic  # the default editor (steps aside when the main model changes)
         self._editing = True
@@ -59,29 +60,6 @@ class EditRouter:
         """Edits to the editor; text-to-image and inpaints (a mask: the main model's inpainting twin;
         an instruction editor has none) to the main model: `routes_to_editor`'s rule."""
         return self.editor if self._editing and routes_to_editor(request.task) else self.main
-
-    @property
-    def capabilities(self) -> Capabilities:
-        """Previews where both backends stream them; switching and token counting are the main model's."""
-        main, editor = self.main.capabilities, self.editor.capabilities
-        return Capabilities(
-            previews=main.previews and editor.previews,
-            switch_models=main.switch_models,
-            count_tokens=main.count_tokens,
-        )
-
-    @property
-    def concurrency(self) -> int:
-        return self.main.concurrency
-
-    def generate(
-        self,
-        request: GenerationRequest,
-        progress: ProgressFn | None = None,
-        should_cancel: CancelFn | None = None,
-        preview: PreviewFn | None = None,
-    ) -> GenerationResult:
-        return self._for(request).generate(request, progress, should_cancel, preview)
 
     def model_info(self) -> ModelInfo:
         info = self.main.model_info()
@@ -95,10 +73,6 @@ class EditRouter:
             rows += [dataclasses.replace(r, name=f"{r.name} (editor)", role="editor") for r in self.editor.status()]
         return rows
 
-    def count_tokens(self, prompt: str) -> Any:
-        """The main model's token counter (declared in `capabilities` when the main backend has one)."""
-        return self.main.count_tokens(prompt)  # type: ignore[attr-defined]
-
     def load_model(self, model_id: str, progress: Any = None) -> ModelInfo:
         """Switch the main model (declared when the main backend switches); a default editor serves
         on only beside the embedded model."""
@@ -107,7 +81,3 @@ class EditRouter:
             self._editing = default_editor(model_id, "") is not None
             log.info("edits now go to %s", "the embedded editor" if self._editing else "the main model")
         return self.model_info()
-
-    def close(self) -> None:
-        self.main.close()
-        self.editor.close()

@@ -16,8 +16,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pipelines import CancelFn, Capabilities, GenerationBackend, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
-from pipelines.schema.request import GenerationRequest, GenerationResult
+from pipelines import GenerationBackend, ModelInfo, ReplicaStatus
+from pipelines.schema.request import GenerationRequest
+from serving.routing import Beside
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +40,11 @@ def default_video(main_model: str, video_model_id: str) -> str | None:
     return str(EMBEDDED_VIDEO) if embedded and (EMBEDDED_VIDEO / "model_index.json").is_file() else None
 
 
-class VideoRouter:
+class VideoRouter(Beside):
     """The video backend for video requests, the main backend for everything else."""
 
     def __init__(self, main: GenerationBackend, video: GenerationBackend):
-        self.main = main
+        super().__init__(main, video)
         self.video = video
 
     def _for(self, request: GenerationRequest) -> GenerationBackend:
@@ -51,25 +52,6 @@ class VideoRouter:
         if request.task != "video" or self.main.model_info().clips is not None:
             return self.main
         return self.video
-
-    @property
-    def capabilities(self) -> Capabilities:
-        """Previews where both stream them; switching and token counting are the main model's."""
-        main, video = self.main.capabilities, self.video.capabilities
-        return Capabilities(previews=main.previews and video.previews, switch_models=main.switch_models, count_tokens=main.count_tokens)
-
-    @property
-    def concurrency(self) -> int:
-        return self.main.concurrency
-
-    def generate(
-        self,
-        request: GenerationRequest,
-        progress: ProgressFn | None = None,
-        should_cancel: CancelFn | None = None,
-        preview: PreviewFn | None = None,
-    ) -> GenerationResult:
-        return self._for(request).generate(request, progress, should_cancel, preview)
 
     def model_info(self) -> ModelInfo:
         info = self.main.model_info()
@@ -79,15 +61,7 @@ class VideoRouter:
         rows = [dataclasses.replace(r, name=f"{r.name} (video)", role="video") for r in self.video.status()]
         return self.main.status() + rows
 
-    def count_tokens(self, prompt: str) -> Any:
-        """The main model's token counter (declared in `capabilities` when the main backend has one)."""
-        return self.main.count_tokens(prompt)  # type: ignore[attr-defined]
-
     def load_model(self, model_id: str, progress: Any = None) -> ModelInfo:
         """Switch the main model (declared when the main backend switches); the video model stays."""
         self.main.load_model(model_id, progress=progress)  # type: ignore[attr-defined]
         return self.model_info()
-
-    def close(self) -> None:
-        self.main.close()
-        self.video.close()
