@@ -3,12 +3,15 @@ fuzz of broken files, Send to Generate's mapping of other tools' values, and A11
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import struct
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -42,6 +45,11 @@ SM = {"prompt": "(cat:1.2), by artist, detailed, [shaded]", "negative_prompt": "
       "steps": 30, "guidance_scale": 7.0, "width": 640, "height": 896, "sampler": "DPM++ 2M Karras",
       "model": "ExampleMix7"}  # fmt: skip
 
+MIKU = {"prompt": "general, masterpiece, best quality, amazing quality, \n1girl, solo, hatsune miku, #テスト",
+        "width": 1024, "height": 1024}  # fmt: skip
+MIKU_NEG = "bad quality, worst quality, worst detail, sketch, censor,"
+STEALTH_NOTE = "read from the picture's hidden (stealth) metadata"
+
 EXPECTED = {
     "a1111.png": ("a1111", {**DUCK, "model_hash": "c0d1994c73"}),
     "a1111_text_after_idat.png": ("a1111", DUCK),
@@ -51,7 +59,8 @@ EXPECTED = {
     "a1111_xmp.webp": ("a1111", DUCK),
     "forge_exponential.png": ("a1111", {"prompt": "a lighthouse on a cliff, stormy sea", "seed": 987654321,
                                         "sampler": "DPM++ 2M SDE", "schedule": "Exponential", "steps": 24}),
-    "fooocus.png": ("fooocus", FOOOCUS),
+    "fooocus.png": ("fooocus", {**FOOOCUS, "model_hash": "aeb7e9e689",
+                                "styles": ("Fooocus V2", "Fooocus Enhance", "Fooocus Sharp")}),
     "fooocus.jpg": ("fooocus", FOOOCUS),
     "comfyui_img2img.png": ("comfyui", COMFY_IMG2IMG),
     "comfyui_workflow_only.png": ("comfyui", COMFY_IMG2IMG),
@@ -76,10 +85,42 @@ EXPECTED = {
     "invokeai_metadata.png": ("invokeai", {
         "prompt": "digital artwork, oil painting. painterly brushstrokes, holidays,", "seed": 3293022630, "steps": 35,
         "guidance_scale": 8.0, "width": 1024, "height": 1024, "sampler": "Euler", "model": "juggernautXL"}),
-    "invokeai_sd_metadata.png": ("invokeai", {**DREAM, "model": "deliberateForInvoke_v08"}),
+    "invokeai_sd_metadata.png": ("invokeai", {
+        **DREAM, "model": "deliberateForInvoke_v08",
+        "model_hash": "56d1442a0feefd64836a19ac8e3527ec71c884fc962e246ddf67b03e42921272"}),
     "invokeai_dream.png": ("invokeai", DREAM),
+    "invokeai_v5.png": ("invokeai", {
+        **MIKU, "negative_prompt": MIKU_NEG, "seed": 3951921344, "steps": 24, "guidance_scale": 6.0, "sampler": "Euler a",
+        "model": "waiIllustriousSDXL_v160",
+        "model_hash": "blake3:7c1631b481e1566448f49db7e3b67a8a9d04742fa3c7d4548a0c81b619160c56"}),
     "novelai.png": ("novelai", {"prompt": "masterpiece, best quality,  cat, space, icon", "seed": 2253955223,
-                                "steps": 50, "guidance_scale": 10.0, "sampler": "Euler a"}),
+                                "steps": 50, "guidance_scale": 10.0, "sampler": "Euler a",
+                                "model": "Stable Diffusion", "model_hash": "1D44365E"}),
+    "novelai_curated.webp": ("novelai", {
+        "prompt": "1girl, solo, hatsune miku, #テスト, very aesthetic, masterpiece, no text, -0.8::feet::, rating:general",
+        "seed": 880673757, "steps": 23, "guidance_scale": 5.0, "width": 1024, "height": 1024, "sampler": "Euler a",
+        "schedule": "Karras", "model": "NovelAI Diffusion V4.5", "model_hash": "C02D4F98"}),
+    "hf_space.png": ("hf-space", {
+        "prompt": MIKU["prompt"].replace("#テスト", "テスト"), "negative_prompt": MIKU_NEG, "seed": 443800072,
+        "steps": 24, "guidance_scale": 5.5, "width": 1024, "height": 1024, "sampler": "DPM++ 2M Karras",
+        "model": "WAI NSFW illustrious SDXL v16",
+        "model_hash": "BDB59BAC77D94AE7A55FF893170F9554C3F349E48A1B73C0C17C0B7C6F4D41A2"}),
+    "ruined_fooocus.png": ("ruined-fooocus", {
+        **MIKU, "negative_prompt": MIKU_NEG, "seed": 2020047614, "steps": 30, "guidance_scale": 8.0,
+        "sampler": "DPM++ 2M SDE Karras", "schedule": "Karras", "model": "waiNSFWIllustrious_v150", "clip_skip": 1,
+        "model_hash": "BEFC694A296F75E996488EBF9F9DB8A1493BD059B6E704B975829E87D5AEB4FA"}),
+    "civitai_upscale.jpg": ("civitai", {
+        **MIKU, "negative_prompt": MIKU_NEG, "seed": 1311178179, "steps": 25, "guidance_scale": 5.0,
+        "sampler": "Euler a", "model": "Illustrious"}),
+    "comfyui_saveimage_plus.jpg": ("comfyui", {
+        **MIKU, "prompt": MIKU["prompt"].removesuffix(", #テスト"), "negative_prompt": MIKU_NEG, "seed": 577723948579568, "steps": 20, "guidance_scale": 5.0,
+        "sampler": "Euler a", "schedule": "Karras", "model": "waiIllustriousSDXL_v160"}),
+    "comfy_image_saver.jpg": ("a1111", {"prompt": "unknown", "seed": 0, "steps": 20, "guidance_scale": 8.0,
+                                        "sampler": "Euler", "schedule": "Simple", "model_hash": "217daae812"}),
+    "a1111_stealth.png": ("a1111", {
+        "prompt": "a circle", "negative_prompt": "a square", "seed": 2015833630, "steps": 20, "guidance_scale": 7.0,
+        "width": 64, "height": 64, "sampler": "Euler", "model": "realisticVisionV51_v51VAE", "model_hash": "15012c538f",
+        "clip_skip": 2}),
     "stability_matrix.png": ("stability-matrix", {**SM, "model_hash": "b899d188a1"}),
     "stability_matrix_json_only.png": ("stability-matrix", SM),
 }  # fmt: skip
@@ -89,8 +130,12 @@ EXPECTED = {
 def test_each_tools_fields_are_read(name):
     source, expected = EXPECTED[name]
     info = read_png_info(FIXTURES / name)
-    assert info["source"] == source and info["notes"] == []
-    assert {k: info["parameters"].get(k) for k in expected} == expected
+    assert info["source"] == source and info["notes"] == ([STEALTH_NOTE] if "stealth" in name else [])
+    got = {k: info["parameters"].get(k) for k in expected}
+    for key in ("prompt", "negative_prompt"):  # tools end their prompts with spaces, commas, line ends
+        if isinstance(got.get(key), str):
+            got[key], expected = got[key].rstrip(", \n"), {**expected, key: expected[key].rstrip(", \n")}
+    assert got == expected
     assert "{" not in info["parameters"].get("prompt", "")  # never a tool's JSON shown as the prompt
 
 
@@ -135,7 +180,12 @@ ODD_JSON = ["[]", "[1, 2]", "42", '"text"', "null", "{}", '{"3": 5}', '{"3": {"i
             '{"sui_image_params": {"seed": "abc", "loras": [1, null], "loraweights": "x"}}',
             '{"image": {"prompt": [1, {"prompt": 2}]}}', json.dumps(CYCLE),
             '{"1": {"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["404", 0], "guider": [1, 2, 3]}}}',
-            '{"nodes": [1, {"id": 1, "type": "KSampler", "widgets_values": 7}], "links": [[1], "x"]}']  # fmt: skip
+            '{"nodes": [1, {"id": 1, "type": "KSampler", "widgets_values": 7}], "links": [[1], "x"]}',
+            '{"software": "RuinedFooocus", "loras": [[1], ["a", "b"], 5, [0.5, "x"]], "Prompt": 3, "clip_skip": 99}',
+            '{"prompt": {"1": 5}}', '{"prompt": {"1": {"class_type": 5}}}', '{"Comment": "{"}', '{"Comment": "[]"}',
+            '{"Comment": "{\\"uc\\": 5}", "Source": 7}', '{"prompt": "x", "resolution": [1], "seed": {}, "Model hash": 5}',
+            '{"prompt": "x", "Styles": "[\'a", "styles": "\'"}', '{"1": {"class_type": "X"}, "extraMetadata": "{"}',
+            '{"1": {"class_type": "X"}, "extraMetadata": "{\\"seed\\": \\"s\\"}"}']  # fmt: skip
 KEYS = ["parameters", "prompt", "workflow", "invokeai_metadata", "sd-metadata", "Comment", "parameters-json", "smproj"]
 
 
@@ -195,6 +245,99 @@ def test_json_of_no_known_tool_is_shown_raw_not_as_a_prompt(tmp_path):
     path.write_bytes(png_with(text("parameters", '{"someone": "else"}')))
     info = read_png_info(path)
     assert info["source"] == "unknown" and info["parameters"] == {} and "someone" in info["raw"]
+
+
+def stealth_png(text: str | bytes, kind: str = "alpha", compressed: bool = True, size=(40, 30), length=None) -> bytes:
+    """A picture with `text` hidden as the stealth-pnginfo extension hides it: signature, 32-bit length in
+    bits, data (gzip for "comp"), in the lowest bits of alpha (one a pixel) or of r, g, b (three), column by
+    column. `length` overrides the length written (a lying header)."""
+    data = text.encode() if isinstance(text, str) else text
+    data = gzip.compress(data) if compressed else data
+    tag = {("alpha", True): b"stealth_pngcomp", ("alpha", False): b"stealth_pnginfo",
+           ("rgb", True): b"stealth_rgbcomp", ("rgb", False): b"stealth_rgbinfo"}[kind, compressed]  # fmt: skip
+    bits = np.unpackbits(np.frombuffer(tag + struct.pack(">I", length or len(data) * 8) + data, np.uint8))
+    width, height = size
+    pixels = np.full((height, width, 4), 200, np.uint8)
+    columns = pixels.transpose(1, 0, 2)  # a view: column by column
+    flat = columns[:, :, 3:] if kind == "alpha" else columns[:, :, :3]
+    stream = flat.reshape(-1).copy()
+    assert len(bits) <= len(stream), "picture too small for the text"
+    stream[: len(bits)] = (stream[: len(bits)] & 0xFE) | bits
+    flat[...] = stream.reshape(flat.shape)
+    out = io.BytesIO()
+    Image.fromarray(pixels, "RGBA").save(out, format="PNG")
+    return out.getvalue()
+
+
+INFOTEXT = "a red fox\nNegative prompt: blur\nSteps: 12, Sampler: Euler a, CFG scale: 6, Seed: 77, Size: 40x30"
+
+
+@pytest.mark.parametrize(("kind", "compressed"), [("alpha", True), ("alpha", False), ("rgb", True), ("rgb", False)])
+def test_stealth_pnginfo_in_alpha_or_rgb_bits_is_read(tmp_path, kind, compressed):
+    path = tmp_path / "s.png"
+    path.write_bytes(stealth_png(INFOTEXT, kind, compressed))
+    info = read_png_info(path)
+    assert (info["source"], info["notes"]) == ("a1111", [STEALTH_NOTE])
+    want = {"prompt": "a red fox", "negative_prompt": "blur", "seed": 77, "steps": 12, "sampler": "Euler a"}
+    assert {k: info["parameters"][k] for k in want} == want
+
+
+def test_novelais_stealth_json_is_read_as_its_chunks(tmp_path):
+    chunks = {"Software": "NovelAI", "Source": "NovelAI Diffusion V4.5 C02D4F98", "Description": "a cat",
+              "Comment": json.dumps({"prompt": "a cat", "uc": "dog", "steps": 28, "scale": 5.0, "seed": 9,
+                                     "sampler": "k_euler_ancestral", "width": 40, "height": 30})}  # fmt: skip
+    path = tmp_path / "n.png"
+    path.write_bytes(stealth_png(json.dumps(chunks), size=(60, 60)))
+    info = read_png_info(path)
+    assert info["source"] == "novelai"
+    want = {"prompt": "a cat", "negative_prompt": "dog", "seed": 9, "model": "NovelAI Diffusion V4.5"}
+    assert {k: info["parameters"][k] for k in want} == want and info["parameters"]["model_hash"] == "C02D4F98"
+
+
+@pytest.mark.parametrize(
+    ("data", "note"),
+    [
+        (lambda: stealth_png(INFOTEXT, length=1 << 31), "more than the picture holds"),  # a lying length
+        (lambda: stealth_png(b"\x1f\x8b\x08\x00junk", compressed=False), None),
+        (lambda: stealth_png(INFOTEXT)[:-300], "could not be decoded"),  # the pixel data cut short
+        (lambda: stealth_png(INFOTEXT, length=len(gzip.compress(INFOTEXT.encode())) * 4), "ends early"),
+    ],
+    ids=["length past the picture", "gzip magic in plain text", "truncated pixels", "half the gzip stream"],
+)
+def test_broken_stealth_data_is_a_note_not_a_crash(tmp_path, data, note):
+    path = tmp_path / "b.png"
+    path.write_bytes(data())
+    try:
+        info = read_png_info(path)
+    except ValueError as exc:  # nothing readable: the note says why
+        assert note is None or note in str(exc), exc
+        return
+    assert note is None or any(note in n for n in info["notes"])
+
+
+def test_a_huge_picture_is_not_decoded_for_stealth_data(tmp_path, monkeypatch):
+    monkeypatch.setattr(pnginfo_files, "STEALTH_MAX_PIXELS", 100)
+    path = tmp_path / "h.png"
+    path.write_bytes(stealth_png(INFOTEXT))
+    with pytest.raises(ValueError, match="not searched for hidden"):
+        read_png_info(path)
+
+
+def test_json_parameters_of_each_shape_go_to_their_reader(tmp_path):
+    """Hugging Face Space JSON by other key spellings; Ruined Fooocus' LoRAs; Fooocus' A1111 scheme's styles."""
+    cases = [
+        ({"prompt": "a", "cfg_scale": 4, "steps": 9, "width": 64, "height": 32, "sampler": "dpmpp_2m", "scheduler": "karras"},
+         "hf-space", {"guidance_scale": 4.0, "steps": 9, "width": 64, "height": 32, "sampler": "DPM++ 2M Karras"}),
+        ({"software": "RuinedFooocus", "Prompt": "a", "loras": [[0.7, "ink.safetensors"], ["None", 1.0]]},
+         "ruined-fooocus", {"prompt": "a", "loras": {"ink": 0.7, "None": 1.0}}),
+        ({"prompt": {"1": {"class_type": "KSampler", "inputs": {"seed": 5, "sampler_name": "euler"}}}},
+         "comfyui", {"seed": 5, "sampler": "Euler"}),
+    ]  # fmt: skip
+    for data, source, expected in cases:
+        path = tmp_path / "j.png"
+        path.write_bytes(png_with(text("parameters", json.dumps(data))))
+        info = read_png_info(path)
+        assert info["source"] == source and {k: info["parameters"].get(k) for k in expected} == expected
 
 
 # ----------------------------------------------------------------------------- the table

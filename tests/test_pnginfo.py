@@ -112,3 +112,19 @@ def test_short_hash_is_a1111s_autov2(tmp_path):
     f = tmp_path / "w.safetensors"
     f.write_bytes(b"hello")
     assert short_hash(f) == "2cf24dba5f"  # sha256("hello")[:10]
+
+
+@pytest.mark.parametrize(
+    ("styles", "expected"),
+    [
+        ("\"['Fooocus V2', 'Fooocus Sharp']\"", ("Fooocus V2", "Fooocus Sharp")),  # Fooocus' A1111 scheme
+        ('"Cinematic; Film noir, dark"', ("Cinematic", "Film noir, dark")),  # SD.Next: "; ".join, quoted
+        ("Cinematic", ("Cinematic",)),
+        ('"[]"', None),
+    ],
+)
+def test_style_names_are_read_back_from_an_infotext(styles, expected):
+    """The prompt in the infotext is the styled one that ran (A1111's, SD.Next's, ours); the names, where
+    the tool wrote them, come back as the `styles` field."""
+    fields = parse_a1111(f"a cat, cinematic\nSteps: 5, Sampler: Euler, Styles: {styles}, Seed: 1")
+    assert fields.get("styles") == expected and fields["prompt"] == "a cat, cinematic" and fields["seed"] == 1

@@ -5,6 +5,14 @@ PNG chunks are walked here rather than through Pillow's decoder: the image data 
 cut short keeps the chunks before the cut. JPEG and WEBP carry generation parameters in EXIF
 (UserComment, A1111's and Fooocus' place; ComfyUI's "prompt:" / "workflow:" in Make and Model) or XMP (`parameters`, `dc:description`), read with Pillow.
 
+A1111's "stealth" PNG info (the stealth-pnginfo extension's; read by sd-parsers' eager mode, written
+by NovelAI too) hides the parameters in the pixels' lowest bits, column by column (down the first
+column, then the next): one bit a pixel in the alpha channel, or three (red, green, blue) in the RGB
+variant. A 15-byte signature ("stealth_pnginfo" / "stealth_pngcomp" for alpha, "stealth_rgbinfo" /
+"stealth_rgbcomp" for RGB), the data's length in bits (32 bits, big-endian), then UTF-8 text, gzipped
+for the "comp" signatures: an A1111 infotext, or NovelAI's text chunks as JSON. Only a picture with
+no chunk of parameters is decoded for it, up to STEALTH_MAX_PIXELS.
+
 Every reader here returns what it could read and a list of notes; nothing raises past `read_text`
 but OSError for a file that cannot be opened at all.
 """
@@ -12,12 +20,16 @@ but OSError for a file that cannot be opened at all.
 from __future__ import annotations
 
 import html
+import io
+import json
 import re
 import struct
 import warnings
 import zlib
 from pathlib import Path
 from typing import BinaryIO
+
+import numpy as np
 
 from pipelines.video.files import is_video, read_video
 
@@ -40,9 +52,34 @@ def read_text(path: str | Path | BinaryIO) -> tuple[dict[str, str], list[str]]:
     else:
         with open(path, "rb") as f:
             data = f.read(MAX_READ)
-    if data.startswith(PNG_SIGNATURE):
-        return png_chunks(data)
-    return _other_format(path)
+    text, notes = png_chunks(data) if data.startswith(PNG_SIGNATURE) else _other_format(path)
+    if not any(key in text for key in HOLDS_PARAMETERS) and (data.startswith(PNG_SIGNATURE) or data[8:12] == b"WEBP"):
+        _put(text, _stealth(data, notes))
+    return text, notes
+
+
+# chunks or tags that hold generation parameters; a picture without any is searched for stealth ones
+HOLDS_PARAMETERS = (
+    "parameters", "prompt", "workflow", "invokeai_metadata", "sd-metadata", "Dream", "Comment", "parameters-json",
+    "smproj", "UserComment", "generation_data",
+)  # fmt: skip
+
+
+def _stealth(data: bytes, notes: list[str]) -> dict[str, str]:
+    """A1111's stealth PNG info (`read_stealth`) as chunks: an infotext as `parameters`;
+    NovelAI's JSON of its text chunks as those chunks."""
+    found, said = read_stealth(data)
+    notes.extend(said)
+    if found is None:
+        return {}
+    if found.lstrip().startswith("{"):
+        try:
+            chunks = json.loads(found)
+        except (ValueError, RecursionError):
+            chunks = None
+        if isinstance(chunks, dict) and isinstance(chunks.get("Comment"), str):
+            return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in chunks.items()}
+    return {"parameters": found}
 
 
 def png_chunks(data: bytes) -> tuple[dict[str, str], list[str]]:
@@ -147,7 +184,7 @@ def exif_text(exif_bytes: bytes) -> dict[str, str]:
         (IMAGE_DESCRIPTION, "ImageDescription", exif),
         (SOFTWARE, "Software", exif),
     ):
-        value = ifd.get(tag)
+        value = ifd.get(tag) or (exif.get(tag) if tag == USER_COMMENT else None)  # SaveImagePlus: in IFD0
         if value:
             text = user_comment(value) if tag == USER_COMMENT else _as_text(value)
             if text.strip():
@@ -186,6 +223,69 @@ def xmp_text(xmp: bytes | str) -> dict[str, str]:
         if value.strip():
             out[name] = html.unescape(value).strip()
     return out
+
+
+STEALTH_MAX_PIXELS = 36 << 20  # pixels decoded at most (a picture is decoded only to look for stealth metadata)
+SIGNATURES = {
+    b"stealth_pnginfo": ("alpha", False), b"stealth_pngcomp": ("alpha", True),
+    b"stealth_rgbinfo": ("rgb", False), b"stealth_rgbcomp": ("rgb", True),
+}  # fmt: skip
+_HEADER_BITS = 15 * 8 + 32
+
+
+def read_stealth(data: bytes) -> tuple[str | None, list[str]]:
+    """(the hidden text or None, notes) of an image file's bytes (the module's docstring has the format)."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            if image.width * image.height > STEALTH_MAX_PIXELS:
+                return None, [f"a {image.width}x{image.height} picture is not searched for hidden (stealth) metadata"]
+            if image.mode not in ("RGB", "RGBA"):
+                image = image.convert("RGBA" if "A" in image.mode or "transparency" in image.info else "RGB")
+            pixels = np.asarray(image)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        return None, [f"the picture could not be decoded to look for hidden (stealth) metadata ({exc})"]
+    streams = [("rgb", pixels[:, :, :3])]
+    if pixels.shape[2] == 4:
+        streams.insert(0, ("alpha", pixels[:, :, 3:]))
+    for kind, channel in streams:
+        found = _stealth_text(kind, channel)
+        if found is not None:
+            return found
+    return None, []
+
+
+def _stealth_text(kind: str, channel: np.ndarray) -> tuple[str | None, list[str]] | None:
+    """The text of one bit stream (`channel`: rows x columns x 1 or 3), or None when it carries no
+    signature of its kind."""
+    head = _lowest_bits(channel, _HEADER_BITS)
+    signature = SIGNATURES.get(np.packbits(head[:120]).tobytes())
+    if signature is None or signature[0] != kind or len(head) < _HEADER_BITS:
+        return None
+    length = int.from_bytes(np.packbits(head[120:152]).tobytes(), "big")
+    if length > channel.size - _HEADER_BITS or length > MAX_CHUNK * 8:
+        return None, [f"hidden (stealth) metadata claims {length:,} bits, more than the picture holds; not read"]
+    raw = np.packbits(_lowest_bits(channel, _HEADER_BITS + length)[_HEADER_BITS:]).tobytes()
+    notes = ["read from the picture's hidden (stealth) metadata"]
+    if signature[1]:
+        inflater = zlib.decompressobj(wbits=31)  # gzip
+        try:
+            raw = inflater.decompress(raw, MAX_CHUNK)
+        except zlib.error as exc:
+            return None, [f"hidden (stealth) metadata could not be inflated ({exc})"]
+        if not inflater.eof:
+            notes.append("the hidden (stealth) metadata ends early (or is over 16 MB); what came before was read")
+    return raw.decode("utf-8", errors="replace"), notes
+
+
+def _lowest_bits(channel: np.ndarray, count: int) -> np.ndarray:
+    """The first `count` lowest bits of `channel`, pixel by pixel down each column, then the next
+    column (RGB: r, g, b of each pixel in turn); only the columns that hold them are copied."""
+    height, _, per_pixel = channel.shape
+    columns = -(-count // (per_pixel * height))
+    stream = channel[:, :columns].transpose(1, 0, 2).reshape(-1)[:count]
+    return (stream & 1).astype(np.uint8)
 
 
 def _other_format(path: str | Path) -> tuple[dict[str, str], list[str]]:

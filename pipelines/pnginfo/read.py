@@ -8,7 +8,9 @@ Where each tool keeps its parameters (docs/png-metadata.md has the table):
   `Negative prompt:` part, and a last line of `Key: value` pairs in which a value may be a quoted
   JSON string holding commas; parsed with A1111's own pattern.
 - ComfyUI: its API graph in `prompt` (or the UI graph in `workflow`), pipelines.pnginfo.comfy.
-- SwarmUI, Fooocus, InvokeAI, NovelAI, Stability Matrix JSON: pipelines.pnginfo.tools.
+- SwarmUI, Fooocus, Ruined Fooocus, InvokeAI, NovelAI, Stability Matrix, Hugging Face Space JSON:
+  pipelines.pnginfo.tools; JSON in `parameters` is told apart by `_json_parameters`.
+- A1111's stealth PNG info (alpha-channel or RGB lowest bits): pipelines.pnginfo.files.
 
 `read_png_info` never lets a malformed file raise anything but ValueError ("nothing readable"); a
 part it cannot parse becomes a note beside what it could read. Hashes are pipelines.weights.hashing's.
@@ -107,8 +109,9 @@ def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
         for s in fields()
         if s.about.infotext and s.kind in ("whole", "number")
     }
+    folded = {k.lower(): v for k, v in extra.items()}  # ComfyUI Image Saver writes "CFG Scale"
     for field, (key, kind) in numbers.items():
-        value = extra.get(key, "")
+        value = extra.get(key, folded.get(key.lower(), ""))
         if _NUMBER.match(value):  # a malformed value stays only in "extra"
             exact = kind is int and value.lstrip("-").isdigit()  # 64-bit seeds: every digit kept
             out[field] = int(value) if exact else kind(float(value))
@@ -118,6 +121,8 @@ def _typed(out: dict[str, Any], extra: dict[str, str]) -> None:
     for field, key in (("sampler", "Sampler"), ("model", "Model"), ("model_hash", "Model hash")):
         if extra.get(key):
             out[field] = extra[key]
+    if tools.style_names(extra.get("Styles")):  # Fooocus' A1111 scheme, SD.Next: the names, as written
+        out["styles"] = tools.style_names(extra["Styles"])
     if "sampler" in out:  # A1111 >= 1.9 writes "Sampler: DPM++ 2M, Schedule type: Karras"
         out.update(sampler_fields(out["sampler"], extra.get("Schedule type")))
     text = extra.get("Step cache", "")
@@ -181,18 +186,13 @@ def _json(text: str | None) -> Any:
 
 
 def _parameters(text: dict[str, str]) -> tuple[str, Any] | None:
-    """(source, parser) for a `parameters` chunk: SwarmUI or Fooocus JSON, else A1111's infotext
-    (written by A1111/Forge/SD.Next, by Stability Matrix beside its `parameters-json`, by us)."""
+    """(source, parser) for a `parameters` chunk: JSON of a tool we know (`_json_parameters`), else
+    A1111's infotext (written by A1111/Forge/SD.Next, by Stability Matrix beside its `parameters-json`, by us)."""
     raw = text["parameters"]
     data = _json(raw)
-    if isinstance(data, dict) and isinstance(data.get("sui_image_params"), dict):
-        return "swarmui", lambda: tools.parse_swarmui(data)
-    if isinstance(data, dict) and (
-        data.get("metadata_scheme") == "fooocus" or text.get("fooocus_scheme") == "fooocus"
-        or text.get("MakerNote") == "fooocus" or "full_prompt" in data
-    ):  # fmt: skip
-        return "fooocus", lambda: tools.parse_fooocus(data)
-    if data is not None:  # JSON of no tool we know: not a prompt
+    if isinstance(data, dict):
+        return _json_parameters(data, text)
+    if data is not None:  # a JSON list: no tool's parameters
         return None
     source = "a1111"
     if JSON_KEY in text:
@@ -202,6 +202,61 @@ def _parameters(text: dict[str, str]) -> tuple[str, Any] | None:
     elif text.get("fooocus_scheme") == "a1111" or text.get("MakerNote") == "a1111":
         source = "fooocus"
     return source, lambda: parse_a1111(raw)
+
+
+def _json_parameters(data: dict[str, Any], text: dict[str, str]) -> tuple[str, Any] | None:
+    """(source, parser) for JSON in `parameters` (or a JPEG/WEBP's UserComment): SwarmUI, Ruined
+    Fooocus, Fooocus, a ComfyUI graph (Civitai's, SaveImagePlus' `{"prompt": graph}`), NovelAI's
+    chunks (its WEBP), else any JSON with a text "prompt" (Hugging Face Spaces' diffusers arguments);
+    None for JSON of no tool."""
+    if isinstance(data.get("sui_image_params"), dict):
+        return "swarmui", lambda: tools.parse_swarmui(data)
+    if str(data.get("software", "")).replace(" ", "").lower() == "ruinedfooocus":
+        return "ruined-fooocus", lambda: tools.parse_ruined_fooocus(data)
+    if (
+        data.get("metadata_scheme") == "fooocus" or text.get("fooocus_scheme") == "fooocus"
+        or text.get("MakerNote") == "fooocus" or "full_prompt" in data
+    ):  # fmt: skip
+        return "fooocus", lambda: tools.parse_fooocus(data)
+    graph = data.get("prompt") if isinstance(data.get("prompt"), dict) else data
+    if _is_graph(graph):
+        if isinstance(data.get("extraMetadata"), str):  # Civitai's generator: its form's values beside the graph
+            return "civitai", lambda: _civitai(graph, data["extraMetadata"])
+        return "comfyui", lambda: parse_comfyui(graph)
+    comment = _json(data.get("Comment")) if isinstance(data.get("Comment"), str) else None
+    if isinstance(comment, dict):
+        return "novelai", lambda: tools.parse_novelai(comment, {k: v for k, v in data.items() if isinstance(v, str)})
+    if isinstance(data.get("prompt"), str):
+        return "hf-space", lambda: tools.parse_generic_json(data)
+    return None
+
+
+def _civitai(graph: dict[str, Any], extra: str) -> dict[str, Any]:
+    """Civitai's ComfyUI graph, each field it lacks (an upscale-only graph lacks all) from the
+    `extraMetadata` JSON text of Civitai's form (prompt, negativePrompt, steps, cfgScale, sampler, seed)."""
+    form = _json(extra)
+    try:
+        out = parse_comfyui(graph)
+    except ValueError:  # no sampler node (an upscale of an earlier image): the form's values are all there is
+        if not isinstance(form, dict):
+            raise
+        out = {}
+    if isinstance(form, dict):
+        found = tools.fields(
+            form.get("prompt"), form.get("negativePrompt"), form.get("steps"), form.get("cfgScale"),
+            form.get("seed"), form.get("width"), form.get("height"), form.get("sampler"), form.get("scheduler"),
+            form.get("baseModel"),
+        )  # fmt: skip
+        for key, value in found.items():
+            if out.get(key) in (None, "", {}):
+                out[key] = value
+    return out
+
+
+def _is_graph(data: Any) -> bool:
+    """Whether `data` is a ComfyUI API graph: nodes (dicts with a "class_type") by id."""
+    nodes = list(data.values())[:64] if isinstance(data, dict) else []
+    return sum(isinstance(n, dict) and isinstance(n.get("class_type"), str) for n in nodes) >= max(1, len(nodes) // 2)
 
 
 def _candidates(text: dict[str, str]) -> list[tuple[str, str, Any]]:
@@ -232,9 +287,10 @@ def _candidates(text: dict[str, str]) -> list[tuple[str, str, Any]]:
 
 def read_png_info(path: str | Path | BinaryIO) -> dict[str, Any]:
     """{"source", "parameters": fields, "raw": the chunk's text, "notes": what could not be read} of
-    an image (PNG, JPEG, WEBP). source: "diffusion-anywhere", "a1111", "comfyui", "swarmui",
-    "fooocus", "invokeai", "novelai", "stability-matrix", or "unknown" (a chunk we could not parse,
-    shown raw).
+    an image (PNG, JPEG, WEBP). source: "diffusion-anywhere", "a1111", "comfyui", "civitai", "swarmui",
+    "fooocus", "ruined-fooocus", "invokeai", "novelai", "stability-matrix", "hf-space" (a generic JSON of
+    diffusers' argument names), or "unknown" (a chunk we could not parse, shown raw). A1111's stealth
+    metadata (in the pixels' lowest bits) is read where no chunk holds parameters.
 
     Raises ValueError only when the file holds no generation parameters at all (or is no image).
     """

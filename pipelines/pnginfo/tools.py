@@ -101,17 +101,48 @@ def parse_fooocus(data: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(item, str) and " : " in item:  # older: "name : weight"
             name, _, weight = item.rpartition(" : ")
             loras[_stem(name) or name] = _float(weight) if _float(weight) is not None else 1.0
-    return fields(
+    out = fields(
         data.get("prompt"), data.get("negative_prompt"), data.get("steps"), data.get("guidance_scale"),
         data.get("seed"), size and size.group(1), size and size.group(2), data.get("sampler"),
         data.get("scheduler"), data.get("base_model"), loras,
     )  # fmt: skip
+    return with_hash_and_styles(out, data.get("base_model_hash"), data.get("styles"))
+
+
+def with_hash_and_styles(out: dict[str, Any], model_hash: Any, styles: Any) -> dict[str, Any]:
+    """`out` with "model_hash" (a hex text as the tool wrote it) and "styles" (a list of names, or its
+    text as Fooocus writes it: "['Fooocus V2', 'Fooocus Sharp']") where given and well formed."""
+    if isinstance(model_hash, str) and _HASH.match(model_hash.strip()):
+        out["model_hash"] = model_hash.strip()
+    names = style_names(styles)
+    if names:
+        out["styles"] = names
+    return out
+
+
+_HASH = re.compile(r"^(0x|blake3:|sha256:)?[0-9a-fA-F]{8,64}$")
+_STYLE = re.compile(r"'((?:[^'\\]|\\.)*)'" + r'|"((?:[^"\\]|\\.)*)"')
+
+
+def style_names(value: Any) -> tuple[str, ...]:
+    """Style names from a list, a Python-list text (Fooocus: "['Fooocus V2', 'Fooocus Enhance']") or a
+    text of names joined by "; " (SD.Next's infotext "Styles: Cinematic; Noir"); () when there are none."""
+    if isinstance(value, list | tuple):
+        names = [v.strip() for v in value if isinstance(v, str)]
+    elif isinstance(value, str) and value.strip().startswith("["):
+        names = [a or b for a, b in _STYLE.findall(value)]
+    elif isinstance(value, str):
+        names = value.split(";")
+    else:
+        names = []
+    return tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
 
 
 def parse_invokeai(data: dict[str, Any]) -> dict[str, Any]:
     """InvokeAI 3+ `invokeai_metadata`: positive_prompt, negative_prompt, width, height, seed,
     cfg_scale, steps, scheduler (InvokeAI's names: "dpmpp_2m_k" is DPM++ 2M Karras), model, loras."""
     model = data.get("model")
+    model_hash = model.get("hash") if isinstance(model, dict) else data.get("model_hash")
     if isinstance(model, dict):
         model = model.get("model_name") or model.get("name")
     loras = {}
@@ -123,10 +154,11 @@ def parse_invokeai(data: dict[str, Any]) -> dict[str, Any]:
         if isinstance(name, str):
             weight = _float(item.get("weight"))
             loras[name] = weight if weight is not None else 1.0
-    return fields(
+    out = fields(
         data.get("positive_prompt"), data.get("negative_prompt"), data.get("steps"), data.get("cfg_scale"),
         data.get("seed"), data.get("width"), data.get("height"), data.get("scheduler"), None, model, loras,
     )  # fmt: skip
+    return with_hash_and_styles(out, model_hash, None)
 
 
 def parse_invokeai_legacy(data: dict[str, Any]) -> dict[str, Any]:
@@ -137,10 +169,11 @@ def parse_invokeai_legacy(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(prompt, list):
         prompt = " ".join(str(p.get("prompt", "")) for p in prompt if isinstance(p, dict))
     positive, negative = split_brackets(prompt if isinstance(prompt, str) else "")
-    return fields(
+    out = fields(
         positive, negative, image.get("steps"), image.get("cfg_scale"), image.get("seed"), image.get("width"),
         image.get("height"), image.get("sampler"), None, data.get("model_weights"),
     )  # fmt: skip
+    return with_hash_and_styles(out, data.get("model_hash"), None)
 
 
 def split_brackets(prompt: str) -> tuple[str, str]:
@@ -166,13 +199,16 @@ def parse_invokeai_dream(text: str) -> dict[str, Any]:
 def parse_novelai(comment: dict[str, Any], text: dict[str, str]) -> dict[str, Any]:
     """NovelAI: `Comment` JSON (steps, sampler such as "k_euler_ancestral", seed, scale, uc: the
     negative prompt, width/height, prompt in newer files) and the prompt in `Description`; `Source`
-    names the model ("Stable Diffusion 1D44365E", "NovelAI Diffusion V4 ...")."""
+    names the model and its hash ("Stable Diffusion 1D44365E", "NovelAI Diffusion V4.5 C02D4F98")."""
     prompt = comment.get("prompt") if isinstance(comment.get("prompt"), str) else text.get("Description")
-    return fields(
+    source = text.get("Source") if isinstance(text.get("Source"), str) else ""
+    split = re.fullmatch(r"(.*?)\s+([0-9A-F]{8})", source.strip())  # the hash: 8 upper-case hex digits
+    out = fields(
         prompt, comment.get("uc"), comment.get("steps"), comment.get("scale"), comment.get("seed"),
         comment.get("width"), comment.get("height"), comment.get("sampler"), comment.get("noise_schedule"),
-        text.get("Source"),
+        split.group(1) if split else source,
     )  # fmt: skip
+    return with_hash_and_styles(out, split and split.group(2), None)
 
 
 def parse_stability_matrix(data: dict[str, Any]) -> dict[str, Any]:
@@ -209,3 +245,47 @@ def parse_smproj(data: Any) -> dict[str, Any]:
         p.get("positiveprompt", p.get("prompt")), p.get("negativeprompt"), p.get("steps"), p.get("cfgscale"),
         p.get("seed"), p.get("width"), p.get("height"), p.get("sampler"),
     )  # fmt: skip
+
+
+def parse_ruined_fooocus(data: dict[str, Any]) -> dict[str, Any]:
+    """Ruined Fooocus (`"software": "RuinedFooocus"` in the `parameters` JSON): Prompt, Negative, steps,
+    cfg, width, height, seed, sampler_name, scheduler, base_model_name, base_model_hash, loras as
+    [[weight, name], ...] or [[name, weight], ...], clip_skip."""
+    loras = {}
+    for item in data.get("loras") if isinstance(data.get("loras"), list) else []:
+        if isinstance(item, list | tuple) and len(item) >= 2:
+            name = next((v for v in item[:2] if isinstance(v, str) and _float(v) is None), None)
+            weight = next((_float(v) for v in item[:2] if _float(v) is not None), 1.0)
+            if name:
+                loras[_stem(name) or name] = weight
+    out = fields(
+        data.get("Prompt"), data.get("Negative"), data.get("steps"), data.get("cfg"), data.get("seed"),
+        data.get("width"), data.get("height"), data.get("sampler_name"), data.get("scheduler"),
+        data.get("base_model_name"), loras,
+    )  # fmt: skip
+    if _int(data.get("clip_skip")) is not None and 1 <= _int(data.get("clip_skip")) <= 12:
+        out["clip_skip"] = _int(data.get("clip_skip"))
+    return with_hash_and_styles(out, data.get("base_model_hash"), data.get("style_selection"))
+
+
+_SIZE_TEXT = re.compile(r"^\s*\(?\s*(\d+)\s*[x×*,]\s*(\d+)\s*\)?\s*$")
+
+
+def parse_generic_json(data: dict[str, Any]) -> dict[str, Any]:
+    """JSON of the common key names that Hugging Face Spaces and other small apps write into
+    `parameters` (diffusers' argument names and A1111's): prompt, negative_prompt, width/height or
+    resolution "1024 x 1024", guidance_scale / cfg_scale / cfg, num_inference_steps / steps, seed,
+    sampler / scheduler, Model / model, Model hash. A key is matched in any letter case."""
+    p = {str(k).lower().replace(" ", "_"): v for k, v in data.items()}
+    size = _SIZE_TEXT.match(str(p.get("resolution") or p.get("size") or ""))
+    width, height = (size.group(1), size.group(2)) if size else (p.get("width"), p.get("height"))
+    cfg = next((p[k] for k in ("guidance_scale", "cfg_scale", "cfg", "scale") if k in p), None)
+    steps = next((p[k] for k in ("num_inference_steps", "steps") if k in p), None)
+    sampler = p.get("sampler") or p.get("sampler_name") or p.get("scheduler")
+    schedule = p.get("schedule_type") or (p.get("scheduler") if p.get("sampler") or p.get("sampler_name") else None)
+    model = p.get("model") or p.get("model_name") or p.get("checkpoint")
+    out = fields(
+        p.get("prompt"), p.get("negative_prompt"), steps, cfg, p.get("seed"), width, height, sampler, schedule,
+        model if isinstance(model, str) else None,
+    )  # fmt: skip
+    return with_hash_and_styles(out, p.get("model_hash"), p.get("styles"))
