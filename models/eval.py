@@ -58,6 +58,7 @@ def evaluate(
     guidance: float | None = None,
     loras: dict[str, float] | None = None,
     batch: int = 8,
+    sampler: str | None = None,
 ) -> dict:
     """Generate `n` random (prompt, seed) pairs through our ImagePipeline and score them."""
     vocab = pipeline.vocabulary
@@ -65,13 +66,14 @@ def evaluate(
     guidance = guidance if guidance is not None else vocab.get("default_guidance_scale", 4.0)
     wanted = random_prompts(n, seed)
     start = time.perf_counter()
-    rows, images = _generate_rows(pipeline, wanted, seed, steps, guidance, loras or {}, batch)
+    rows, images = _generate_rows(pipeline, wanted, seed, steps, guidance, loras or {}, batch, sampler)
     seconds = time.perf_counter() - start
     return {
         "n": n,
         "steps": steps,
         "guidance_scale": guidance,
         "loras": loras or {},
+        "sampler": sampler or pipeline.model_info().scheduler,
         **_rates(rows),
         "seconds_per_image": seconds / n,
         "rows": rows,
@@ -80,7 +82,14 @@ def evaluate(
 
 
 def _generate_rows(
-    pipeline, wanted: list[tuple[str, str, str]], seed: int, steps: int, guidance: float, loras: dict, batch: int
+    pipeline,
+    wanted: list[tuple[str, str, str]],
+    seed: int,
+    steps: int,
+    guidance: float,
+    loras: dict,
+    batch: int,
+    sampler: str | None = None,
 ) -> tuple[list[dict], list[Image.Image]]:
     """The wanted scenes generated `batch` prompts per request (one seed drawn per request), each
     image classified: a row per image (prompt, seed, what the classifier saw, what was wanted)."""
@@ -98,6 +107,7 @@ def _generate_rows(
                 guidance_scale=guidance,
                 seed=seeds.randrange(2**31 - 64),
                 loras=loras,
+                sampler=sampler,
             )
         )
         for (color, shape, background), image, s in zip(chunk, result.images, result.seeds, strict=True):
@@ -167,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--guidance", type=float, default=None)
+    parser.add_argument("--sampler", default=None, help="a sampler by its A1111 name (default: the model's own)")
     parser.add_argument("--lora", default=None, help="LoRA name in models/loras (scale --lora-scale)")
     parser.add_argument("--lora-scale", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=None)
@@ -254,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     pipeline = ImagePipeline.from_pretrained(args.model, DeviceManager(), lora_dir=LORA_DIR)
     loras = {args.lora: args.lora_scale} if args.lora else None
     print(f"classifier on training images: {classifier_self_check():.3f}")
-    report = evaluate(pipeline, args.n, args.seed, args.steps, args.guidance, loras)
+    report = evaluate(pipeline, args.n, args.seed, args.steps, args.guidance, loras, sampler=args.sampler)
     images = report.pop("_images")
     print(
         f"model {args.model}, {args.n} random prompts/seeds, {report['steps']} steps, CFG {report['guidance_scale']}"

@@ -203,6 +203,28 @@ def test_image_inputs_edit_or_image_to_image_or_clear_refusal(family_root, name)
     assert result.images[0].size == size_of(name) or name == "hidream-i1"
 
 
+
+@pytest.mark.parametrize("name", ["sd15", "sdxl", "flux"])
+def test_image_to_image_with_steps_times_strength_below_one_runs_one_step(family_root, name):
+    """diffusers' SD/SDXL keep int(steps x strength) of the schedule: 3 steps at 0.2 kept none and crashed
+    (SDXL: "zip() argument 2 is shorter"). A1111 runs one step at the strength's noise level."""
+    pipe = load(family_root, name)
+    start = Image.new("RGB", size_of(name), "red")
+    denoiser = getattr(pipe.diffusers_pipeline, "unet", None) or pipe.diffusers_pipeline.transformer
+    calls: list[int] = []
+    hook = denoiser.register_forward_pre_hook(lambda *_: calls.append(1))
+    per_request = []
+    try:  # (2, 0.5) keeps one step in diffusers itself: the reference for "one step"
+        for steps, strength in ((2, 0.5), (3, 0.2), (1, 0.5)):
+            calls.clear()
+            result = pipe.generate(request(name, init_images=[start], steps=steps, strength=strength))
+            assert result.images[0].size == size_of(name)
+            per_request.append(len(calls))
+    finally:
+        hook.remove()
+    assert per_request[0] > 0 and per_request == [per_request[0]] * 3, per_request
+
+
 # --------------------------------------------------------------------------- guidance
 @pytest.mark.parametrize("name", NAMES)
 def test_guidance_drives_the_models_real_argument(family_root, name):

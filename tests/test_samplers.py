@@ -1,8 +1,9 @@
 """The sampler list a model offers: only samplers that can run its noise schedule.
 
-The embedded models' cosine schedule ends in a jump (sigma 12.8 at t = 998, 20,291 at t = 999)
+The embedded models' cosine schedule ends in a jump (sigma 642 at t = 998, 20,291 at t = 999)
 that Karras sigmas and second-order steps cannot cross; before the schedule check the dropdown
-offered them anyway and they crashed (IndexError) or drew black or noise.
+offered them anyway and they crashed (IndexError) or drew black or noise. They now run on the same
+schedule with that tail capped (`samplers.tail_repair`); the model's own sampler keeps it as it is.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import math
 
 import diffusers
+import numpy as np
 import pytest
+import torch
 
 from devices import DeviceManager
 from models.eval import classify
@@ -28,7 +31,9 @@ EDITS = (  # (input, instruction, kind, value): judged by the evaluation's `judg
     (Scene("red", "circle", "blue", 0.5, 0.5, 0.5, 0.0), "make it green", "color", "green"),
     (Scene("white", "square", "black", 0.4, 0.45, 0.55, 10.0), "change the background to yellow", "background", "yellow"),
 )  # fmt: skip
-BROKEN_HERE = ("DPM++ 2M Karras", "DPM++ 2M SDE Karras", "DPM++ SDE Karras", "DPM2 Karras", "DPM2 a", "Heun")
+# Samplers that fail on the embedded models' own schedule and run on it with its tail capped
+REPAIRED_HERE = ("DPM++ 2M Karras", "DPM++ 2M SDE Karras", "DPM++ SDE Karras", "DPM2 Karras", "DPM2 a",
+                 "DPM2 a Karras", "Euler a", "Heun", "LMS Karras")  # fmt: skip
 SD15_SCHEDULER = {  # SD 1.5's scheduler config less its `clip_sample: false`, which many configs omit
     "_class_name": "PNDMScheduler", "beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear",
     "num_train_timesteps": 1000, "set_alpha_to_one": False, "skip_prk_steps": True, "steps_offset": 1,
@@ -53,8 +58,7 @@ def editor():
 @pytest.mark.slow  # 50 s on 2 shared cores
 def test_every_sampler_the_embedded_model_offers_draws_the_prompt(text_to_image):
     offered = text_to_image.model_info().samplers
-    assert {"DPM++ 2M", "DPM++ 2M SDE", "Euler", "Euler a", "DDIM", "UniPC"} <= set(offered), offered
-    assert not set(BROKEN_HERE) & set(offered), offered
+    assert {"DPM++ 2M", "DPM++ 2M SDE", "Euler", "Euler a", "DDIM", "UniPC", *REPAIRED_HERE} <= set(offered), offered
     wrong = []
     for name in offered:
         request = GenerationRequest(prompt=list(PROMPTS), steps=20, guidance_scale=4.0, seed=1, sampler=name)
@@ -62,13 +66,14 @@ def test_every_sampler_the_embedded_model_offers_draws_the_prompt(text_to_image)
             color, shape, background = _read(image)
             assert shape != "none", f"{name}: no shape at all for {prompt!r} (black or noise)"
             wrong += [] if prompt == f"a {color} {shape} on a {background} background" else [(name, prompt)]
-    assert len(wrong) <= len(offered) * len(PROMPTS) // 10, wrong  # PLMS, a multistep on eps, misses one
+    # PLMS and LMS Karras (0.42 of 48 scenes right, docs/samplers-and-guidance.md) may miss one each
+    assert len(wrong) <= len(offered) * len(PROMPTS) // 10, wrong
 
 
 @pytest.mark.slow  # 71 s on 2 shared cores
 def test_every_sampler_the_embedded_editor_offers_edits(editor):
     offered = editor.model_info().samplers
-    assert not set(BROKEN_HERE) & set(offered), offered
+    assert set(REPAIRED_HERE) <= set(offered), offered
     wrong = []
     for name in offered:
         for scene, instruction, kind, value in EDITS:
@@ -76,28 +81,51 @@ def test_every_sampler_the_embedded_editor_offers_edits(editor):
             request = GenerationRequest(prompt=instruction, init_images=[item["image"]], steps=20, seed=1, sampler=name,
                                         guidance_scale=3.0, image_guidance_scale=2.5)  # fmt: skip
             verdict = judge(item["image"], editor.generate(request).images[0], item["source"], kind, value)
-            assert verdict["got"]["shape"] != "none", f"{name}: no shape at all after {instruction!r} (black or noise)"
-            wrong += [] if verdict["all"] else [(name, instruction, verdict["got"])]
-    # a sampler that cannot run the schedule draws noise: nothing right. The second edit is a hard
-    # case for the shipped weights (a large square turned 10 degrees comes back a circle in 8 of 10
-    # seeds with the default sampler; docs/embedded-models.md), so the bar is test_editor's 80 % all-right, not 90 %
-    assert len(wrong) <= len(offered) * len(EDITS) // 5, wrong
+            got = verdict["got"]
+            assert got["shape"] != "none", f"{name}: no shape at all after {instruction!r} (black or noise)"
+            # The second edit is a hard case for the shipped weights: a large square turned 10 degrees
+            # comes back a circle in 8 of 10 seeds with the default sampler (docs/embedded-models.md).
+            # There the asked change and the kept colour count, not the shape.
+            right = verdict["all"] if scene.rotation == 0 else (got[kind], got["color"]) == (value, scene.color)
+            wrong += [] if right else [(name, instruction, got)]
+    # a sampler that cannot run the schedule draws noise: nothing right
+    assert len(wrong) <= len(offered) * len(EDITS) // 10, wrong
 
 
 def test_a_sampler_the_schedule_cannot_run_is_refused_with_the_reason(text_to_image):
-    request = GenerationRequest(prompt=PROMPTS[0], steps=20, seed=1, sampler="DPM++ 2M Karras")
-    with pytest.raises(
-        ValueError, match=r"'DPM\+\+ 2M Karras' is not available.*cannot run this model's noise schedule"
-    ):
-        text_to_image.generate(request)  # was: IndexError deep inside the scheduler
-    assert "Heun" in samplers.faults(text_to_image.diffusers_pipeline.scheduler)
+    request = GenerationRequest(prompt=PROMPTS[0], steps=20, seed=1, sampler="EDMEulerScheduler")
+    with pytest.raises(ValueError, match=r"'EDMEulerScheduler' is not available.*cannot run this model's noise schedule"):
+        text_to_image.generate(request)
+    assert "EDMEulerScheduler" in samplers.faults(text_to_image.diffusers_pipeline.scheduler)
+
+
+def test_samplers_that_cannot_cross_the_schedules_jump_run_on_its_capped_tail(text_to_image):
+    """Karras sigmas, Heun and DPM2 a fail on the cosine schedule's last step (IndexError, NaN, noise) and
+    Euler a gives NaN at 3 steps; on the tail capped at sigma 14.6 each draws the scene. The model's own
+    sampler and those that run as they are keep the schedule: their images are unchanged."""
+    own = text_to_image.own_scheduler
+    assert set(samplers.repaired(own)) == set(REPAIRED_HERE)
+    assert "IndexError" in samplers.repaired(own)["DPM++ 2M Karras"] and "3 steps" in samplers.repaired(own)["Euler a"]
+    capped = samplers.build(own, "Heun")
+    sigmas = ((1 - capped.alphas_cumprod) / capped.alphas_cumprod).sqrt()
+    original = ((1 - own.alphas_cumprod) / own.alphas_cumprod).sqrt()
+    assert float(sigmas[-1]) == pytest.approx(samplers.TAIL_SIGMA_MAX) and float(original[-1]) > 20_000
+    below = original < samplers.TAIL_SIGMA_MAX
+    assert torch.allclose(sigmas[below], original[below], rtol=1e-3)  # the model's own levels (float32 cumprod)
+    for name in ("DPM++ 2M", "Euler", "DDIM"):
+        assert samplers.build(own, name).config.trained_betas is None, name
+    for name, steps in (("DPM++ 2M Karras", 20), ("Heun", 20), ("Euler a", 3)):
+        request = GenerationRequest(prompt=PROMPTS[0], steps=steps, guidance_scale=4.0, seed=1, sampler=name)
+        image = text_to_image.generate(request).images[0]
+        assert np.asarray(image).std() > 5 and _read(image)[1] != "none", name  # not black, not noise: a shape
 
 
 def test_an_sd_schedule_keeps_every_sampler_and_ddim_does_not_clip():
     own = diffusers.PNDMScheduler.from_config(SD15_SCHEDULER)
     names = {s.name for s in samplers.offered(own)}
-    assert set(BROKEN_HERE) | {"DPM++ 2M", "Euler a", "DDIM", "PLMS", "UniPC", "DEIS"} <= names, names
+    assert set(REPAIRED_HERE) | {"DPM++ 2M", "Euler a", "DDIM", "PLMS", "UniPC", "DEIS"} <= names, names
     assert set(samplers.faults(own)) <= {"EDMEulerScheduler"}  # EDM preconditioning is not SD's
+    assert samplers.repaired(own) == {} and samplers.tail_repair(own) == {}  # no jump: nothing capped
     assert samplers.build(own, "DDIM").config.clip_sample is False  # latents are not bounded to [-1, 1]
     pixel = diffusers.DDPMScheduler(clip_sample=True)  # a pixel-space model that asks for clipping keeps it
     assert samplers.build(pixel, "DDIM").config.clip_sample is True
