@@ -559,6 +559,7 @@ def limits(**model):
 
 
 def test_samplers_schedules_sizes_and_overrides_are_read_as_a1111_means_them():
+    from pipelines.schema.fields import RequestError
     from webapi import a1111_request as parse
 
     def read(**fields):
@@ -581,7 +582,11 @@ def test_samplers_schedules_sizes_and_overrides_are_read_as_a1111_means_them():
     assert odd.request.width == 96 and odd.warnings == ["width=100: rounded down to 96 (this model's size step is 8)"]
     plain = read(override_settings={"CLIP_stop_at_last_layers": 1, "sd_vae": "Automatic"}, seed=-1)
     assert plain.warnings == [] and plain.request.seed is None and plain.request.num_images == 1
-    assert read(override_settings={"CLIP_stop_at_last_layers": 2}).warnings[0].startswith("override_settings.CLIP")
+    skip = read(override_settings={"CLIP_stop_at_last_layers": 2})
+    assert skip.warnings == [] and skip.request.clip_skip == 2  # A1111's setting, per request
+    assert read(clip_skip=3).request.clip_skip == 3  # SillyTavern's and SD.Next's top-level key
+    with pytest.raises(RequestError, match="clip_skip"):
+        read(override_settings={"CLIP_stop_at_last_layers": 40})
     assert parse.checkpoint({"override_settings": {"sd_model_checkpoint": "other [0123abcd]"}}) == "other [0123abcd]"
     both = read(batch_size=3, n_iter=2, prompt="one\ntwo <lora:outline>")
     assert both.request.num_images == 6 and both.request.prompt == "one\ntwo" and both.request.loras == {"outline": 1.0}

@@ -145,6 +145,39 @@ def test_a_plain_prompt_that_fits_goes_to_the_pipeline_untouched(sd):
     assert plan.warnings(["a (red:1.2) circle " * 5], "") == []  # nothing is cut, nothing ignored
 
 
+def test_clip_skip_takes_an_earlier_layer_normalised_as_a1111_does(sd):
+    """A1111's Clip skip N (CLIP_stop_at_last_layers): hidden state -N through the final layer norm, for the
+    prompt and the negative; 1 is the pipeline's own encoding, untouched."""
+    params = frozenset(inspect.signature(sd.__call__).parameters)
+    tok = sd.tokenizer
+    with torch.no_grad():
+        states = sd.text_encoder(tok(["a red circle", "blue"], padding="max_length", return_tensors="pt").input_ids,
+                                 output_hidden_states=True).hidden_states  # fmt: skip
+        expected = sd.text_encoder.final_layer_norm(states[-2])
+    plain = {"prompt": ["a red circle"], "negative_prompt": ["blue"]}
+    assert PromptPlan(sd, params, 20, clip_skip=1).apply(dict(plain)) == (plain, None)
+    skipped, _ = PromptPlan(sd, params, 20, clip_skip=2).apply(dict(plain))
+    assert torch.allclose(skipped["prompt_embeds"][0], expected[0], atol=1e-6)
+    assert torch.allclose(skipped["negative_prompt_embeds"][0], expected[1], atol=1e-6)
+
+
+def test_clip_skip_reaches_the_image_and_its_infotext(embedded):
+    from pipelines.pnginfo.read import parse_a1111
+    from pipelines.pnginfo.write import a1111_parameters
+    from pipelines.schema.request import GenerationRequest
+
+    def run(clip_skip):
+        return embedded.generate(GenerationRequest(prompt="a red circle on a blue background", steps=4, seed=2,
+                                                   clip_skip=clip_skip))  # fmt: skip
+
+    plain, one, two = run(None), run(1), run(2)
+    assert np.array_equal(np.asarray(plain.images[0]), np.asarray(one.images[0]))
+    assert not np.array_equal(np.asarray(plain.images[0]), np.asarray(two.images[0]))
+    assert "Clip skip" not in a1111_parameters(one.metadata[0])  # A1111 writes it only above 1
+    text = a1111_parameters(two.metadata[0])
+    assert "Clip skip: 2" in text and parse_a1111(text)["clip_skip"] == 2
+
+
 @pytest.fixture(scope="module")
 def embedded():
     from devices import DeviceManager

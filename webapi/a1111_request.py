@@ -239,11 +239,12 @@ def checkpoint(payload: dict[str, Any]) -> str | None:
 
 def override_warnings(payload: dict[str, Any]) -> list[str]:
     overrides = payload.get("override_settings") or {}
-    harmless = {"sd_model_checkpoint": None, "CLIP_stop_at_last_layers": 1, "sd_vae": "Automatic"}
+    read = {"sd_model_checkpoint", "CLIP_stop_at_last_layers"}  # `checkpoint`, `_clip_skip`
+    harmless = {"sd_vae": "Automatic"}
     return [
         f"override_settings.{k}={shown(v)}: not supported here, ignored"
         for k, v in overrides.items()
-        if k not in harmless or (k != "sd_model_checkpoint" and v not in (harmless[k], None, "None"))
+        if k not in read and (k not in harmless or v not in (harmless[k], None, "None"))
     ]
 
 
@@ -284,9 +285,20 @@ def _inpaint_full_res(payload: dict[str, Any], flat: dict[str, Any], warnings: l
 
 
 # Our fields whose A1111 encoding differs from our value: read by these, not copied.
+def _clip_skip(payload: dict[str, Any], flat: dict[str, Any], _warnings: list[str]) -> None:
+    """Clip skip as A1111 takes it per request: `override_settings.CLIP_stop_at_last_layers` (its setting),
+    or a top-level `clip_skip` (SillyTavern, SD.Next; not a field of A1111's own request); the setting wins."""
+    overrides = payload.get("override_settings")
+    value = overrides.get("CLIP_stop_at_last_layers") if isinstance(overrides, dict) else None
+    value = payload.get("clip_skip") if value is None else value
+    if value is not None:
+        flat["clip_skip"] = value  # the schema checks it (a whole number 1..12)
+
+
 CONVERTED: dict[str, Callable[..., None]] = {
     "masked_content": _inpainting_fill,
     "inpaint_area": _inpaint_full_res,
+    "clip_skip": _clip_skip,
 }
 _READ_APART = {"prompt", "loras", "num_images", "sampler", "hires_sampler", "width", "height", "init_images", "mask",
                "controlnet", "ip_adapter"}  # fmt: skip

@@ -8,6 +8,7 @@ cycle, and no second copy of train.py when it runs as `python -m models.train.tr
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from pathlib import Path
@@ -109,3 +110,31 @@ def tokenize(tokenizer, prompts: list[str]) -> torch.Tensor:
     return tokenizer(
         prompts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
     ).input_ids
+
+
+CLIP_PREFIX = "text_model."
+
+
+def nest_clip_keys(folder: Path) -> list[Path]:
+    """Rewrite each `CLIPTextModel` of the diffusers folder `folder` with its weights under `text_model.`,
+    the layout of every SD checkpoint on the Hub; returns the files changed.
+
+    transformers >= 5.6 flattened `CLIPTextModel` (huggingface/transformers#46285) and saves its keys
+    without the prefix ("embeddings.*"). transformers 5 reads either layout, but older transformers,
+    diffusers' single-file conversion and other tools that read diffusers folders find no weight they
+    know and start from random ones without an error. `CLIPTextModelWithProjection` kept its prefix.
+    """
+    from safetensors.torch import load_file, save_file
+
+    changed = []
+    for config in sorted(folder.glob("text_encoder*/config.json")):
+        if json.loads(config.read_text()).get("architectures") != ["CLIPTextModel"]:
+            continue
+        for weights in sorted(config.parent.glob("*.safetensors")):
+            tensors = load_file(weights)
+            if all(key.startswith(CLIP_PREFIX) for key in tensors):
+                continue
+            nested = {key if key.startswith(CLIP_PREFIX) else CLIP_PREFIX + key: t for key, t in tensors.items()}
+            save_file(nested, weights, metadata={"format": "pt"})
+            changed.append(weights)
+    return changed

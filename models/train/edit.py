@@ -30,6 +30,7 @@ from .common import (
     SEED,
     load_checkpoint,
     lr_at,
+    nest_clip_keys,
     progress,
     save_checkpoint,
     to_tensor,
@@ -358,6 +359,7 @@ def export_edit(out: Path = EDIT_OUT) -> Path:
         requires_safety_checker=False,
     )  # fmt: skip
     pipe.save_pretrained(out, safe_serialization=True)
+    nest_clip_keys(out)
     write_edit_vocabulary(out)
     log.info("edit-export: wrote %s (trained %d steps)", out, ckpt["step"])
     return out

@@ -39,6 +39,7 @@ from .common import (  # shared with the editor's training (models/train/edit.py
     load_checkpoint,
     lr_at,
     min_snr_loss,
+    nest_clip_keys,
     noised,
     progress,
     resume_lora,
@@ -232,6 +233,7 @@ def export_model(steps: int | None = None) -> Path:
         requires_safety_checker=False,
     )
     pipe.save_pretrained(MODEL_OUT, safe_serialization=True)
+    nest_clip_keys(MODEL_OUT)
     write_vocabulary(MODEL_OUT)
     log.info("export: wrote %s (trained %d steps)", MODEL_OUT, ckpt["step"])
     return MODEL_OUT

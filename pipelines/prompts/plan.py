@@ -23,7 +23,7 @@ from pipelines.prompts.schedule import parse as parse_schedule
 from pipelines.prompts.schedule import scheduled, text_at
 from pipelines.prompts.syntax import parse
 from pipelines.prompts.tokens import fit_prompt, truncation_warnings
-from pipelines.prompts.weights import POOLED, Encoder, call_embeds, kind_of
+from pipelines.prompts.weights import POOLED, Encoder, call_embeds, clip_layer, kind_of
 from pipelines.sampling.guidance import LAYOUTS
 
 
@@ -38,11 +38,14 @@ def first_steps(kwargs: dict[str, Any]) -> int:
 class PromptPlan:
     """One request's prompts, for each of its diffusers calls (pipelines.run.planning)."""
 
-    def __init__(self, pipe: Any, params: frozenset[str], steps: int, words: Callable[[str], str] = str) -> None:
+    def __init__(
+        self, pipe: Any, params: frozenset[str], steps: int, words: Callable[[str], str] = str, clip_skip: int = 1
+    ) -> None:
         self.pipe, self.steps = pipe, max(1, steps)  # the request's steps: when a first text ends
         self.words = words  # ComfyUI's `embedding:name` as the embedding's word (pipelines.prompts.embeddings)
         self.kind = kind_of(pipe, params)
-        self.encoder = Encoder(pipe, self.kind) if self.kind else None
+        self.clip_skip = max(1, clip_skip)  # A1111's Clip skip: encoded here (diffusers' own fails on transformers 5)
+        self.encoder = Encoder(pipe, self.kind, self.clip_skip) if self.kind else None
         self.switches = self.kind != "" and type(pipe).__name__ in LAYOUTS  # its step loop reads embeds back
         self._tokenizers = [tokenizer for tokenizer, _, _ in self.encoder.pairs()] if self.encoder else []
 
@@ -54,10 +57,19 @@ class PromptPlan:
             return prompt
         return fit_prompt(self.pipe, parse(text_at(parse_schedule(prompt), 1, self.steps)).text)
 
+    @property
+    def skips(self) -> bool:
+        """Whether the request's Clip skip changes the layer this pipeline's CLIPs give."""
+        penultimate = self.encoder is not None and self.encoder.pairs()[0][2]
+        return clip_layer(self.clip_skip, penultimate) != clip_layer(1, penultimate)
+
     def warnings(self, prompts: list[str], negative: str | None) -> list[str]:
-        """Said before the run: the syntax this pipeline cannot take, and where a prompt is cut."""
-        out = []
+        """Said before the run: the syntax this pipeline cannot take, where a prompt is cut, and a
+        Clip skip it has no CLIP for."""
         name = type(self.pipe).__name__
+        out = []
+        if self.clip_skip > 1 and not self.kind:
+            out.append(f"{name} has no CLIP text encoder whose layer can be chosen here: Clip skip {self.clip_skip} was ignored")
         for prompt in dict.fromkeys([*prompts, *([negative] if negative else [])]):
             if scheduled(prompt) and not self.switches:
                 out.append(
@@ -77,7 +89,10 @@ class PromptPlan:
         return out
 
     def _needs_embeds(self, texts: list[str]) -> bool:
-        """A prompt with syntax, or longer than a window: diffusers would read it literally or cut it."""
+        """A prompt with syntax, or longer than a window: diffusers would read it literally or cut it; or
+        a Clip skip that changes the layer (`clip_layer`)."""
+        if self.encoder is not None and self.skips:
+            return True
         for text in texts:
             if not parse(text).plain:
                 return True

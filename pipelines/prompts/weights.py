@@ -10,7 +10,7 @@ Here, restating A1111's documented behaviour:
    tokens (A1111's comma backtrack, so a phrase is not split); BREAK closes a chunk early. Each
    chunk is `BOS, its tokens, EOS, padding`: the tokenizer's own layout for a prompt that fits.
 2. Each chunk is encoded on its own (the layer the pipeline uses: the last hidden state for SD,
-   the penultimate of both CLIPs for SDXL); each token's vector is multiplied by its weight, and
+   the penultimate of both CLIPs for SDXL; a request's Clip skip picks an earlier one: `clip_layer`); each token's vector is multiplied by its weight, and
    the chunk is rescaled so its mean is what it was before weighting (A1111's "original" emphasis).
 3. The chunks are joined along the tokens (77 x k). The prompt and the negative prompt are padded
    to the same number of chunks with the encoding of an empty chunk, as classifier-free guidance
@@ -140,8 +140,8 @@ class Encoded:
 class Encoder:
     """Encodes one request's prompts (each distinct text once, over all its calls and steps)."""
 
-    def __init__(self, pipe: Any, kind: str) -> None:
-        self.pipe, self.kind = pipe, kind
+    def __init__(self, pipe: Any, kind: str, clip_skip: int = 1) -> None:
+        self.pipe, self.kind, self.clip_skip = pipe, kind, max(1, clip_skip)
         self._done: dict[str, Encoded] = {}
         self._empty: dict[int, Any] = {}
 
@@ -216,11 +216,22 @@ class Encoder:
         mask = None
         if getattr(encoder.config, "use_attention_mask", False):  # as diffusers' encode_prompt does
             mask = (torch.arange(len(chunk.ids), device=device) < chunk.used).long()[None]
-        out = encoder(ids, attention_mask=mask, output_hidden_states=penultimate)
-        if penultimate:
-            pooled = out[0] if self.kind in POOLED else None
-            return out.hidden_states[-2][0].to(encoder.dtype), pooled
-        return out[0][0].to(encoder.dtype), None
+        layer = clip_layer(self.clip_skip, penultimate)
+        out = encoder(ids, attention_mask=mask, output_hidden_states=layer != 1)
+        pooled = out[0] if penultimate and self.kind in POOLED else None
+        if layer == 1:
+            return out[0][0].to(encoder.dtype), pooled
+        z = out.hidden_states[-layer][0]
+        if not penultimate:  # SD 1.x/2.x: A1111 (and diffusers' clip_skip) normalise an earlier layer as the last
+            z = encoder.final_layer_norm(z)
+        return z.to(encoder.dtype), pooled
+
+
+def clip_layer(clip_skip: int, penultimate: bool) -> int:
+    """Which hidden state a CLIP gives, counted from the last (1): A1111's "Clip skip" (CLIP_stop_at_last_layers).
+    Pipelines that read the second-to-last (SDXL, SD3) keep it for 1 and 2, as A1111 does; deeper
+    skips go on from there (A1111's `sdxl_clip_l_skip`)."""
+    return max(2, clip_skip) if penultimate else clip_skip
 
 
 def call_embeds(encoder: Encoder, prompts: list[str], negative: str | None, zero_negative: bool) -> dict[str, Any]:

@@ -127,7 +127,7 @@ def plan(
     accepted = frozenset(inspect.signature(pipe.__call__).parameters)
     warnings = request_warnings(p, request, pipe, accepted)
     guidance_end = guidance_end_for(p, request, pipe, warnings)
-    texts = PromptPlan(pipe, accepted, request.steps, p.embeddings.words)
+    texts = PromptPlan(pipe, accepted, request.steps, p.embeddings.words, request.clip_skip or 1)
     warnings += texts.warnings(request.prompts, request.negative_prompt)
     prompts = {text: texts.text(text) for text in request.prompts}  # metadata keeps the prompt as written
     plan = Plan(pipe, request, items, first, accepted, prompts, size, guidance_end, warnings, texts=texts)

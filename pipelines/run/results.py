@@ -36,6 +36,10 @@ def assemble(p: Any, plan: Plan, out: Finished, cache: step_cache.Applied | None
         result.clips, result.fps = out.clips, float(plan.request.fps or 0.0)
         for meta, clip in zip(result.metadata, out.clips, strict=True):
             meta.update(num_frames=len(clip), fps=result.fps)
+    texts = plan.texts
+    if texts is not None and texts.kind and texts.clip_skip > 1:  # A1111 writes it only above 1
+        for meta in result.metadata:
+            meta["clip_skip"] = texts.clip_skip
     if cache is not None:
         result.step_cache = cache.label
         for meta in result.metadata:

@@ -174,6 +174,9 @@ class GenerationRequest(Schema):
     guidance_rescale: Annotated[float | None, Range(0.0, 1.0), About("Guidance rescale", infotext="CFG rescale", step=0.05)] = Field(
         None, description="pulls guidance's burnt, over-saturated colours back (Lin et al. 2023: v-prediction models run 0.5-0.7); null: the model's (0, none)"
     )  # fmt: skip
+    clip_skip: Annotated[int | None, Range(1, 12, integer=True), About("Clip skip", infotext="Clip skip", step=1)] = Field(
+        None, description="the CLIP text encoders' layer, counted from the last as A1111 does (1: the last, 2: the one before); SD 1.x/2.x, SDXL, SD3 (their second-to-last is their own: 1 and 2 are the same there); null: 1"
+    )  # fmt: skip
     init_images: Annotated[list[Image.Image] | None, Picture(many=True), About("Input images", tasks=EDIT_TASKS | VIDEO, a1111="init_images", openai="image", cli="--init-image")] = Field(
         None, description="the images to edit or inpaint (a video request: the first frame of each clip, image-to-video); null: from the prompt alone"
     )  # fmt: skip
