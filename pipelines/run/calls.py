@@ -75,7 +75,8 @@ def call_kwargs(
         else:
             kwargs["image"] = [image.convert("RGB").resize((width, height)) for image in starts]
         kwargs["strength"] = request.strength
-        kwargs["num_inference_steps"] = image_to_image_steps(request.steps, request.strength)
+        if request.strength is not None:  # a video's first frame has none
+            kwargs["num_inference_steps"] = image_to_image_steps(request.steps, request.strength)
         kwargs["image_guidance_scale"] = request.image_guidance_scale
         kwargs["max_area"] = width * height  # Kontext renders at max_area (1024^2) unless told
         kwargs["_auto_resize"] = False  # Kontext: keep the input at the requested size
