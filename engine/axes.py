@@ -33,16 +33,17 @@ class AxisType:
 
     kind: how its values are read and applied — "whole" | "number" (a request field, ranges allowed),
     "choice" (a field's value from a list), "sampler", "schedule", "replace" (Prompt S/R), "size",
-    "model" (a checkpoint switch), "lora" (one LoRA's scale), "nothing", "off" (A1111 has it, we do not:
-    `why` says so).
+    "model" (a checkpoint switch), "lora" (one LoRA's scale), "unit" (the first ControlNet unit's weight or
+    image prompt's scale), "nothing", "off" (A1111 has it, we do not: `why` says so).
     """
 
     name: str  # A1111's label where A1111 has the axis, else the schema's label
     kind: str
-    field: str | None = None  # the request field it sets (kind whole/number/choice)
+    field: str | None = None  # the request field it sets (kind whole/number/choice; "hires_steps": the hires fix's)
     why: str = ""
     labelled: bool = True  # a cell's label names the axis ("Steps: 20"); samplers, S/R and models show the value only
     lora: str = ""
+    unit: str = ""  # kind "unit": the first ControlNet unit's or image prompt's attribute it sets ("weight")
 
     def label(self, value: Any) -> str:
         """The grid's legend for one value (A1111's `format_value_add_label` / `format_value`)."""
@@ -66,13 +67,13 @@ _A1111 = (
     ("Var. seed", "", "off:variation seeds are not offered here"),
     ("Var. strength", "", "off:variation seeds are not offered here"),
     ("Steps", "", "steps"),
-    ("Hires steps", "t", "off:hires fix settings are not plot axes here yet"),
+    ("Hires steps", "t", "hires_steps"),
     ("CFG Scale", "", "guidance_scale"),
     ("Image CFG Scale", "i", "image_guidance_scale"),
     ("Prompt S/R", "", "replace"),
     ("Prompt order", "", "off:prompt order permutations are not offered here; use Prompt S/R"),
     ("Sampler", "t", "sampler"),
-    ("Hires sampler", "t", "off:hires fix settings are not plot axes here yet"),
+    ("Hires sampler", "t", "hires_sampler"),
     ("Sampler", "i", "sampler"),
     ("Checkpoint name", "", "model"),
     ("Negative Guidance minimum sigma", "", _NOT_HERE),
@@ -87,11 +88,11 @@ _A1111 = (
     ("Beta schedule alpha", "", _NOT_HERE),
     ("Beta schedule beta", "", _NOT_HERE),
     ("Eta", "", _NOT_HERE),
-    ("Clip skip", "", _NOT_HERE),
+    ("Clip skip", "", "clip_skip"),
     ("Denoising", "", "strength"),
     ("Initial noise multiplier", "", _NOT_HERE),
     ("Extra noise", "", _NOT_HERE),
-    ("Hires upscaler", "t", "off:hires fix settings are not plot axes here yet"),
+    ("Hires upscaler", "t", "hires_upscaler"),
     ("Cond. Image Mask Weight", "i", _NOT_HERE),
     ("VAE", "", "off:the VAE is the model's own here"),
     ("Styles", "", "styles"),
@@ -107,7 +108,8 @@ _A1111 = (
     ("FP8 mode", "", _NOT_HERE),
     ("Size", "", "size"),
 )
-_NO_STRENGTH = "text-to-image has no denoising strength (A1111's is the hires fix's, not a plot axis here yet)"
+# sd-webui-controlnet's axes (appended to A1111's list by the extension) and the IP-Adapter's: the first unit's value.
+_UNITS = (("[ControlNet] Weight", "controlnet", "weight"), ("[IP-Adapter] Scale", "ip_adapter", "scale"))
 _VALUE_ONLY = {"sampler", "replace", "model", "choice"}  # A1111's format_value axes (and our choices)
 # Fields that are not a plot's to vary: what the request is about, or how many images a cell makes.
 _NOT_AXES = {"prompt", "negative_prompt", "num_images", "width", "height", "loras", "init_images", "inpaint", "mask"}
@@ -124,22 +126,25 @@ def _a1111_type(label: str, what: str) -> AxisType:
 
 def axis_types(mode: str, loras: Sequence[str] = ()) -> list[AxisType]:
     """Every axis a plot of `mode` ("txt2img" | "img2img") offers, at A1111's index for A1111's axes:
-    A1111's of that mode, then our schema's fields A1111 lacks, then one per LoRA in `loras`."""
+    A1111's of that mode, the ControlNet extension's weight and the image prompt's scale, then our
+    schema's fields A1111 lacks, then one per LoRA in `loras`. A1111's txt2img "Denoising" is the
+    hires fix's strength."""
     letter = mode[0]
     own = [
-        AxisType(label, "off", why=_NO_STRENGTH) if what == "strength" and mode == "txt2img" else _a1111_type(label, what)
+        _a1111_type(label, "hires_strength" if what == "strength" and mode == "txt2img" else what)
         for label, m, what in _A1111
         if m in ("", letter)
     ]
+    units = [AxisType(label, "unit", field=field, unit=attr) for label, field, attr in _UNITS]
     taken = {what for _, _, what in _A1111} | _NOT_AXES
-    taken |= {s.name for s in fields() if s.path[0] == "hires"}  # hires fix's: not plot axes yet (above)
+    taken |= {s.name for s in fields() if s.path[0] == "hires"}  # A1111's Hires axes above; the rest are the form's
     tasks = {"txt2img": {"txt2img"}, "img2img": {"img2img", "inpaint"}}[mode]
     extra = [
         AxisType(s.about.label, s.kind, field=s.name, labelled=s.kind != "choice")
         for s in fields()
         if s.name not in taken and s.kind in ("whole", "number", "choice") and s.about.tasks & tasks
     ]
-    return [*own, *extra, *(AxisType(f"LoRA: {name}", "lora", lora=name) for name in loras)]
+    return [*own, *units, *extra, *(AxisType(f"LoRA: {name}", "lora", lora=name) for name in loras)]
 
 
 def find_axis(types: Sequence[AxisType], key: int | str) -> AxisType:
@@ -247,11 +252,11 @@ def _read(axis: AxisType, item: str) -> list[Any]:
             return [(int(size[1]), int(size[2]))]
         if axis.kind == "whole":
             found = _int_items(item)
-        elif axis.kind in ("number", "lora"):
+        elif axis.kind in ("number", "lora", "unit"):
             found = _float_items(item)
         else:
             return [item]
-        if axis.field is not None:
+        if axis.field is not None and axis.kind != "unit":
             found = [spec(axis.field).parse(v) for v in found]  # a seed of -1 is None: random
         return found
     except (ValueError, RequestError) as exc:

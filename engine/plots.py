@@ -15,6 +15,7 @@ they finished, the cells not started are dropped, and the grid is drawn with wha
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import logging
 import secrets
 import threading
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines import GenerationRequest, GenerationResult, Grid, draw_grid, from_any, join_grids
-from pipelines.schema.request import RANDOM_SEED_SPACE
+from pipelines.schema.request import RANDOM_SEED_SPACE, spec
 
 from .axes import AxisType, axis_types, find_axis, parse_values
 from .jobs import Caller, CancelledBeforeStart, Engine, Job, QueueFull, TooManyJobs
@@ -258,11 +259,30 @@ def _cell(request: GenerationRequest, at: tuple[int, int, int], settings: Sequen
         elif kind == "names":  # A1111 adds the value's styles to the request's own
             added = tuple(name.strip() for name in value.split(",") if name.strip())
             changes[axis.type.field] = (*changes.get(axis.type.field, request.styles), *added)
+        elif kind == "unit":
+            changes[axis.type.field] = _first_unit(axis.type, changes.get(axis.type.field, getattr(request, axis.type.field)), value)
+        elif spec(axis.type.field).path[0] == "hires":
+            changes["hires"] = _hires(axis.type, changes.get("hires", request.hires), value)
         else:
             changes[axis.type.field] = value
     if schedule is not None or "sampler" in changes:
         changes["sampler"] = _sampler(changes.get("sampler", request.sampler), schedule)
     return Cell(at, request.replace(**changes), model)
+
+
+def _first_unit(axis: AxisType, units: tuple[Any, ...], value: float) -> tuple[Any, ...]:
+    """The request's ControlNet units (or image prompts) with the first one's `axis.unit` set to `value`."""
+    if not units:
+        what = "ControlNet unit" if axis.field == "controlnet" else "image prompt"
+        raise ValueError(f"{axis.name}: enable a {what} for this axis to change the cells")
+    return ({**dict(units[0]), axis.unit: value}, *units[1:])  # checked as the request is made (RequestError)
+
+
+def _hires(axis: AxisType, hires: Any, value: Any) -> Any:
+    """The request's hires fix with one of its fields (`axis.field`, "hires_steps") set to `value`."""
+    if hires is None:
+        raise ValueError(f"{axis.name}: turn the hires fix on for this axis to change the cells")
+    return {**dict(hires), axis.field: value}  # checked as the request is made (RequestError)
 
 
 def _sampler(sampler: str | None, schedule: str | None) -> str | None:
@@ -432,6 +452,25 @@ class _Run:
             self.warnings.append(f"ended early: {exc}")
 
 
+def _idle_axes(layout: Layout, digests: Mapping[tuple[int, int, int], bytes]) -> list[str]:
+    """A warning per axis whose values made the same pixels (`digests`: each finished cell's first image's)
+    in every row, column or sub-grid it spans: the model ignored it (an instruction editor's Denoising,
+    Clip skip on a model without CLIP), so the plot shows equal cells under different labels."""
+    names = dict(layout.fields)
+    sizes = (len(layout.xs), len(layout.ys), len(layout.zs))
+    out = []
+    for k, letter in enumerate("XYZ"):
+        if sizes[k] < 2 or f"{letter} Type" not in names:
+            continue
+        lines: dict[tuple[int, ...], list[bytes]] = {}
+        for at, digest in digests.items():
+            lines.setdefault(at[:k] + at[k + 1 :], []).append(digest)
+        if lines and all(len(line) == sizes[k] and len(set(line)) == 1 for line in lines.values()):
+            out.append(f"{letter} axis ({names[f'{letter} Type']}): every value made the same image; "
+                       "this model or request does not use it")  # fmt: skip
+    return out
+
+
 def _finish(cells: Sequence[Cell], layout: Layout, run: _Run) -> ScriptResult:
     """The grid of what came back (a grey tile for a cell that did not), and the grid's metadata."""
     firsts = {at: r.images[0] for at, r in run.results.items() if r.images}
@@ -447,7 +486,8 @@ def _finish(cells: Sequence[Cell], layout: Layout, run: _Run) -> ScriptResult:
         grid = sub_grids[0] if len(sub_grids) == 1 else join_grids(sub_grids, layout.zs, legend=layout.legend, margin=layout.margin)
     first = next((run.results[c.at].metadata[0] for c in cells if c.at in run.results and run.results[c.at].metadata), {})
     meta = {**first, "script": layout.fields} if first else {}
-    warnings = sorted({w for r in run.results.values() for w in r.warnings}) + run.warnings
+    whole = {at: hashlib.sha1(r.images[0].tobytes()).digest() for at, r in run.results.items() if r.images and not r.cancelled}
+    warnings = sorted({w for r in run.results.values() for w in r.warnings}) + run.warnings + _idle_axes(layout, whole)
     if run.stopped and len(run.results) < len(cells):
         warnings.append(f"stopped: {len(run.results)} of {len(cells)} cell(s) finished")
     return ScriptResult(grid, sub_grids, list(cells), run.results, meta, warnings, run.stopped, run.models_loaded)

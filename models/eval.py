@@ -59,6 +59,7 @@ def evaluate(
     loras: dict[str, float] | None = None,
     batch: int = 8,
     sampler: str | None = None,
+    size: tuple[int, int] | None = None,
 ) -> dict:
     """Generate `n` random (prompt, seed) pairs through our ImagePipeline and score them."""
     vocab = pipeline.vocabulary
@@ -66,7 +67,7 @@ def evaluate(
     guidance = guidance if guidance is not None else vocab.get("default_guidance_scale", 4.0)
     wanted = random_prompts(n, seed)
     start = time.perf_counter()
-    rows, images = _generate_rows(pipeline, wanted, seed, steps, guidance, loras or {}, batch, sampler)
+    rows, images = _generate_rows(pipeline, wanted, seed, steps, guidance, loras or {}, batch, sampler, size)
     seconds = time.perf_counter() - start
     return {
         "n": n,
@@ -74,6 +75,7 @@ def evaluate(
         "guidance_scale": guidance,
         "loras": loras or {},
         "sampler": sampler or pipeline.model_info().scheduler,
+        "size": list(size or (pipeline.model_info().default_width, pipeline.model_info().default_height)),
         **_rates(rows),
         "seconds_per_image": seconds / n,
         "rows": rows,
@@ -90,6 +92,7 @@ def _generate_rows(
     loras: dict,
     batch: int,
     sampler: str | None = None,
+    size: tuple[int, int] | None = None,
 ) -> tuple[list[dict], list[Image.Image]]:
     """The wanted scenes generated `batch` prompts per request (one seed drawn per request), each
     image classified: a row per image (prompt, seed, what the classifier saw, what was wanted)."""
@@ -108,6 +111,8 @@ def _generate_rows(
                 seed=seeds.randrange(2**31 - 64),
                 loras=loras,
                 sampler=sampler,
+                width=size[0] if size else None,
+                height=size[1] if size else None,
             )
         )
         for (color, shape, background), image, s in zip(chunk, result.images, result.seeds, strict=True):
@@ -177,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--guidance", type=float, default=None)
+    parser.add_argument("--width", type=int, default=None, help="image width (default: the model's)")
+    parser.add_argument("--height", type=int, default=None, help="image height (default: the model's)")
     parser.add_argument("--sampler", default=None, help="a sampler by its A1111 name (default: the model's own)")
     parser.add_argument("--lora", default=None, help="LoRA name in models/loras (scale --lora-scale)")
     parser.add_argument("--lora-scale", type=float, default=1.0)
@@ -265,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     pipeline = ImagePipeline.from_pretrained(args.model, DeviceManager(), lora_dir=LORA_DIR)
     loras = {args.lora: args.lora_scale} if args.lora else None
     print(f"classifier on training images: {classifier_self_check():.3f}")
-    report = evaluate(pipeline, args.n, args.seed, args.steps, args.guidance, loras, sampler=args.sampler)
+    size = (args.width, args.height) if args.width or args.height else None
+    report = evaluate(pipeline, args.n, args.seed, args.steps, args.guidance, loras, sampler=args.sampler, size=size)
     images = report.pop("_images")
     print(
         f"model {args.model}, {args.n} random prompts/seeds, {report['steps']} steps, CFG {report['guidance_scale']}"

@@ -101,7 +101,8 @@ def test_scripts_are_listed_with_a1111s_axis_indices(http):
     ("name", "args", "loc", "message"),
     [
         ("no such script", [], "script_name", "Script 'no such script' not found"),
-        ("x/y/z plot", [5, "10"], "script_args", "X axis: Hires steps cannot vary here"),
+        ("x/y/z plot", [2, "10"], "script_args", "X axis: Var. seed cannot vary here"),
+        ("x/y/z plot", [5, "10"], "script_args", "Hires steps: turn the hires fix on"),
         ("x/y/z plot", [4, "2, 500"], "script_args", "Steps: '500': 500 is out of range 1..150"),
     ],
 )

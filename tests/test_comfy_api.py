@@ -460,6 +460,20 @@ def test_the_custom_sampling_family_is_a_ksampler_put_together(example, ckpt):
     )
 
 
+def test_clip_set_last_layer_is_our_clip_skip(example, ckpt, engine):
+    """CLIPSetLastLayer -2 between the checkpoint and the prompts: A1111's Clip skip 2, the same image."""
+    graph = text_graph(ckpt, seed=57)
+    graph["10"] = {"class_type": "CLIPSetLastLayer", "inputs": {"clip": ["4", 1], "stop_at_clip_layer": -2}}
+    for encoder in ("6", "7"):
+        graph[encoder]["inputs"]["clip"] = ["10", 0]
+    _, images = example.get_images(graph)
+    expected = engine.run(same_request(seed=57, clip_skip=2)).images[0]
+    plain = engine.run(same_request(seed=57)).images[0]
+    with Image.open(io.BytesIO(images["9"][0])) as got:
+        assert np.abs(pixels(got) - pixels(expected)).max() == 0
+        assert np.abs(pixels(got) - pixels(plain)).max() > 0  # an earlier layer: another image
+
+
 def test_a_controlnet_graph_is_our_controlnet_unit(example, ckpt, engine):
     from pipelines.schema.control import ControlUnit
 

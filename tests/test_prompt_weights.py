@@ -176,6 +176,9 @@ def test_clip_skip_reaches_the_image_and_its_infotext(embedded):
     assert "Clip skip" not in a1111_parameters(one.metadata[0])  # A1111 writes it only above 1
     text = a1111_parameters(two.metadata[0])
     assert "Clip skip: 2" in text and parse_a1111(text)["clip_skip"] == 2
+    deep = run(12)  # the embedded CLIP has 2 layers: its embeddings are the furthest (Clip skip 3), said
+    assert np.array_equal(np.asarray(deep.images[0]), np.asarray(run(3).images[0]))
+    assert any("text encoder has 2 layers; Clip skip 3" in w for w in deep.warnings), deep.warnings
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from pipelines.prompts.schedule import parse as parse_schedule
 from pipelines.prompts.schedule import scheduled, text_at
 from pipelines.prompts.syntax import parse
 from pipelines.prompts.tokens import fit_prompt, truncation_warnings
-from pipelines.prompts.weights import POOLED, Encoder, call_embeds, clip_layer, kind_of
+from pipelines.prompts.weights import POOLED, Encoder, call_embeds, clip_layer, deepest, kind_of
 from pipelines.sampling.guidance import LAYOUTS
 
 
@@ -70,6 +70,11 @@ class PromptPlan:
         out = []
         if self.clip_skip > 1 and not self.kind:
             out.append(f"{name} has no CLIP text encoder whose layer can be chosen here: Clip skip {self.clip_skip} was ignored")
+        encoders = [encoder for _, encoder, _ in self.encoder.pairs()] if self.encoder else []
+        most = min((deepest(encoder) for encoder in encoders), default=self.clip_skip)
+        if self.clip_skip > most:
+            out.append(f"Clip skip {self.clip_skip}: {name}'s text encoder has {most - 1} layers; Clip skip {most} "
+                       "(its embeddings) was used")  # fmt: skip
         for prompt in dict.fromkeys([*prompts, *([negative] if negative else [])]):
             if scheduled(prompt) and not self.switches:
                 out.append(

@@ -216,7 +216,7 @@ class Encoder:
         mask = None
         if getattr(encoder.config, "use_attention_mask", False):  # as diffusers' encode_prompt does
             mask = (torch.arange(len(chunk.ids), device=device) < chunk.used).long()[None]
-        layer = clip_layer(self.clip_skip, penultimate)
+        layer = min(clip_layer(self.clip_skip, penultimate), deepest(encoder))
         out = encoder(ids, attention_mask=mask, output_hidden_states=layer != 1)
         pooled = out[0] if penultimate and self.kind in POOLED else None
         if layer == 1:
@@ -225,6 +225,11 @@ class Encoder:
         if not penultimate:  # SD 1.x/2.x: A1111 (and diffusers' clip_skip) normalise an earlier layer as the last
             z = encoder.final_layer_norm(z)
         return z.to(encoder.dtype), pooled
+
+
+def deepest(encoder: Any) -> int:
+    """The furthest layer from the last a CLIP has (its embeddings' output): its layers + 1."""
+    return int(encoder.config.num_hidden_layers) + 1
 
 
 def clip_layer(clip_skip: int, penultimate: bool) -> int:

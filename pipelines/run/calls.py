@@ -49,8 +49,10 @@ def call_kwargs(
     chunk: list[dict],
     size: tuple[int, int],
     generators: list[Any],
+    discrete: bool = True,
 ) -> dict[str, Any]:
-    """Arguments for `pipe(**kwargs)` rendering `chunk` (work items) at `size`."""
+    """Arguments for `pipe(**kwargs)` rendering `chunk` (work items) at `size`; `discrete`: the pipeline's
+    scheduler has a discrete (DDPM-style) schedule, whose image-to-image keeps `int(steps x strength)` steps."""
     width, height = size
     n = len(chunk)
     kwargs: dict[str, Any] = {
@@ -75,7 +77,7 @@ def call_kwargs(
         else:
             kwargs["image"] = [image.convert("RGB").resize((width, height)) for image in starts]
         kwargs["strength"] = request.strength
-        if request.strength is not None:  # a video's first frame has none
+        if discrete and request.strength is not None and "strength" in params:  # not an editor, not a video's frame
             kwargs["num_inference_steps"] = image_to_image_steps(request.steps, request.strength)
         kwargs["image_guidance_scale"] = request.image_guidance_scale
         kwargs["max_area"] = width * height  # Kontext renders at max_area (1024^2) unless told
@@ -92,8 +94,9 @@ def call_kwargs(
 def image_to_image_steps(steps: int, strength: float) -> int:
     """The schedule an image-to-image call is given: `steps`, or where steps x strength < 1 the fewest steps
     whose `strength` share is one step. diffusers' SD and SDXL pipelines keep `int(steps * strength)`
-    of the schedule, so 3 steps at 0.2 kept none and crashed ("stack expects a non-empty TensorList",
-    SDXL: "zip() argument 2 is shorter"); A1111 runs at least one step, at the strength's noise level."""
+    of a discrete schedule, so 3 steps at 0.2 kept none and crashed ("stack expects a non-empty
+    TensorList", SDXL: "zip() argument 2 is shorter"); A1111 runs at least one step, at the strength's
+    noise level. Flow-matching pipelines (Flux, SD3) keep a float share and always run one."""
     needed = steps
     while int(needed * strength) < 1:
         needed += 1

@@ -28,6 +28,7 @@ from pipelines.run.callbacks import (
 from pipelines.run.calls import call_kwargs
 from pipelines.run.planning import Finished, Plan
 from pipelines.run.traits import step_callback_style
+from pipelines.sampling import samplers
 from pipelines.sampling.guidance import DEFAULT_GUIDANCE_END, GuidanceCutoff
 from pipelines.schema.errors import OutOfMemoryError
 from pipelines.schema.request import GenerationRequest
@@ -109,12 +110,13 @@ def chunk_kwargs(p: Any, plan: Plan, chunk: list[dict[str, Any]]) -> tuple[dict[
     if plan.regional is not None:  # the other regions' embeddings of these items (pipelines.run.regions)
         plan.regional.chunk = regions.chunk_embeds(plan, chunk)
     fitted = [{**item, "prompt": plan.prompts[item["prompt"]]} for item in chunk]
+    discrete = samplers.discrete(plan.pipe.scheduler)
     if not plan.prepared:
-        kwargs = call_kwargs(p.traits, plan.accepted, plan.request, fitted, plan.size, generators)
+        kwargs = call_kwargs(p.traits, plan.accepted, plan.request, fitted, plan.size, generators, discrete)
         return plan.texts.apply({**kwargs, **plan.control})
     prepared = [plan.prepared[id(item["image"])] for item in chunk]
     fitted = [{**item, "image": prep.image} for item, prep in zip(fitted, prepared, strict=True)]
-    kwargs = call_kwargs(p.traits, plan.accepted, plan.request, fitted, plan.size, generators)
+    kwargs = call_kwargs(p.traits, plan.accepted, plan.request, fitted, plan.size, generators, discrete)
     kwargs["mask_image"] = [prep.mask for prep in prepared]
     return plan.texts.apply({**kwargs, **plan.control})
 

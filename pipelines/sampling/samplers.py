@@ -136,10 +136,16 @@ def repaired(scheduler: Any) -> dict[str, str]:
 FEW_STEP = ("LCMScheduler", "TCDScheduler")
 
 
+def discrete(scheduler: Any) -> bool:
+    """Whether `scheduler` runs a discrete (DDPM-style) noise schedule, not flow matching."""
+    config = dict(scheduler.config)
+    return "beta_schedule" in config and not config.get("use_flow_sigmas")
+
+
 def _key(scheduler: Any) -> tuple[tuple[str, ...], str]:
     classes = (type(scheduler).__name__, *sorted(c.__name__ for c in getattr(scheduler, "compatibles", [])))
     config = dict(scheduler.config)
-    if "beta_schedule" in config and not config.get("use_flow_sigmas"):  # a discrete (DDPM-style) schedule
+    if discrete(scheduler):
         classes += tuple(c for c in FEW_STEP if c not in classes)
     return classes, json.dumps(config, sort_keys=True, default=str)
 

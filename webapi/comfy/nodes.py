@@ -73,10 +73,10 @@ def _lora_name(choice: str) -> str:
     return choice
 
 
-@node("CLIPSetLastLayer", "conditioning", {"clip": link("CLIP"), "stop_at_clip_layer": In("INT", -1, -1, -1, 1)}, ("CLIP",))
+@node("CLIPSetLastLayer", "conditioning", {"clip": link("CLIP"), "stop_at_clip_layer": In("INT", -1, -12, -1, 1)}, ("CLIP",))
 def clip_set_last_layer(ctx: Any, clip: Clip, stop_at_clip_layer: int) -> tuple:
-    """The text encoder's last layer (-1 only: clip skip is not offered here)."""
-    return (clip,)
+    """The text encoder's last layer: -1 the last, -2 the one before (A1111's Clip skip 2), down to -12."""
+    return (Clip(clip.name, clip.loras, stop_at_clip_layer),)
 
 
 @node("CLIPTextEncode", "conditioning", {"text": TEXT, "clip": link("CLIP")}, ("CONDITIONING",))

@@ -98,6 +98,7 @@ def _common(ctx: Context, given: SamplerInputs) -> dict[str, Any]:
         "guidance_scale": given.cfg,
         "sampler": resolved.sampler,
         "loras": dict(given.model.loras),
+        "clip_skip": -given.positive.clip.last_layer if given.positive.clip.last_layer < -1 else None,
     }
 
 

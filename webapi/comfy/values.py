@@ -40,7 +40,7 @@ class Model:
 class Clip:
     name: str
     loras: tuple[tuple[str, float], ...] = ()
-    last_layer: int = -1  # CLIPSetLastLayer; only -1 (the last) runs here
+    last_layer: int = -1  # CLIPSetLastLayer: -2 is A1111's Clip skip 2 (the request's clip_skip)
 
 
 @dataclass(frozen=True)
