@@ -127,6 +127,68 @@ def test_stop_cancels_and_returns_what_finished(server, monkeypatch):
     assert len(images) == 8 and any("cancelled" in w for w in info["warnings"])
 
 
+class SlowSteps:
+    """A backend's `generate` whose every step takes 0.2 s more: a job long enough to cancel midway."""
+
+    def __init__(self, generate):
+        self._generate, self.steps, self.results = generate, [], []
+
+    def __call__(self, request, progress=None, should_cancel=None, preview=None):
+        def on_step(step: int, total: int, image: int) -> None:
+            self.steps.append(step)
+            if progress is not None:
+                progress(step, total, image)
+            time.sleep(0.2)
+
+        self.results.append(self._generate(request, on_step, should_cancel, preview))
+        return self.results[-1]
+
+
+@pytest.mark.parametrize("endpoint", ["/generate", "/inpaint"])
+def test_cancelling_a_gradio_client_call_stops_its_job(server, monkeypatch, tmp_path, endpoint):
+    """gradio_client's `job.cancel()` stops the engine's job after its step, not only the client's wait
+    (a plain function ran on to its last step: 40 x 0.2 s for nothing)."""
+    from gradio_client import handle_file
+
+    demo, backend = server
+    slow = SlowSteps(backend.generate)
+    monkeypatch.setattr(backend, "generate", slow)
+    client = Client(demo.local_url, verbose=False)
+    if endpoint == "/generate":
+        files, args = [], generate_args(steps=40, seed=3)
+    else:
+        Image.new("RGB", (64, 64), "blue").save(tmp_path / "scene.png")
+        mask = Image.new("L", (64, 64), 0)
+        mask.paste(255, (16, 16, 48, 48))
+        mask.save(tmp_path / "mask.png")
+        files = [handle_file(str(tmp_path / name)) for name in ("scene.png", "mask.png")]
+        args = dict(prompt=PROMPT, steps=40, seed=3, strength=1.0)
+    job = client.submit(*files, **args, api_name=endpoint)
+    assert until(lambda: len(slow.steps) >= 2, 120), slow.steps
+    job.cancel()
+    assert until(lambda: slow.results, 60), slow.steps
+    assert slow.results[0].cancelled and len(slow.steps) < 20, slow.steps
+
+
+def test_upscale_endpoint_enlarges_by_a_factor_or_to_a_size(client, tmp_path):
+    """/upscale: the Upscale tab's work for API clients, by a factor or to width x height."""
+    from gradio_client import handle_file
+
+    Image.new("RGB", (40, 30), "purple").save(tmp_path / "small.png")
+    files = [handle_file(str(tmp_path / "small.png"))]
+    api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/upscale"]
+    assert [p["parameter_name"] for p in api["parameters"]] == [
+        "files", "upscaler", "scale_by", "width", "height", "upscaler_2", "upscaler_2_visibility"]  # fmt: skip
+    gallery, info = client.predict(files, upscaler="Lanczos", scale_by=2.0, api_name="/upscale")
+    assert info["sizes"] == [{"from": [40, 30], "to": [80, 60]}]
+    with Image.open(gallery[0]["image"]) as image:
+        assert image.size == (80, 60) and image.getpixel((40, 30))[:3] == (128, 0, 128)
+    _, info = client.predict(files, upscaler="Lanczos", width=64, height=48, api_name="/upscale")
+    assert info["sizes"][0]["to"] == [64, 48]
+    with pytest.raises(Exception, match="upscaler"):
+        client.predict(files, upscaler="no-such-upscaler", api_name="/upscale")
+
+
 def test_status_answers_while_a_generation_runs(server, monkeypatch):
     """The job is held at step 2 until the test has its answers: a status call that queued behind the
     generation would answer only after the hold's limit, with the job no longer held, and fail."""

@@ -12,6 +12,7 @@ from engine.plots import Axis, PlotOptions, plot_cells, run_script
 from pipelines import GenerationRequest, ImagePipeline, read_metadata
 from pipelines.pnginfo.read import read_png_info
 from pipelines.pnginfo.write import save_png
+from pipelines.schema.fields import RequestError
 from serving.pool import DevicePool
 from tests.sync import AtOnce, HoldAtStep, in_thread
 
@@ -75,12 +76,13 @@ def test_values_are_read_as_a1111_writes_them(name, text, want):
         ("Steps", "0-3", "Steps: '0-3': 0 is out of range 1..150"),
         ("CFG Scale", "abc", "CFG Scale: 'abc'"),
         ("Size", "32", "expected WIDTHxHEIGHT"),
-        ("Hires steps", "10", "Hires steps cannot vary here: hires fix settings are not plot axes here yet"),
+        ("Hires steps", "-1", "Hires steps: '-1': -1 is out of range"),
         ("Steps", "", "Steps: no values"),
         ("Steps", "5-1", "Steps: no values in '5-1' (a range down needs a negative step"),
         ("Seed", "1-1000000000", "Seed: '1-1000000000': 1000000000 values, more than 100"),
         ("CFG Scale", "1-2 [100000000000]", "100000000000 values, more than 100"),
-        ("Denoising", "0.3", "Denoising cannot vary here: text-to-image has no denoising strength"),
+        ("Denoising", "1.5", "Denoising: '1.5': 1.5 is out of range"),  # txt2img: the hires fix's
+        ("Var. seed", "1", "Var. seed cannot vary here: variation seeds are not offered here"),
     ],
 )
 def test_bad_values_are_refused_naming_the_axis(name, text, message):
@@ -150,6 +152,45 @@ def test_a_lora_axis_sets_that_loras_scale():
     assert layout.xs == ["LoRA: paint: 0.0", "LoRA: paint: 0.5"]
 
 
+def test_hires_axes_vary_the_hires_fix_and_need_it_on():
+    from pipelines.schema.hires import Hires
+
+    on = base(hires=Hires(hires_fix=True, hires_scale=2.0, hires_steps=3))
+    cells, layout = plot_cells(on, [axis("Hires steps", "2, 4"), axis("Denoising", "0.3, 0.5")], PlotOptions())
+    assert [(c.request.hires.hires_steps, c.request.hires.hires_strength) for c in cells] == [
+        (2, 0.3), (4, 0.3), (2, 0.5), (4, 0.5)]  # fmt: skip
+    assert layout.xs == ["Hires steps: 2", "Hires steps: 4"] and layout.ys == ["Denoising: 0.3", "Denoising: 0.5"]
+    cells, _ = plot_cells(on, [axis("Hires upscaler", "Latent, Lanczos"), axis("Hires sampler", "Euler, DDIM")], PlotOptions())
+    assert [(c.request.hires.hires_upscaler, c.request.hires.hires_sampler) for c in cells][:2] == [
+        ("Latent", "Euler"), ("Lanczos", "Euler")]  # fmt: skip
+    with pytest.raises(ValueError, match="Hires steps: turn the hires fix on"):
+        plot_cells(base(), [axis("Hires steps", "2, 4")], PlotOptions())
+
+
+def test_unit_axes_set_the_first_controlnet_weight_and_image_prompt_scale():
+    from PIL import Image
+
+    from pipelines.schema.control import ControlUnit
+    from pipelines.schema.image_prompt import ImagePrompt
+
+    picture = Image.new("RGB", (8, 8))
+    units = (ControlUnit(image=picture, model="a"), ControlUnit(image=picture, model="b", weight=0.7))
+    request = base(controlnet=units, ip_adapter=(ImagePrompt(image=picture, model="c"),))
+    cells, layout = plot_cells(request, [axis("[ControlNet] Weight", "0.5, 1.5"), axis("[IP-Adapter] Scale", "0, 1")], PlotOptions())
+    assert [(c.request.controlnet[0].weight, c.request.controlnet[1].weight, c.request.ip_adapter[0].scale) for c in cells] == [
+        (0.5, 0.7, 0.0), (1.5, 0.7, 0.0), (0.5, 0.7, 1.0), (1.5, 0.7, 1.0)]  # fmt: skip
+    assert layout.xs == ["[ControlNet] Weight: 0.5", "[ControlNet] Weight: 1.5"]
+    with pytest.raises(ValueError, match="enable a ControlNet unit"):
+        plot_cells(base(), [axis("[ControlNet] Weight", "0.5")], PlotOptions())
+    with pytest.raises(RequestError, match="weight"):
+        plot_cells(request, [axis("[ControlNet] Weight", "3")], PlotOptions())
+
+
+def test_a_clip_skip_axis_sets_clip_skip():
+    cells, layout = plot_cells(base(), [axis("Clip skip", "1-2")], PlotOptions())
+    assert [c.request.clip_skip for c in cells] == [1, 2] and layout.xs == ["Clip skip: 1", "Clip skip: 2"]
+
+
 # ---------------------------------------------------------------- running on the engine
 def test_each_cell_is_the_image_of_the_same_single_request(pipe, tmp_path):
     engine = Engine(pipe)
@@ -173,6 +214,16 @@ def test_each_cell_is_the_image_of_the_same_single_request(pipe, tmp_path):
     extra = read_png_info(path)["parameters"]["extra"]  # what the PNG info tab reads
     assert read_metadata(path)["parameters"]["steps"] == 1  # the first cell's own fields
     assert (extra["Script"], extra["X Type"], extra["X Values"], extra["Y Values"]) == ("X/Y/Z plot", "Steps", "1, 2", "1, 5")
+
+
+def test_an_axis_whose_values_make_the_same_images_is_warned_about(pipe):
+    """Equal cells under different labels mislead: the plot says which axis changed nothing."""
+    engine = Engine(pipe)
+    same = run_script(engine, *plot_cells(base(steps=1), [axis("Seed", "5, 5"), axis("Steps", "1, 2")], PlotOptions()))
+    assert [w for w in same.warnings if "axis" in w] == [
+        "X axis (Seed): every value made the same image; this model or request does not use it"]  # fmt: skip
+    varied = run_script(engine, *plot_cells(base(steps=1), [axis("Seed", "5, 6")], PlotOptions()))
+    assert not [w for w in varied.warnings if "axis" in w]
 
 
 def test_a_plot_runs_all_its_cells_when_the_caller_may_have_one_job(pipe):
@@ -261,3 +312,21 @@ def test_a_checkpoint_axis_loads_each_model_once_and_the_first_one_back(tmp_path
         assert len(loads) == 3  # refused before any switch
     finally:
         pool.close()
+
+
+def test_the_axis_pickers_follow_the_model_loaded():
+    """After a switch the X/Y/Z type pickers list the new model's LoRA axes, not the previous model's."""
+    import gradio as gr
+
+    from pipelines import ModelInfo
+    from ui import plot_panel
+
+    info = ModelInfo(model_name="m", default_width=64, default_height=64, size_multiple=8, max_side=256, max_pixels=16384,
+                     max_batch=16, default_steps=20, default_guidance=4.0, scheduler="DPM++ 2M", loras=("paint",))  # fmt: skip
+    with gr.Blocks():
+        c = {f"xyz_{a}_type": gr.Dropdown(plot_panel.axis_names(info, "generate")) for a in "xyz"}
+    other = ModelInfo(**{**info.__dict__, "loras": ("ink",)})
+    for tab in ("generate", "edit"):
+        choices = [u["choices"] for u in plot_panel.updates(other, c, tab).values()]
+        assert all("LoRA: ink" in names and "LoRA: paint" not in names for names in choices), tab
+        assert "Clip skip" in choices[0] and "[ControlNet] Weight" in choices[0]

@@ -384,6 +384,21 @@ def test_every_tools_sampler_name_maps_to_ours(sampler, schedule, expected):
     assert values["sampler"] == expected
 
 
+def test_style_names_go_back_to_the_form_once():
+    """A PNG's styles (Fooocus, SD.Next's infotext) are chosen where the server's styles file has them,
+    except one whose text the prompt already holds (the tool wrote the styled prompt)."""
+    styles = {"ink": {"prompt": "{prompt}, ink drawing", "negative_prompt": ""},
+              "night": {"prompt": "at night", "negative_prompt": ""},
+              "clean": {"prompt": "", "negative_prompt": "blurry"}}  # fmt: skip
+    info = ModelInfo(*_SHAPE, samplers=("DPM++ 2M",), styles=styles)
+    params = {"prompt": "a red circle, ink drawing", "negative_prompt": "blurry", "styles": ["ink", "night", "clean", "Fooocus V2"]}
+    values, notes = form_values(params, info)
+    assert values["styles"] == ["night"]  # "clean" (a negative-only style) is in the negative already
+    assert "not in this server's styles file: Fooocus V2" in " ".join(notes)
+    assert "already in the prompt, not chosen again: ink" in " ".join(notes)
+    assert form_values({"prompt": "a red circle"}, info)[0]["styles"] == []
+
+
 def test_a_sampler_this_model_lacks_keeps_the_models_and_says_why():
     values, notes = form_values({"sampler": "DPM++ 2M", "schedule": "Karras"}, NO_KARRAS)
     assert values["sampler"] == "DPM++ 2M" and "sampler DPM++ 2M Karras is not available here" in notes[0]

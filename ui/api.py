@@ -69,8 +69,12 @@ def generate_endpoint(studio: Studio):
         """Generate images. seed < 0 means random (any seed 0..2^64-1 reproduces); loras maps LoRA names to
         scales; a parameter left out (or null) is the model's default; step_cache (none | FirstBlockCache |
         TaylorSeer | MagCache) works on models that have one."""
-        gallery, result, _ = studio.generate(values, request, progress)
-        return gallery, result.info()
+        for kind, value in studio.generate_live(values, request, progress):
+            if kind == "done":
+                gallery, result, _ = value
+                yield gallery, result.info()
+            else:  # nothing new at a step; a cancelling client closes this generator here (ui.studio.follow)
+                yield gr.skip(), gr.skip()
 
     return api_generate
 
@@ -134,7 +138,9 @@ def edit_endpoint(studio: Studio):
         for kind, value in studio.edit(flat, files, request, progress):
             if kind == "done":  # what the Edit tab shows, as /edit was published: pairs, the info line, the PNGs
                 pairs, result, paths = value
-                return pairs, info_line(result), paths
+                yield pairs, info_line(result), paths
+                return
+            yield gr.skip(), gr.skip(), gr.skip()  # a step: where a cancelling client closes this generator
         raise AssertionError("unreachable: an edit's events end with done")
 
     return api_edit
@@ -151,7 +157,9 @@ def video_endpoint(studio: Studio):
         for kind, value in studio.video(flat, image, format or "mp4", request, progress):
             if kind == "done":
                 clips, result, posters = value
-                return clips[0] if clips and clips[0].endswith(".mp4") else None, [*clips, *posters], result.info()
+                yield clips[0] if clips and clips[0].endswith(".mp4") else None, [*clips, *posters], result.info()
+                return
+            yield gr.skip(), gr.skip(), gr.skip()  # a step: where a cancelling client closes this generator
         raise AssertionError("unreachable: a video's events end with done")
 
     return api_video

@@ -2,7 +2,8 @@
 weight, start/end, control and resize modes (the fields of `pipelines.control.controlnet.ControlUnit`).
 
 Built by the form for the request's `controlnet` field (a list of units), so every tab of a task that
-takes units has it. A unit with no image, or not enabled, is left out of the request. "Preview map"
+takes units has it. A unit with no image, or not enabled, is left out of the request. Units start off, as
+A1111's do; a picture dropped into a unit (or sent to it) turns it on. "Preview map"
 runs the preprocessor through the engine (`Engine.detect`: the model-based ones by its annotators)
 and shows what the ControlNet will see.
 """
@@ -38,9 +39,14 @@ class ControlPanel:
     """The units' controls; `components` are an event's inputs, `read` makes the field's value of them."""
 
     units: list[UnitControls]
-    accordion: Any
+    accordion: Any  # what shows the units: their accordion, or the Tabs of the section tab holding them
     tabs: Any
     modules: list[str]  # the preprocessors offered (built-in, and the annotators installed)
+    section: str | None = None  # the id of that section tab, where `accordion` is a Tabs (`in_section`)
+
+    def in_section(self, tabs: Any, section: str) -> None:
+        """The units sit in the section tab `section` of `tabs`: Send to ControlNet selects it."""
+        self.accordion, self.section = tabs, section
 
     @property
     def components(self) -> list[Any]:
@@ -65,7 +71,7 @@ class ControlPanel:
         return {
             unit.image: gr.update(value=picture),
             unit.enabled: gr.update(value=True),
-            self.accordion: gr.Accordion(open=True),
+            self.accordion: gr.Tabs(selected=self.section) if self.section else gr.Accordion(open=True),
             self.tabs: gr.Tabs(selected=index),
         }
 
@@ -122,14 +128,16 @@ def previewer(maker: Callable[..., Any]) -> Callable[..., Any]:
     return preview
 
 
-def build(prefix: str, models: list[str], label: str, modules: list[str], maker: Callable[..., Any] | None = None) -> ControlPanel:
-    """The accordion, in the tab's layout where the form places the field. `modules`: the preprocessors
-    offered (the built-in ones and the annotators installed); `maker`: what makes previews (built-in maps
-    only when None)."""
+def build(prefix: str, models: list[str], label: str, modules: list[str], maker: Callable[..., Any] | None = None,
+          section: bool = False) -> ControlPanel:  # fmt: skip
+    """The accordion (`section`: a column, for a section tab), in the tab's layout where the form places the
+    field. `modules`: the preprocessors offered (the built-in ones and the annotators installed); `maker`: what
+    makes previews (built-in maps only when None)."""
     fields = ControlUnit.model_fields
     units = []
     preview = previewer(maker or detect)
-    with gr.Accordion(label, open=False, elem_id=f"{prefix}controlnet") as accordion, gr.Tabs() as tabs:
+    box = gr.Column(elem_id=f"{prefix}controlnet") if section else gr.Accordion(label, open=False, elem_id=f"{prefix}controlnet")
+    with box as accordion, gr.Tabs() as tabs:
         for i in range(UNITS_SHOWN):
             with gr.Tab(f"Unit {i}", id=i):
                 units.append(_unit(f"{prefix}controlnet-{i}-", models, modules, fields, preview))
@@ -141,7 +149,7 @@ def _unit(eid: str, models: list[str], modules: list[str], fields: dict[str, Any
         return fields[name].default
 
     with gr.Row():
-        enabled = gr.Checkbox(label="Enable", value=True, elem_id=eid + "enabled")
+        enabled = gr.Checkbox(label="Enable", value=False, elem_id=eid + "enabled")  # off, as A1111's; a drop turns it on
     with gr.Row():
         image = gr.Image(label="Control image", type="pil", image_mode="RGB", sources=["upload", "clipboard"],
                          elem_id=eid + "image", height=200)  # fmt: skip
@@ -168,4 +176,5 @@ def _unit(eid: str, models: list[str], modules: list[str], fields: dict[str, Any
     inputs = [image, s["module"], s["threshold_a"], s["threshold_b"], s["processor_res"]]
     button.click(preview, inputs, shown, api_visibility="private", queue=False)
     image.change(preview, inputs, shown, api_visibility="private", queue=False)
+    image.upload(lambda: True, None, enabled, api_visibility="private", queue=False)
     return UnitControls(enabled, image, shown, s)

@@ -26,6 +26,7 @@ from ui import (
     models,
     pnginfo_tab,
     status,
+    upscale_api,
     upscale_tab,
     video_tab,
 )
@@ -35,8 +36,10 @@ from ui.studio import Studio
 log = logging.getLogger("diffusion_anywhere")
 
 CSS = """
-#gallery img, #edit-gallery img, #inpaint-gallery img { image-rendering: pixelated; }  /* 64x64 images upscaled without blur */
-#status-panel .prose table { font-size: 0.8em; }
+#gallery img, #edit-gallery img, #inpaint-gallery img, #xyz-grid img, #edit-xyz-grid img { image-rendering: pixelated; }  /* 64x64 images upscaled without blur */
+#status-panel .prose table { font-size: 0.8em; width: 100%; }
+#status-panel .prose th, #status-panel .prose td { overflow-wrap: normal; word-break: normal; hyphens: none; }  /* whole words */
+#load-model-btn { align-self: center; }  /* a button's height beside the picker, not the row's */
 #info-line { min-height: 2.2em; }
 """
 
@@ -61,7 +64,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
         picker = models.build(studio)
         with gr.Row(equal_height=False):
             first_tab = "generate" if studio.info.text_to_image else "edit"
-            with gr.Column(scale=5), gr.Tabs(selected=first_tab) as tabs:
+            with gr.Column(scale=4, min_width=700), gr.Tabs(selected=first_tab) as tabs:  # 1024 px: status under
                 with gr.Tab("Generate", id="generate"):
                     g = generate_tab.build(studio)
                 with gr.Tab("Edit", id="edit"):
@@ -76,7 +79,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
                     history_refresh = history.build(studio, g, i, tabs)
                 with gr.Tab("PNG info", id="pnginfo"):
                     pnginfo_tab.build(studio, g, e, i, tabs)
-            with gr.Column(scale=2, min_width=280, elem_id="status-panel"):
+            with gr.Column(scale=1, min_width=300, elem_id="status-panel"):
                 status_md, plot = status.panel()
         generate_tab.wire(studio, g)
         tab = {"generate": g, "edit": e, "inpaint": i, "video": vid}
@@ -86,11 +89,12 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
         upscale_tab.wire(studio, u)
         video_tab.wire(studio, vid)
         sends = {"inpaint": gallery_sends.to_inpaint(studio, i, tabs), "controlnet": gallery_sends.to_controlnet(g, tabs),
-                 "video": gallery_sends.to_video(vid, tabs)}  # fmt: skip
+                 "video": gallery_sends.to_video(vid, tabs), "upscale": gallery_sends.to_upscale(u, tabs)}  # fmt: skip
         gallery_sends.wire(
             [
                 gallery_sends.Source(g["gallery"], g["downloads"], 1, {n: g[f"send_{n}"] for n in sends}),
                 gallery_sends.Source(e["gallery"], e["downloads"], 2, {n: e[f"send_{n}"] for n in sends}),
+                gallery_sends.Source(i["gallery"], i["downloads"], 1, {"upscale": i["send_upscale"]}),
             ],
             sends,
         )
@@ -98,6 +102,7 @@ def create_demo(engine: Engine, settings: AppSettings | None = None) -> gr.Block
         _wire_stop(studio, [g["stop"], e["stop"], i["stop"], vid["stop"]])
         api.wire(studio)
         inpaint_api.wire(studio)
+        upscale_api.wire(studio)
         history_tab.select(None, None, None, js=f"() => document.getElementById('{history_refresh.elem_id}').click()")
         # Status: outside the queue, so it keeps updating while a generation runs.
         timer = gr.Timer(settings.status_interval)

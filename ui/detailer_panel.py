@@ -11,8 +11,10 @@ from pipelines.schema.detailer import SECOND, Detailer
 FIELDS = tuple(Detailer.model_fields)
 
 
-def build(form: Any) -> None:
-    with gr.Accordion("Detailer", open=False, elem_id="detailer-accordion"), gr.Tabs():
+def build(form: Any, section: bool = False) -> None:
+    """The two passes' tabs in an accordion (`section`: a column, for a section tab)."""
+    box = gr.Column(elem_id="detailer-section") if section else gr.Accordion("Detailer", open=False, elem_id="detailer-accordion")
+    with box, gr.Tabs():
         for number, suffix in enumerate(("", SECOND)):
             with gr.Tab(("1st", "2nd")[number]):
                 form.add("ad_model" + suffix)

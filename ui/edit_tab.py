@@ -25,8 +25,9 @@ def mode_text(info: ModelInfo) -> str:
 
 def updates(info: ModelInfo, e: dict[str, Any]) -> dict[Any, Any]:
     """What changes in this tab when another model is loaded."""
+    plot = plot_panel.updates(info, e, "edit")
     info = info.for_edits
-    out = e["form"].updates(info)
+    out = {**e["form"].updates(info), **plot}
     out[e["mode"]] = gr.update(value=mode_text(info))
     out[e["run"]] = gr.update(interactive=info.edit or info.image_to_image)
     text = vocabulary_text(info)
@@ -51,7 +52,7 @@ def build(studio: Studio) -> dict[str, Any]:
     c: dict[str, Any] = {}
     form = c["form"] = Form("edit", info, c, studio.engine.detect)
     with gr.Row(equal_height=False):
-        with gr.Column(scale=2, min_width=300):
+        with gr.Column(scale=1, min_width=340):
             c["files"] = gr.File(
                 label="Input images", file_count="multiple", file_types=["image"], height=140, elem_id="edit-files"
             )
@@ -72,17 +73,20 @@ def build(studio: Studio) -> dict[str, Any]:
                 )
                 c["stop"] = gr.Button("Stop", variant="stop")
             plot_panel.build(studio, c, "edit")
-        with gr.Column(scale=3, min_width=360):
+        with gr.Column(scale=1, min_width=340):
             c["gallery"] = gr.Gallery(
                 label="Inputs and results", elem_id="edit-gallery", columns=4, height=430, format="png",
                 buttons=["download", "fullscreen"],
             )  # fmt: skip
             c["info"] = gr.Markdown(elem_id="edit-info")
-            c["downloads"] = gr.File(label="PNG downloads", file_count="multiple", height=80)
+            plot_panel.results(c, "edit")
+            c["downloads"] = gr.File(label="PNG downloads", file_count="multiple", height=80, interactive=False,
+                                     elem_id="edit-downloads")  # an output: no upload zone  # fmt: skip
             with gr.Row():
                 c["send_inpaint"] = gr.Button("Send to Inpaint", size="sm", elem_id="edit-send-inpaint")
                 c["send_controlnet"] = gr.Button("Send to ControlNet", size="sm", elem_id="edit-send-controlnet")
                 c["send_video"] = gr.Button("Send to Video", size="sm", elem_id="edit-send-video")
+                c["send_upscale"] = gr.Button("Send to Upscale", size="sm", elem_id="edit-send-upscale")
     return c
 
 
@@ -110,6 +114,6 @@ def answers(events):
     for kind, value in events:
         if kind == "preview":  # the results forming
             yield [(im, "preview") for im in value], gr.skip(), gr.skip()
-        else:
+        elif kind == "done":
             pairs, result, paths = value
             yield pairs, info_line(result), paths

@@ -60,6 +60,9 @@ FIRST_VALUES = {
     **{tab: {"strength": STRENGTH[TASK[tab]]} for tab in ("edit", "inpaint")},
 }
 SLIDER_THRESHOLD_MIN = 0.01  # the step cache slider's lowest value (the bound itself is open at 0)
+# Fields whose "unset" (null) has a fixed meaning the schema states ("null: the model's (0, none)", "null: 1"):
+# their slider starts there, which the pipeline runs exactly as unset (and records nothing for).
+UNSET_AS = {"guidance_rescale": 0.0, "clip_skip": 1}
 _IDS = {"guidance_scale": "guidance", "image_guidance_scale": "image-guidance", "negative_prompt": "negative"}
 
 
@@ -190,6 +193,8 @@ class Form:
         props = {**base, **self._props(item), **model_props(name, self.info, self.tab), **props}
         if name in self.first:
             props["value"] = self.first[name]
+        if props.get("value") is None and name in UNSET_AS:
+            props["value"] = UNSET_AS[name]
         builder = _BUILDERS.get(name) or _KINDS[item.kind]
         component = builder(self, item, props)
         self.built.append(name)
@@ -255,9 +260,11 @@ class Form:
 
 
 def _slider(form: Form, item: Spec, props: dict[str, Any]) -> Any:
-    """A slider; a number box where the field's default is "unset" (null: the model's) and the model
-    names no value to start from, so the form can send "unset" back."""
+    """A slider; a number box where the field's default is "unset" (null: the model's) and neither the model
+    nor UNSET_AS names a value to start from, so the form can send "unset" back: its bounds in its info line."""
     if props.get("value") is None:
+        bounds = f"{props.get('minimum')} to {props.get('maximum')}; empty: the model's"
+        props = {**props, "info": f"{props['info']} ({bounds})" if props.get("info") else bounds}
         return gr.Number(**props, precision=0 if item.kind == "whole" else None)
     return gr.Slider(**props)
 
@@ -319,12 +326,15 @@ def _loras(form: Form, item: Spec, props: dict[str, Any]) -> Any:
 
 
 def _units(form: Form, item: Spec, props: dict[str, Any]) -> Any:
-    """ControlNet units (ui.control_panel) or image prompts (ui.image_prompt_panel): an accordion each."""
+    """ControlNet units (ui.control_panel) or image prompts (ui.image_prompt_panel): an accordion each, or
+    (`section=True`: the tab places it in a section tab of its own) a column."""
+    section = bool(props.get("section"))
     if item.value.part is ImagePrompt:
-        return image_prompt_panel.build(PREFIX[form.tab], list(form.info.ip_adapters), props["label"])
+        return image_prompt_panel.build(PREFIX[form.tab], list(form.info.ip_adapters), props["label"], section)
     if item.value.part is ControlUnit:
         modules = [*PREPROCESSORS, *form.info.annotators]
-        return control_panel.build(PREFIX[form.tab], list(form.info.controlnets), props["label"], modules, form.detect)
+        return control_panel.build(PREFIX[form.tab], list(form.info.controlnets), props["label"], modules, form.detect,
+                                   section)  # fmt: skip
     raise TypeError(f"no panel for {item.value.part.__name__} ({item.name})")
 
 

@@ -1,5 +1,7 @@
-"""The Send buttons under result galleries: the chosen picture to Inpaint, to a ControlNet unit, or to Video
-(as the first frame: image-to-video).
+"""The Send buttons under result galleries: the chosen picture to Inpaint, ControlNet, Video or Upscale.
+
+Inpaint takes it as the picture to paint on, ControlNet as a unit's control image, Video as the first
+frame (image-to-video), Upscale as the image to enlarge (A1111's "Send to extras").
 
 A gallery's select event records which result is chosen (the first when none was); each button sends
 that result's PNG. The Edit gallery shows each result after its input, so its stride is 2. A target
@@ -68,6 +70,17 @@ def to_video(v: dict[str, Any], tabs: gr.Tabs) -> Target:
         return {v["image"]: path, tabs: gr.Tabs(selected="video")}
 
     return Target(handler, [], [v["image"], tabs])
+
+
+def to_upscale(u: dict[str, Any], tabs: gr.Tabs) -> Target:
+    """The picture as the Upscale tab's image (its PNG, parameters inside), the tab opened."""
+
+    def handler(path: str | None) -> dict[Any, Any]:
+        if not path:
+            raise gr.Error("select an image first", print_exception=False)
+        return {u["files"]: [path], tabs: gr.Tabs(selected="upscale")}
+
+    return Target(handler, [], [u["files"], tabs])
 
 
 def _picker(stride: int) -> Callable[[gr.SelectData], int]:

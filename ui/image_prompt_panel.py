@@ -3,7 +3,8 @@ scale (the fields of `pipelines.schema.image_prompt.ImagePrompt`).
 
 Built by the form for the request's `ip_adapter` field, beside the ControlNet accordion, with the same
 small protocol (`components`, `read`, `fill`). A slot with no picture, or not enabled, is left out of
-the request. Where the model's family takes no image prompts the accordion says so and stays empty.
+the request. Slots start off, as A1111's units do; a picture dropped into a slot turns it on. Where the
+model's family takes no image prompts the accordion says so and stays empty.
 """
 
 from __future__ import annotations
@@ -56,23 +57,25 @@ class ImagePromptPanel:
         ]
 
 
-def build(prefix: str, models: list[str], label: str) -> ImagePromptPanel:
-    """The accordion, in the tab's layout where the form places the field."""
+def build(prefix: str, models: list[str], label: str, section: bool = False) -> ImagePromptPanel:
+    """The accordion (`section`: a column, for a section tab), in the tab's layout where the form places the field."""
     scale = ImagePrompt.model_fields["scale"]
     bounds = scale.metadata[0]
     slots = []
-    with gr.Accordion(label, open=False, elem_id=f"{prefix}ip-adapter"):
+    box = gr.Column(elem_id=f"{prefix}ip-adapter") if section else gr.Accordion(label, open=False, elem_id=f"{prefix}ip-adapter")
+    with box:
         if not models:
             gr.Markdown("This model's family takes no image prompts (IP-Adapter: SD 1.x/2.x and SDXL).")
         with gr.Row():
             for i in range(SHOWN):
                 eid = f"{prefix}ip-adapter-{i}-"
                 with gr.Column(visible=bool(models)):
-                    enabled = gr.Checkbox(label=f"Image prompt {i}", value=True, elem_id=eid + "enabled")
+                    enabled = gr.Checkbox(label=f"Image prompt {i}", value=False, elem_id=eid + "enabled")  # a drop turns it on
                     image = gr.Image(label="Reference image", type="pil", image_mode="RGB",
                                      sources=["upload", "clipboard"], elem_id=eid + "image", height=200)  # fmt: skip
                     model = gr.Dropdown(models, value=models[0] if models else None, label="Adapter", elem_id=eid + "model")
                     weight = gr.Slider(bounds.low, bounds.high, value=scale.default, step=0.05, label="Weight",
                                        elem_id=eid + "scale")  # fmt: skip
+                image.upload(lambda: True, None, enabled, api_visibility="private", queue=False)
                 slots.append(PromptControls(enabled, image, model, weight))
     return ImagePromptPanel(slots)

@@ -41,15 +41,13 @@ def wire(studio: Studio) -> None:
         size. Every pixel outside the mask stays the image's. seed < 0 means random; a parameter left out
         (or null) is the default (the model's)."""
         picture, painted = _open(studio, image, mask)
-        gallery, result, _ = inpainting.finish(inpainting.inpaint(studio, values, picture, painted, request, progress))
-        return gallery, result.info()
+        yield from inpainting.finish(inpainting.inpaint(studio, values, picture, painted, request, progress))
 
     def api_outpaint(request: gr.Request, image: Any = None, progress=gr.Progress(), **values: Any):
         """Extend the image by left/up/right/down pixels (multiples of the model's size step) and paint the
         new border."""
         picture, _ = _open(studio, image)
-        gallery, result, _ = inpainting.finish(inpainting.outpaint(studio, values, picture, request, progress))
-        return gallery, result.info()
+        yield from inpainting.finish(inpainting.outpaint(studio, values, picture, request, progress))
 
     outputs = [gr.Gallery(visible=False, format="png"), gr.JSON(visible=False)]
     queue = dict(concurrency_id="generate", concurrency_limit=None)  # the engine admits and queues (ui.demo)

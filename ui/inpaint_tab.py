@@ -97,8 +97,9 @@ def build(studio: Studio) -> dict[str, Any]:
             )  # fmt: skip
             c["info"] = gr.Markdown(elem_id="inpaint-info")
             c["downloads"] = gr.File(
-                label="PNG downloads", file_count="multiple", height=80, elem_id="inpaint-downloads"
-            )
+                label="PNG downloads", file_count="multiple", height=80, elem_id="inpaint-downloads", interactive=False
+            )  # an output: no upload zone
+            c["send_upscale"] = gr.Button("Send to Upscale", size="sm", elem_id="inpaint-send-upscale")
     return c
 
 
@@ -107,7 +108,7 @@ def _answers(events):
     for kind, value in events:
         if kind == "preview":
             yield [(im, "preview") for im in value], gr.skip(), gr.skip()
-        else:
+        elif kind == "done":
             gallery, result, paths = value
             yield gallery, info_line(result), paths
 

@@ -26,12 +26,12 @@ def build(studio: Studio) -> dict[str, Any]:
         names.insert(0, current)
     can_switch = studio.engine.can_switch
     c: dict[str, Any] = {}
-    with gr.Row(equal_height=True):
+    with gr.Row(equal_height=False, elem_id="model-row"):  # not stretched: the button keeps a button's height
         c["model"] = gr.Dropdown(
             names, value=current, label="Model", elem_id="model-picker", interactive=can_switch, scale=4,
             info=hidden_note(listed.get("unavailable", [])) if can_switch else studio.engine.switch_off_reason,
         )  # fmt: skip
-        c["load"] = gr.Button("Load model", elem_id="load-model-btn", visible=can_switch, scale=1)
+        c["load"] = gr.Button("Load model", elem_id="load-model-btn", visible=can_switch, scale=0, min_width=140)
         c["status"] = gr.Markdown(elem_id="model-status", scale=2)
     return c
 

@@ -19,7 +19,7 @@ import gradio as gr
 from engine.axes import axis_types
 from engine.plots import Cell, Layout, named_plot, run_script
 from engine.prompt_scripts import LINES_PROMPT, POSITIONS, prompt_matrix_cells, prompts_from_text_cells
-from pipelines import GenerationRequest
+from pipelines import GenerationRequest, ModelInfo
 from pipelines.schema.fields import RequestError
 from ui.callers import caller_of
 from ui.form import Form
@@ -38,11 +38,25 @@ def _id(tab: str, name: str) -> str:
     return name if tab == "generate" else f"{tab}-{name}"
 
 
-def build(studio: Studio, c: dict[str, Any], tab: str) -> None:
-    """The accordion, in the tab's settings column; its components go into `c` under "xyz_*" names."""
-    info = studio.info if tab == "generate" else studio.info.for_edits  # the model serving the tab's requests
-    names = [t.name for t in axis_types(MODES[tab], info.loras) if t.kind != "off"]
-    with gr.Accordion("Scripts: X/Y/Z plot, prompt matrix, prompts from file", open=False, elem_id=_id(tab, "scripts")):
+def axis_names(info: ModelInfo, tab: str) -> list[str]:
+    """The axes a plot on `tab` offers for the model serving it (`info`: its LoRAs have axes)."""
+    served = info if tab == "generate" else info.for_edits
+    return [t.name for t in axis_types(MODES[tab], served.loras) if t.kind != "off"]
+
+
+def updates(info: ModelInfo, c: dict[str, Any], tab: str) -> dict[Any, Any]:
+    """The axis pickers after another model is loaded: its LoRAs' axes, not the previous model's."""
+    names = axis_names(info, tab)
+    return {c[f"xyz_{a}_type"]: gr.update(choices=names) for a in "xyz"}
+
+
+def build(studio: Studio, c: dict[str, Any], tab: str, section: bool = False) -> None:
+    """The accordion (`section`: a column, for a section tab) in the tab's settings; its components go into `c`
+    under "xyz_*" names (the grid and the summary: `results`, in the image column)."""
+    names = axis_names(studio.info, tab)
+    label = "Scripts: X/Y/Z plot, prompt matrix, prompts from file"
+    box = gr.Column(elem_id=_id(tab, "scripts")) if section else gr.Accordion(label, open=False, elem_id=_id(tab, "scripts"))
+    with box:
         c["script"] = gr.Dropdown(list(SCRIPTS), value=SCRIPTS[0], label="Script", elem_id=_id(tab, "script"))
         with gr.Group(visible=True) as c["group_xyz"]:
             for axis in "xyz":
@@ -55,10 +69,10 @@ def build(studio: Studio, c: dict[str, Any], tab: str) -> None:
                         label=f"{axis.upper()} values", placeholder=PLACEHOLDERS[axis],
                         elem_id=_id(tab, f"xyz-{axis}-values"), scale=2,
                     )  # fmt: skip
-            with gr.Row():
-                c["xyz_legend"] = gr.Checkbox(True, label="Draw legend")
-                c["xyz_keep_seeds"] = gr.Checkbox(False, label="Keep -1 for seeds")
-                c["xyz_margin"] = gr.Slider(0, 100, 0, step=2, label="Grid margins (px)")
+            with gr.Row(elem_id=_id(tab, "xyz-options")):  # the switches on a row of their own: labels in full
+                c["xyz_legend"] = gr.Checkbox(True, label="Draw legend", min_width=160)
+                c["xyz_keep_seeds"] = gr.Checkbox(False, label="Keep -1 for seeds", min_width=160)
+            c["xyz_margin"] = gr.Slider(0, 100, 0, step=2, label="Grid margins (px)")
             c["xyz_run"] = gr.Button("Run X/Y/Z plot", elem_id=_id(tab, "xyz-run"))
         with gr.Group(visible=False) as c["group_matrix"]:
             gr.Markdown("Write `a red circle | on a blue background | large`: each part after the first is in or out.")
@@ -78,8 +92,13 @@ def build(studio: Studio, c: dict[str, Any], tab: str) -> None:
                 c["lines_same"] = gr.Checkbox(False, label="Use same random seed for all lines")
                 c["lines_position"] = gr.Radio(list(POSITIONS), value="start", label="Insert prompts at the")
             c["lines_run"] = gr.Button("Run prompts", elem_id=_id(tab, "lines-run"))
-        c["xyz_grid"] = gr.Image(label="Grid", type="filepath", format="png", elem_id=_id(tab, "xyz-grid"), interactive=False)
-        c["xyz_info"] = gr.Markdown(elem_id=_id(tab, "xyz-info"))
+
+
+def results(c: dict[str, Any], tab: str) -> None:
+    """The scripts' grid and summary line, in the tab's image column (the grid shown once a plot made one)."""
+    c["xyz_grid"] = gr.Image(label="X/Y/Z grid", type="filepath", format="png", elem_id=_id(tab, "xyz-grid"),
+                             interactive=False, visible=False, buttons=["download", "fullscreen"])  # fmt: skip
+    c["xyz_info"] = gr.Markdown(elem_id=_id(tab, "xyz-info"))
 
 
 def wire(studio: Studio, c: dict[str, Any], tab: str) -> None:
@@ -167,7 +186,7 @@ def answer(out: dict) -> tuple[Any, Any, str]:
     summary = f"{info['finished']} of {info['cells']} cell(s)" + (" · stopped" if info["cancelled"] else "")
     if info["warnings"]:
         summary += " · " + "; ".join(info["warnings"][:3])
-    return out["grid"], out["cells"], summary
+    return gr.update(value=out["grid"], visible=out["grid"] is not None), out["cells"], summary
 
 
 def _file_text(path: str | None) -> str:

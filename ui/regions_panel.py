@@ -39,9 +39,11 @@ def preview(prompt: str, ratios: str, split: str, width: int | None, height: int
     return image, f"{len(boxes)} region(s): {said}" + (f" · base: {parts.base[:40]}" if parts.base else "")
 
 
-def build(form: Any, c: dict[str, Any]) -> None:
-    """The accordion, its fields placed by the form (their bounds and labels from the schema)."""
-    with gr.Accordion("Regional prompts", open=False, elem_id="regions-accordion"):
+def build(form: Any, c: dict[str, Any], section: bool = False) -> None:
+    """The accordion (`section`: a column, for a section tab), its fields placed by the form (their bounds and
+    labels from the schema)."""
+    box = gr.Column(elem_id="regions-section") if section else gr.Accordion("Regional prompts", open=False, elem_id="regions-accordion")
+    with box:
         gr.Markdown(HELP)
         form.add("regional_prompts")
         with gr.Row():

@@ -67,6 +67,7 @@ def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any]
     if params.get("model") and params["model"] != info.model_name:
         notes.append(f"made with model {params['model']}; this server runs {info.model_name}")
     _recorded_values(params, values, info, notes)
+    values["styles"] = _styles(params, info, (values["prompt"], values["negative_prompt"]), notes)
     values["controlnet"] = [control_settings(unit) for unit in params.get("controlnet") or []]
     if values["controlnet"]:
         notes.append(f"{len(values['controlnet'])} ControlNet unit(s): settings restored; add their control images")
@@ -93,6 +94,27 @@ def _recorded_values(params: dict[str, Any], values: dict[str, Any], info: Model
         if values.get(name) not in (None, "None", *info.detectors):
             notes.append(f"detector {values[name]} is not on this server; that detailer pass is off")
             values[name] = "None"
+
+
+def _styles(params: dict[str, Any], info: ModelInfo, prompts: tuple[str, str], notes: list[str]) -> list[str]:
+    """The PNG's style names this server's styles file has, in order; one whose texts the prompt and the
+    negative prompt already hold is left off (its tool wrote the styled prompts: choosing it again would
+    add the texts twice)."""
+    wanted = [name for name in params.get("styles") or [] if isinstance(name, str)]
+    chosen, applied = [], []
+    for name in wanted:
+        style = info.styles.get(name)
+        if style is None:
+            continue
+        pieces = [(piece.strip(" ,"), held) for key, held in zip(("prompt", "negative_prompt"), prompts, strict=True)
+                  for piece in str(style.get(key) or "").split("{prompt}") if piece.strip(" ,")]  # fmt: skip
+        (applied if pieces and all(piece in held for piece, held in pieces) else chosen).append(name)
+    missing = [name for name in wanted if name not in info.styles]
+    if missing:
+        notes.append("style(s) not in this server's styles file: " + ", ".join(missing))
+    if applied:
+        notes.append("style(s) already in the prompt, not chosen again: " + ", ".join(applied))
+    return chosen
 
 
 def one_prompt(prompt: Any, notes: list[str]) -> str:

@@ -51,12 +51,13 @@ def _memory_cell(r: ReplicaStatus, zero_gpu: bool) -> str:
 
 
 def status_markdown(replicas: list[ReplicaStatus], warnings: list[str], zero_gpu: bool = False, queue: str = "") -> str:
-    """A table with one row per replica: device, dtype, attention, memory, what it does now; the queue."""
-    lines = ["| device | dtype · attention | memory | now |", "|---|---|---|---|"]
+    """A table with one row per replica: device (its dtype and attention under it), memory, what it does now;
+    the queue. Three columns, so that each keeps whole words in the side panel's width."""
+    lines = ["| device | memory | now |", "|---|---|---|"]
     for r in replicas:
         state = r.activity if r.healthy else f"⛔ out of service: {r.error}"
         lines.append(
-            f"| **{r.name}** {r.device_name} | {r.dtype} · {r.attention} | {_memory_cell(r, zero_gpu)} | {state} |"
+            f"| **{r.name}** {r.device_name}<br><small>{r.dtype} · {r.attention}</small> | {_memory_cell(r, zero_gpu)} | {state} |"
         )
     host = replicas[0].memory if replicas else {}
     parts = replicas[0].attention_components if replicas else {}

@@ -82,23 +82,28 @@ class Studio:
         return user_of(request)
 
     # ---------------------------------------------------------------- running
-    def follow(self, job: Job, progress: gr.Progress | None) -> Iterator[Preview | Finished]:
-        """A job's previews, then its end, reporting its place in the queue and its steps to `progress`."""
+    def follow(self, job: Job, progress: gr.Progress | None) -> Iterator[Preview | Progress | Finished]:
+        """A job's previews and steps, then its end, reporting its place in the queue and its steps to `progress`.
+
+        Each step is yielded too: a Gradio handler that yields on it can be closed between steps when its
+        client cancels (gradio_client's `job.cancel()`), and closing it cancels the job here (`finally`)."""
         total_images = job.request.total_images
         try:
             for event in job.events():
                 if isinstance(event, Queued) and progress is not None:
                     progress(0.0, desc=f"queued: {event.ahead + 1} job(s) ahead" if event.ahead else "next in line")
-                elif isinstance(event, Progress) and progress is not None:
-                    step, total = event.step, max(event.total, 1)
-                    progress(step / total, desc=f"{total_images} image(s): step {step}/{total}")
+                elif isinstance(event, Progress):
+                    if progress is not None:
+                        step, total = event.step, max(event.total, 1)
+                        progress(step / total, desc=f"{total_images} image(s): step {step}/{total}")
+                    yield event
                 elif isinstance(event, Preview | Finished):
                     yield event
         finally:
             self.engine.cancel(job)  # no-op once finished; the caller went away: drop or stop its job
 
     def run(self, req: GenerationRequest, request: gr.Request | None, progress: gr.Progress | None):
-        """Submit and follow: yields Preview events, then returns the result (refusals as gr.Error)."""
+        """Submit and follow: yields Preview and Progress events, then returns the result (refusals as gr.Error)."""
         try:
             job = self.engine.submit(req, caller_of(request))
             for event in self.follow(job, progress):
@@ -152,13 +157,6 @@ class Studio:
         paths = self.save(result, request)
         gallery = [(p, f"seed {s}") for p, s in zip(paths, result.seeds, strict=True)]
         yield "done", (gallery, result, paths)
-
-    def generate(self, raw: dict[str, Any], request: gr.Request | None, progress: gr.Progress | None):
-        """`generate_live` to its end: (gallery, result, paths) (the API's way)."""
-        for kind, value in self.generate_live(raw, request, progress):
-            if kind == "done":
-                return value
-        raise AssertionError("unreachable: generate_live ends with done")
 
     def edit(self, raw: dict[str, Any], files: Any, request: gr.Request | None, progress: gr.Progress | None):
         try:
@@ -241,11 +239,11 @@ def one_prompt_per_line(value: Any) -> Any:
     return "" if not lines else lines[0] if len(lines) == 1 else lines
 
 
-def _previews(run: Iterator[Preview]):
-    """Re-yield a run's previews as ("preview", images); return its result."""
+def _previews(run: Iterator[Preview | Progress]):
+    """Re-yield a run's previews as ("preview", images) and its steps as ("step", step); return its result."""
     while True:
         try:
             event = next(run)
         except StopIteration as end:
             return end.value
-        yield "preview", event.images
+        yield ("preview", event.images) if isinstance(event, Preview) else ("step", event.step)

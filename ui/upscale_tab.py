@@ -46,27 +46,35 @@ def build(studio: Studio) -> dict[str, Any]:
         with gr.Column(scale=3, min_width=360):
             c["gallery"] = gr.Gallery(label="Upscaled", elem_id="upscale-gallery", columns=2, height=430, format="png")
             c["info"] = gr.Markdown(elem_id="upscale-info")
-            c["downloads"] = gr.File(label="PNG downloads", file_count="multiple", height=80)
+            c["downloads"] = gr.File(label="PNG downloads", file_count="multiple", height=80, interactive=False)
     return c
+
+
+def upscale_files(studio: Studio, files: Any, upscaler: str, factor: float, size: tuple[int, int] | None,
+                  second: str, visibility: float) -> tuple[list[str], list[tuple[int, int, int, int]]]:
+    """The Upscale tab's and `/upscale`'s work: the uploaded images enlarged in the engine, published as
+    PNGs (Gradio's own copies); returns their paths and (width, height, new width, new height) of each."""
+    try:
+        pictures = open_images(upload_paths(files, studio.limits), studio.limits)
+        out = studio.engine.upscale(pictures, upscaler, factor, size, second, float(visibility))
+    except (InputError, UpscalerError) as exc:
+        raise refuse(str(exc)) from None
+    with tempfile.TemporaryDirectory(prefix="upscaled-") as folder:
+        paths = []
+        for i, image in enumerate(out):
+            path = Path(folder) / f"upscaled-{i:03d}.png"
+            image.save(path)
+            paths.append(str(path))
+        published = studio.publish(paths)  # Gradio's own copies: the folder goes away
+    return published, [(a.width, a.height, b.width, b.height) for a, b in zip(pictures, out, strict=True)]
 
 
 def wire(studio: Studio, u: dict[str, Any]) -> None:
     def ui_upscale(files, upscaler, mode, factor, width, height, second, visibility):
-        try:
-            pictures = open_images(upload_paths(files, studio.limits), studio.limits)
-            size = (int(width), int(height)) if mode == TO else None
-            out = studio.engine.upscale(pictures, upscaler, factor, size, second, float(visibility))
-        except (InputError, UpscalerError) as exc:
-            raise refuse(str(exc)) from None
-        with tempfile.TemporaryDirectory(prefix="upscaled-") as folder:
-            paths = []
-            for i, image in enumerate(out):
-                path = Path(folder) / f"upscaled-{i:03d}.png"
-                image.save(path)
-                paths.append(str(path))
-            published = studio.publish(paths)  # Gradio's own copies: the folder goes away
-        sizes = ", ".join(f"{a.width}x{a.height} → {b.width}x{b.height}" for a, b in zip(pictures, out, strict=True))
-        return published, f"{len(out)} image(s) upscaled by {upscaler}: {sizes}", published
+        size = (int(width), int(height)) if mode == TO else None
+        published, sizes = upscale_files(studio, files, upscaler, factor, size, second, visibility)
+        shown = ", ".join(f"{w}x{h} → {w2}x{h2}" for w, h, w2, h2 in sizes)
+        return published, f"{len(published)} image(s) upscaled by {upscaler}: {shown}", published
 
     u["mode"].change(
         lambda m: (gr.update(visible=m == BY), gr.update(visible=m == TO), gr.update(visible=m == TO)),

@@ -64,7 +64,8 @@ def build(studio: Studio) -> dict[str, Any]:
             c["preview"] = gr.Image(label="Frames as they form", elem_id="video-preview", height=120, interactive=False,
                                     buttons=[])  # fmt: skip
             c["info"] = gr.Markdown(elem_id="video-info")
-            c["downloads"] = gr.File(label="Clips and posters (with their parameters)", file_count="multiple", height=80)
+            c["downloads"] = gr.File(label="Clips and posters (with their parameters)", file_count="multiple", height=80,
+                                     interactive=False, elem_id="video-downloads")  # an output: no upload zone  # fmt: skip
     return c
 
 
