@@ -226,12 +226,13 @@ def tail_repair(scheduler: Any) -> dict[str, Any]:
 
 def _constructible(name: str, config: dict[str, Any]) -> bool:
     """False for schedulers whose optional dependency is missing (DPMSolverSDEScheduler needs torchsde)
-    or that cannot start from this model's config (EDMEulerScheduler from SDXL's Euler config: TypeError)."""
+    or that cannot start from this model's config (EDMEulerScheduler from SDXL's Euler config: TypeError;
+    DEIS from a DPM++ 2M SDE config, a recipe's default sampler: NotImplementedError for its algorithm)."""
     import diffusers
 
     try:
         getattr(diffusers, name).from_config(config)
-    except (ImportError, AttributeError, TypeError, ValueError) as exc:
+    except (ImportError, AttributeError, TypeError, ValueError, NotImplementedError) as exc:
         log.debug("sampler %s not offered: %s", name, exc)
         return False
     return True
