@@ -58,11 +58,13 @@ def read_text(path: str | Path | BinaryIO) -> tuple[dict[str, str], list[str]]:
     return text, notes
 
 
-# chunks or tags that hold generation parameters; a picture without any is searched for stealth ones
-HOLDS_PARAMETERS = (
-    "parameters", "prompt", "workflow", "invokeai_metadata", "sd-metadata", "Dream", "Comment", "parameters-json",
-    "smproj", "UserComment", "generation_data",
+# chunks or tags the readers take parameters from, in the order a reader shows an unknown one raw (pipelines.pnginfo.read)
+PARAMETER_KEYS = (
+    "parameters", "prompt", "workflow", "invokeai_metadata", "sd-metadata", "Dream", "Comment",
+    "parameters-json", "smproj", "UserComment",
 )  # fmt: skip
+# ... and TensorArt's: a picture with none of these is searched for stealth ones
+HOLDS_PARAMETERS = (*PARAMETER_KEYS, "generation_data")
 
 
 def _stealth(data: bytes, notes: list[str]) -> dict[str, str]:

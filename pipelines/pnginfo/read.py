@@ -30,7 +30,7 @@ from pipelines.control import ip_adapter
 from pipelines.imaging import hires
 from pipelines.pnginfo import tools
 from pipelines.pnginfo.comfy import parse_comfyui, workflow_to_graph
-from pipelines.pnginfo.files import read_text
+from pipelines.pnginfo.files import PARAMETER_KEYS, read_text
 from pipelines.sampling.samplers import sampler_fields
 from pipelines.sampling.step_cache import CALIBRATION, StepCache
 from pipelines.schema.inpaint import MASKED_CONTENT
@@ -314,12 +314,6 @@ def read_png_info(path: str | Path | BinaryIO) -> dict[str, Any]:
         "no generation parameters in this image (no A1111 `parameters`, ComfyUI `prompt`, InvokeAI, "
         f"NovelAI, SwarmUI, Fooocus, Stability Matrix chunk, nor EXIF UserComment or XMP){detail}"
     )
-
-
-PARAMETER_KEYS = (
-    "parameters", "prompt", "workflow", "invokeai_metadata", "sd-metadata", "Dream", "Comment",
-    "parameters-json", "smproj", "UserComment",
-)  # fmt: skip
 
 
 def parse_a1111_parameters(text: str) -> dict[str, Any]:
