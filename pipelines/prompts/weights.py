@@ -10,8 +10,9 @@ Here, restating A1111's documented behaviour:
    tokens (A1111's comma backtrack, so a phrase is not split); BREAK closes a chunk early. Each
    chunk is `BOS, its tokens, EOS, padding`: the tokenizer's own layout for a prompt that fits.
 2. Each chunk is encoded on its own (the layer the pipeline uses: the last hidden state for SD,
-   the penultimate of both CLIPs for SDXL; a request's Clip skip picks an earlier one: `clip_layer`); each token's vector is multiplied by its weight, and
-   the chunk is rescaled so its mean is what it was before weighting (A1111's "original" emphasis).
+   the penultimate of both CLIPs for SDXL; a request's Clip skip picks an earlier one: `clip_layer`);
+   each token's vector is multiplied by its weight, and the chunk is rescaled so its mean is what
+   it was before weighting (A1111's "original" emphasis).
 3. The chunks are joined along the tokens (77 x k). The prompt and the negative prompt are padded
    to the same number of chunks with the encoding of an empty chunk, as classifier-free guidance
    needs one length. SDXL's pooled embedding is the second CLIP's for the first chunk.
