@@ -21,7 +21,7 @@ from ui import plot_panel
 from ui.fields import FORM_ONLY, api_name, parameters
 from ui.form import FIRST_VALUES
 from ui.status import status_json
-from ui.studio import Studio
+from ui.studio import Studio, api_answers
 from ui.text import info_line
 
 UNSET = ""  # a parameter left out: "" is "the default" (the model's) to the request reader, and a default to Gradio
@@ -62,6 +62,18 @@ def hidden_inputs(endpoint: str, names: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def gallery_and_info(done: tuple) -> tuple:
+    """/generate's, /inpaint's and /outpaint's answer: the gallery and the result's info."""
+    gallery, result, _ = done
+    return gallery, result.info()
+
+
+def _clips(done: tuple) -> tuple:
+    """/video's answer: the first clip to play (an MP4), every file, the result's info."""
+    clips, result, posters = done
+    return clips[0] if clips and clips[0].endswith(".mp4") else None, [*clips, *posters], result.info()
+
+
 def generate_endpoint(studio: Studio):
     """`/generate`'s function: the parameters arrive as keyword arguments named by the schema."""
 
@@ -69,12 +81,7 @@ def generate_endpoint(studio: Studio):
         """Generate images. seed < 0 means random (any seed 0..2^64-1 reproduces); loras maps LoRA names to
         scales; a parameter left out (or null) is the model's default; step_cache (none | FirstBlockCache |
         TaylorSeer | MagCache) works on models that have one."""
-        for kind, value in studio.generate_live(values, request, progress):
-            if kind == "done":
-                gallery, result, _ = value
-                yield gallery, result.info()
-            else:  # nothing new at a step; a cancelling client closes this generator here (ui.studio.follow)
-                yield gr.skip(), gr.skip()
+        yield from api_answers(studio.generate_live(values, request, progress), gallery_and_info, 2)
 
     return api_generate
 
@@ -135,13 +142,8 @@ def edit_endpoint(studio: Studio):
         flat = {field: values[api_name("edit", field)] for field in parameters("edit")}
         if flat.pop("random_seed", False) is True:
             flat["seed"] = None
-        for kind, value in studio.edit(flat, files, request, progress):
-            if kind == "done":  # what the Edit tab shows, as /edit was published: pairs, the info line, the PNGs
-                pairs, result, paths = value
-                yield pairs, info_line(result), paths
-                return
-            yield gr.skip(), gr.skip(), gr.skip()  # a step: where a cancelling client closes this generator
-        raise AssertionError("unreachable: an edit's events end with done")
+        # what the Edit tab shows, as /edit was published: pairs, the info line, the PNGs
+        yield from api_answers(studio.edit(flat, files, request, progress), lambda d: (d[0], info_line(d[1]), d[2]), 3)
 
     return api_edit
 
@@ -154,13 +156,7 @@ def video_endpoint(studio: Studio):
         format (mp4 | webp | gif | zip of PNGs) with their parameters inside. A parameter left out (or null)
         is the video model's default."""
         flat = {field: values[api_name("video", field)] for field in parameters("video")}
-        for kind, value in studio.video(flat, image, format or "mp4", request, progress):
-            if kind == "done":
-                clips, result, posters = value
-                yield clips[0] if clips and clips[0].endswith(".mp4") else None, [*clips, *posters], result.info()
-                return
-            yield gr.skip(), gr.skip(), gr.skip()  # a step: where a cancelling client closes this generator
-        raise AssertionError("unreachable: a video's events end with done")
+        yield from api_answers(studio.video(flat, image, format or "mp4", request, progress), _clips, 3)
 
     return api_video
 

@@ -14,9 +14,9 @@ from typing import Any
 import gradio as gr
 
 from ui import inpainting, uploads
-from ui.api import hidden_inputs
+from ui.api import gallery_and_info, hidden_inputs
 from ui.fields import OUTPAINT_SIDES, parameters
-from ui.studio import Studio
+from ui.studio import Studio, api_answers
 from ui.text import refuse
 
 
@@ -41,13 +41,13 @@ def wire(studio: Studio) -> None:
         size. Every pixel outside the mask stays the image's. seed < 0 means random; a parameter left out
         (or null) is the default (the model's)."""
         picture, painted = _open(studio, image, mask)
-        yield from inpainting.finish(inpainting.inpaint(studio, values, picture, painted, request, progress))
+        yield from api_answers(inpainting.inpaint(studio, values, picture, painted, request, progress), gallery_and_info, 2)
 
     def api_outpaint(request: gr.Request, image: Any = None, progress=gr.Progress(), **values: Any):
         """Extend the image by left/up/right/down pixels (multiples of the model's size step) and paint the
         new border."""
         picture, _ = _open(studio, image)
-        yield from inpainting.finish(inpainting.outpaint(studio, values, picture, request, progress))
+        yield from api_answers(inpainting.outpaint(studio, values, picture, request, progress), gallery_and_info, 2)
 
     outputs = [gr.Gallery(visible=False, format="png"), gr.JSON(visible=False)]
     queue = dict(concurrency_id="generate", concurrency_limit=None)  # the engine admits and queues (ui.demo)

@@ -78,14 +78,3 @@ def _pixels(side: str, value: Any) -> int:
     except ValueError as exc:
         raise uploads.InputError(f"{side}: {exc}") from None
 
-
-def finish(events, outputs: int = 2):
-    """An API handler's answers for an inpaint's or outpaint's events: nothing new at each step (so a
-    cancelling client closes it between steps), then (gallery, info)."""
-    for kind, value in events:
-        if kind == "done":
-            gallery, result, _ = value
-            yield gallery, result.info()
-            return
-        yield tuple(gr.skip() for _ in range(outputs))
-    raise AssertionError("unreachable: the events end with done")

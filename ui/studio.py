@@ -8,7 +8,7 @@ Gradio's progress and warnings work (they live in that thread's context variable
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gradio as gr
@@ -237,6 +237,18 @@ def one_prompt_per_line(value: Any) -> Any:
         return value
     lines = [line.strip() for line in value.splitlines() if line.strip()]
     return "" if not lines else lines[0] if len(lines) == 1 else lines
+
+
+def api_answers(events: Iterator[tuple[str, Any]], answer: Callable[[Any], tuple], outputs: int):
+    """A public endpoint's answers for a run's events: nothing new (`outputs` skips) at each step, so a
+    cancelling client (gradio_client's `job.cancel()`) closes the handler between steps and `Studio.follow`
+    cancels the job; then `answer` of the ("done", value) event."""
+    for kind, value in events:
+        if kind == "done":
+            yield answer(value)
+            return
+        yield tuple(gr.skip() for _ in range(outputs))
+    raise AssertionError("unreachable: a run's events end with done")
 
 
 def _previews(run: Iterator[Preview | Progress]):
