@@ -335,8 +335,14 @@ SHOW = """async ([src, at]) => {
   if (at > 0) { v.currentTime = at; await new Promise(ok => { v.onseeked = ok; }); }
   const c = document.createElement('canvas');
   c.width = v.videoWidth; c.height = v.videoHeight;
-  const g = c.getContext('2d');
-  g.drawImage(v, 0, 0);
+  const g = c.getContext('2d', {willReadFrequently: true});
+  // Chrome for Testing can draw a not-yet-painted (black) frame right after canplay/seeked: draw again
+  // on the next animation frames until the frame has any pixel (bounded; a black clip still fails)
+  for (let i = 0; i < 60; i++) {
+    g.drawImage(v, 0, 0);
+    if (g.getImageData(0, 0, c.width, c.height).data.some((x, j) => j % 4 !== 3 && x > 0)) break;
+    await new Promise(ok => requestAnimationFrame(ok));
+  }
   return {readyState: v.readyState, duration: v.duration, width: v.videoWidth, height: v.videoHeight,
           time: v.currentTime, seekable: v.seekable.length ? v.seekable.end(0) : 0,
           png: c.toDataURL('image/png')};
