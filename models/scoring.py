@@ -95,12 +95,12 @@ def classify(image: Image.Image | np.ndarray) -> Classification:
     return Classification(color, background, shape, outline, round(float(fill), 3))
 
 
-def classifier_self_check(n: int = 300, seed: int = 0) -> float:
-    """Accuracy of `classify` on the training data itself (filled and outlined); should be 1.0."""
+def classifier_self_check(n: int = 300, seed: int = 0, size: int | tuple[int, int] = 64) -> float:
+    """Accuracy of `classify` on the training data itself (filled and outlined) at `size`; should be 1.0."""
     rng = random.Random(seed)
     scenes = [random_scene(rng, outline=i % 2 == 1) for i in range(n)]
     correct = 0
-    for scene, image in zip(scenes, render_batch(scenes), strict=True):
+    for scene, image in zip(scenes, render_batch(scenes, size), strict=True):
         c = classify(image)
         correct += (c.color, c.background, c.shape, c.outline) == (
             scene.color,

@@ -107,10 +107,8 @@ MODEL_PROPS: dict[str, Callable[[ModelInfo], dict[str, Any]]] = {
     "steps": lambda info: {"value": info.default_steps},
     "guidance_scale": lambda info: {"value": info.default_guidance, "info": info.guidance_label},
     "guidance_end": lambda info: {"value": info.default_guidance_end, "visible": info.guidance_end},
-    "width": lambda info: {"minimum": info.size_multiple, "maximum": info.max_side, "value": info.default_width,
-                           "step": info.size_multiple},
-    "height": lambda info: {"minimum": info.size_multiple, "maximum": info.max_side, "value": info.default_height,
-                            "step": info.size_multiple},
+    "width": lambda info: _side(info, info.default_width),
+    "height": lambda info: _side(info, info.default_height),
     "num_images": lambda info: {"maximum": info.max_batch},
     "image_guidance_scale": lambda info: {"value": info.default_image_guidance, "visible": info.image_guidance},
     "step_cache": _step_cache,
@@ -147,6 +145,12 @@ def _detector_info(info: ModelInfo) -> str:
     if not info.inpaint:
         return f"not available: {info.pipeline_class} cannot inpaint, which the detailer does to each region"
     return "finds regions in each image and repaints each at full resolution (DETECTOR_DIR)"
+
+
+def _side(info: ModelInfo, value: int) -> dict[str, Any]:
+    """A size slider between the model's side bounds (ModelInfo.side_bounds)."""
+    low, high = info.side_bounds
+    return {"minimum": low, "maximum": high, "value": value, "step": info.size_multiple}
 
 
 def _hires_possible(info: ModelInfo) -> bool:

@@ -33,8 +33,8 @@ from ui.form import PANELS, SLIDER_THRESHOLD_MIN, Form, slider_threshold
 def _fit_size(value: Any, info: ModelInfo, default: int) -> int:
     if not isinstance(value, int):
         return default
-    step = info.size_multiple
-    return max(step, min(info.max_side, round(value / step) * step))
+    low, high = info.side_bounds  # the sliders' (an infotext's Size is the first pass's, also with hires fix)
+    return max(low, min(high, round(value / info.size_multiple) * info.size_multiple))
 
 
 def form_values(params: dict[str, Any], info: ModelInfo) -> tuple[dict[str, Any], list[str]]:

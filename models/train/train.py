@@ -9,6 +9,7 @@
     python -m models.train.train detector [--steps N]   # the detailer's embedded detector (models/train/detector.py)
     python -m models.train.train lcm [--steps N]   # the few-step LCM-LoRA of tiny-shapes (models/train/lcm.py)
     python -m models.train.train video|video-export   # the embedded video model (models/train/video.py)
+    python -m models.train.train sizes|sizes-export   # tiny-shapes at 64-128 px, 1:2-2:1 (models/train/sizes.py)
 
 Each stage is seeded and checkpoints to `models/train/runs/<stage>/` (git-ignored) every few
 hundred steps; running the same command again resumes from the last checkpoint and, because
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 
 LORA_OUT = MODELS_DIR / "loras"
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000, "lcm": 3000, "video": 3000}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000, "lcm": 3000, "video": 3000, "sizes": 2000}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
@@ -239,8 +240,9 @@ def export_model(steps: int | None = None) -> Path:
     return MODEL_OUT
 
 
-def write_vocabulary(folder: Path) -> None:
-    """The words this model understands; the app shows them beside the prompt box."""
+def write_vocabulary(folder: Path, sizes: tuple[tuple[int, int], ...] = ()) -> None:
+    """The words this model understands (the app shows them beside the prompt box), and the sizes
+    (width, height) it was fine-tuned at beyond 64² (models/train/sizes.py; the UI's size sliders)."""
     import json
 
     vocab = {
@@ -266,6 +268,9 @@ def write_vocabulary(folder: Path) -> None:
         # from a tight crop (60 small-shape scenes: 0.4 / 32 px kept ADetailer's faults, 0.9 / 8 px fixed them)
         "detailer": {"ad_denoising_strength": 0.9, "ad_inpaint_only_masked_padding": 8},
     }
+    if sizes:
+        sides = [side for size in sizes for side in size]
+        vocab["sizes"] = {"min_side": min(sides), "max_side": max(sides), "buckets": [list(size) for size in sizes]}
     (folder / "vocabulary.json").write_text(json.dumps(vocab, indent=2) + "\n")
 
 
@@ -372,6 +377,18 @@ def _export_video(_steps: int | None = None) -> None:
     export_video()
 
 
+def _train_sizes(steps: int) -> None:
+    from .sizes import train_sizes  # fine-tunes the exported tiny-shapes
+
+    train_sizes(steps)
+
+
+def _export_sizes(_steps: int | None = None) -> None:
+    from .sizes import export_sizes
+
+    export_sizes()
+
+
 def _export_edit(_steps: int | None = None) -> None:
     from .edit import export_edit
 
@@ -387,7 +404,7 @@ def _edit_from_export(source: Path | None = None) -> None:
 STAGES = {
     "vae": train_vae, "unet": train_unet, "export": export_model, "lora": train_lora,
     "edit": _train_edit, "control": _train_control, "ip-adapter": _train_ip_adapter, "detector": _train_detector, "lcm": _train_lcm, "lcm-export": _export_lcm, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
-    "video": _train_video, "video-export": _export_video,
+    "video": _train_video, "video-export": _export_video, "sizes": _train_sizes, "sizes-export": _export_sizes,
 }  # fmt: skip
 
 
@@ -411,7 +428,7 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.time()
         if stage == "edit-from-export":
             STAGES[stage](args.source)
-        elif stage in ("export", "edit-export", "lcm-export", "video-export"):
+        elif stage in ("export", "edit-export", "lcm-export", "video-export", "sizes-export"):
             STAGES[stage]()
         else:
             STAGES[stage](args.steps or DEFAULT_STEPS[stage])

@@ -81,8 +81,9 @@ def random_scene(rng: random.Random, outline: bool = False, square_max_rotation:
     )
 
 
-def _polygon(scene: Scene, side: float) -> list[tuple[float, float]]:
-    cx, cy = scene.cx * side, scene.cy * side
+def _polygon(scene: Scene, width: float, height: float) -> list[tuple[float, float]]:
+    side = min(width, height)
+    cx, cy = scene.cx * width, scene.cy * height
     half = scene.size * side / 2
     theta = math.radians(scene.rotation)
     if scene.shape == "square":
@@ -97,29 +98,32 @@ def _polygon(scene: Scene, side: float) -> list[tuple[float, float]]:
     return [(cx + x * cos_t - y * sin_t, cy + x * sin_t + y * cos_t) for x, y in corners]
 
 
-def draw(scene: Scene, size: int = IMAGE_SIZE) -> Image.Image:
-    """Render a scene as an RGB image of `size` x `size` pixels."""
-    big = size * SUPERSAMPLE
-    image = Image.new("RGB", (big, big), COLORS[scene.background])
+def draw(scene: Scene, size: int | tuple[int, int] = IMAGE_SIZE) -> Image.Image:
+    """Render a scene as an RGB image of `size` x `size` pixels, or `(width, height)`: the shape's
+    extent is a fraction of the shorter side, its centre a fraction of each side (one shape in the
+    middle of a wide or tall picture, as a photographer frames it; the embedded model's size buckets)."""
+    width, height = (size, size) if isinstance(size, int) else size
+    big_w, big_h = width * SUPERSAMPLE, height * SUPERSAMPLE
+    image = Image.new("RGB", (big_w, big_h), COLORS[scene.background])
     pen = ImageDraw.Draw(image)
     fg = COLORS[scene.color]
-    width = max(1, round(OUTLINE_WIDTH * big)) if scene.outline else 0
+    width_px = max(1, round(OUTLINE_WIDTH * min(big_w, big_h))) if scene.outline else 0
     if scene.shape == "circle":
-        r = scene.size * big / 2
-        box = [scene.cx * big - r, scene.cy * big - r, scene.cx * big + r, scene.cy * big + r]
-        if width:
-            pen.ellipse(box, outline=fg, width=width)
+        r = scene.size * min(big_w, big_h) / 2
+        box = [scene.cx * big_w - r, scene.cy * big_h - r, scene.cx * big_w + r, scene.cy * big_h + r]
+        if width_px:
+            pen.ellipse(box, outline=fg, width=width_px)
         else:
             pen.ellipse(box, fill=fg)
     else:
-        points = _polygon(scene, big)
-        if width:
-            pen.polygon(points, outline=fg, width=width)
+        points = _polygon(scene, big_w, big_h)
+        if width_px:
+            pen.polygon(points, outline=fg, width=width_px)
         else:
             pen.polygon(points, fill=fg)
-    return image.resize((size, size), Image.Resampling.BOX)
+    return image.resize((width, height), Image.Resampling.BOX)
 
 
-def render_batch(scenes: list[Scene], size: int = IMAGE_SIZE) -> np.ndarray:
-    """Scenes → uint8 array (N, size, size, 3)."""
+def render_batch(scenes: list[Scene], size: int | tuple[int, int] = IMAGE_SIZE) -> np.ndarray:
+    """Scenes → uint8 array (N, height, width, 3)."""
     return np.stack([np.asarray(draw(s, size)) for s in scenes])

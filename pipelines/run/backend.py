@@ -134,6 +134,14 @@ class ModelInfo:
     editor: ModelInfo | None = None  # the model serving edits, when it is another one (serving.editing)
     video: ModelInfo | None = None  # the model serving video requests, when it is another one (serving.video)
     clips: VideoAbilities | None = None  # this model makes clips: its frames and fps (pipelines.video.family)
+    trained_sides: tuple[int, int] | None = None  # (shortest, longest) side trained at, where the card says; the UI's sliders stop there
+
+    @property
+    def side_bounds(self) -> tuple[int, int]:
+        """The size sliders' (least, most) side: the sides trained at where the card says (hires fix
+        draws beyond), else the size step to the largest accepted side."""
+        low, high = self.trained_sides or (self.size_multiple, self.max_side)
+        return low, min(high, self.max_side)
 
     @property
     def limits(self) -> RequestLimits:

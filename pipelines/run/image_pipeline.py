@@ -207,12 +207,21 @@ class ImagePipeline:
         return self.traits.default_size
 
     @property
+    def trained_sides(self) -> tuple[int, int] | None:
+        """(shortest, longest) side the model was trained at, where its card says (an embedded model's
+        vocabulary "sizes"): the UI's size sliders stop there and hires fix draws beyond."""
+        sizes = self.vocabulary.get("sizes")
+        return (int(sizes["min_side"]), int(sizes["max_side"])) if sizes else None
+
+    @property
     def max_pixels(self) -> int:
-        """Largest width x height accepted: MAX_PIXELS, else native area x the device's factor."""
+        """Largest width x height accepted: MAX_PIXELS, else the native area (the largest square the card
+        names as trained, where it does) x the device's factor: room for hires fix x2 on CPU."""
         if self.options.max_pixels:
             return self.options.max_pixels
         w, h = self.default_size
-        return w * h * PIXEL_BUDGET_FACTOR.get(self.dm.backend, DEFAULT_PIXEL_BUDGET_FACTOR)
+        area = max(w * h, self.trained_sides[1] ** 2) if self.trained_sides else w * h
+        return area * PIXEL_BUDGET_FACTOR.get(self.dm.backend, DEFAULT_PIXEL_BUDGET_FACTOR)
 
     def render_size(self, request: GenerationRequest) -> tuple[int, int]:
         """(width, height) a request renders at (pipelines.run.calls.size_for)."""

@@ -354,6 +354,7 @@ def describe(self: Any) -> ModelInfo:
         size_multiple=self.size_multiple,
         max_side=self.max_side,
         max_pixels=self.max_pixels,
+        trained_sides=self.trained_sides,
         max_batch=self.options.max_batch,
         default_steps=self.default_steps,
         default_guidance=self.default_guidance,

@@ -181,7 +181,7 @@ class PipelineOptions(Section, title="Pipeline"):
     max_batch: int = setting("MAX_BATCH", 16, "most images per request", ge=1)
     max_pixels: int | None = setting(
         "MAX_PIXELS", None, "most pixels per image, width x height",
-        shown="the model's native area x 4 on CPU/MPS, x 9 on CUDA/ROCm/NPU/XPU", ge=1,
+        shown="the model's native area (its card's largest trained square) x 4 on CPU/MPS, x 9 on CUDA/ROCm/NPU/XPU", ge=1,
     )  # fmt: skip
     max_side: int | None = setting(
         "MAX_SIDE", None, "largest width or height", shown="4 x the model's native side", ge=1

@@ -126,6 +126,7 @@ def plan(
             items = items[item_range[0] : item_range[1]]
     accepted = frozenset(inspect.signature(pipe.__call__).parameters)
     warnings = request_warnings(p, request, pipe, accepted)
+    warnings += size_warnings(p.trained_sides, request.task, size)
     guidance_end = guidance_end_for(p, request, pipe, warnings)
     texts = PromptPlan(pipe, accepted, request.steps, p.embeddings.words, request.clip_skip or 1)
     warnings += texts.warnings(request.prompts, request.negative_prompt)
@@ -194,6 +195,17 @@ def guidance_end_for(p: Any, request: GenerationRequest, pipe: Any, warnings: li
             warnings.append(f"{type(pipe).__name__} cannot stop guidance early; guidance end was ignored")
         return 1.0
     return end
+
+
+def size_warnings(trained: tuple[int, int] | None, task: str, size: tuple[int, int]) -> list[str]:
+    """A text-to-image size outside the sides the model was trained at (its card's): said, not refused
+    (MAX_SIDE/MAX_PIXELS refuse); hires fix's second pass, an image-to-image, is where larger belongs."""
+    if trained is None or task != "txt2img" or (trained[0] <= min(size) and max(size) <= trained[1]):
+        return []
+    return [
+        f"{size[0]}x{size[1]} is outside the sizes this model was trained at ({trained[0]}-{trained[1]} px a side): "
+        f"it may repeat or lose the subject; hires fix draws larger pictures from a trained size"
+    ]
 
 
 def request_warnings(p: Any, request: GenerationRequest, pipe: Any, accepted: frozenset[str]) -> list[str]:
