@@ -46,6 +46,7 @@ FP32_MAX = 2.0  # /255, the issue's bound
 # order (XLA fuses, oneDNN blocks), and 10 steps compound it. Measured here: max 8/255, mean 0.35/255 (docs/devices.md, TPU).
 BF16_MAX = 16.0
 BF16_MEAN_MAX = 2.0
+MESH_FP32_MAX = 0.01  # /255: a float32 mesh against one device (mesh_row)
 
 
 @dataclass
@@ -170,15 +171,16 @@ def reference_rows(dtype_name: str, devices: int, images: Any, refs: dict[str, A
 
 
 def mesh_row(dtype_name: str, devices: int, results: dict[int, Any], times: tuple) -> Row:
-    """The mesh's images against the 1-device images. float32: uint8-equal (what the app saves).
-    bfloat16: the bf16 bounds, since XLA partitions the program for the mesh and a bf16 program
-    compiled differently rounds differently (measured: max 8/255, mean 0.35/255)."""
+    """The mesh's images against the 1-device images. float32: within MESH_FP32_MAX (only the partitioned
+    summation order differs; a value on a rounding boundary may still save 1/255 apart: measured max
+    0.0007/255, one uint8 value of 24,576 flipped). bfloat16: the bf16 bounds, since XLA partitions the
+    program for the mesh and a bf16 program compiled differently rounds differently (measured: max 8/255,
+    mean 0.35/255)."""
     stats = compare(results[devices], results[1])
     if dtype_name == "bfloat16":
         return judged(dtype_name, devices, "xla 1 device", stats, (BF16_MAX, BF16_MEAN_MAX), times)
-    row = judged(dtype_name, devices, "xla 1 device", stats, (None, None), times)
-    row.passed = stats["pct_pixels_differing"] == 0.0
-    row.notes.append("pass = the saved uint8 images are identical")
+    row = judged(dtype_name, devices, "xla 1 device", stats, (MESH_FP32_MAX, None), times)
+    row.notes.append("pass = the float images agree to 0.01/255 (the saved uint8 ones to 1/255 at most)")
     return row
 
 
@@ -196,8 +198,6 @@ def format_table(rows: list[Row]) -> str:
 
 
 def _bound(r: Row) -> str:
-    if r.reference == "xla 1 device" and r.dtype == "float32":
-        return "uint8 equal"
     if r.threshold_max is None:
         return "reported"
     return f"max <= {r.threshold_max:g}" + (f", mean <= {r.threshold_mean:g}" if r.threshold_mean is not None else "")

@@ -56,7 +56,7 @@ def shape_box(scene: Scene, side: int = IMAGE_SIZE) -> tuple[int, int, int, int]
         r = scene.size * side / 2
         x0, x1, y0, y1 = scene.cx * side - r, scene.cx * side + r, scene.cy * side - r, scene.cy * side + r
     else:
-        points = _polygon(scene, side)
+        points = _polygon(scene, side, side)
         xs, ys = [p[0] for p in points], [p[1] for p in points]
         x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
     return math.floor(x0), math.floor(y0), math.ceil(x1), math.ceil(y1)

@@ -304,13 +304,15 @@ def test_webuiapi_ip_adapter_unit_gives_the_references_colour(api, http):
 
     assert "shapes-colour" in api.controlnet_model_list() and "ip-adapter" in api.controlnet_module_list()
     hits = 0
-    for i, (scene, reference) in enumerate(cases(4, seed=77)):
+    for i, (scene, reference) in enumerate(cases(8, seed=77)):
         unit = webuiapi.ControlNetUnit(image=draw(reference), module="ip-adapter_clip_sd15", model="shapes-colour [ab12cd34]")
         made = api.txt2img(prompt=colourless_prompt(scene, False), seed=i, steps=12, width=64, height=64,
                            controlnet_units=[unit], alwayson_scripts={})  # fmt: skip
         hits += classify(made.image).color == scene.color
         assert 'ControlNet 0: "Module: ip-adapter, Model: shapes-colour, Weight: 1"' in made.info["infotexts"][0]
-    assert hits >= 2  # 3 of 4 here; by chance (without the picture: 13 % of 100 in the eval) 2 is unlikely
+    # 4 of 8 here at webuiapi's defaults (Euler a, CFG 7; 12 steps); 86 % in the eval at the model's own
+    # sampler and CFG; by chance (without the picture: 15 % of 100 in the eval) about 1 of 8
+    assert hits >= 3, hits
     body = {"prompt": "a circle", **SMALL, "alwayson_scripts": {"controlnet": {"args": [
         {"image": b64(draw(scene)), "module": "ip-adapter_clip_sd15", "model": "shapes-colour", "weight": 5}]}}}
     assert "scale: 5 is out of range 0..2" in refused(http.post("/txt2img", json=body), "alwayson_scripts")
@@ -401,8 +403,8 @@ def test_sillytavern_hires_request_is_answered_with_the_upscaled_image(http):
 
 
 def test_a_hires_request_beyond_the_models_limits_is_one_422_naming_hr_scale(http):
-    body = {"prompt": PROMPT, "enable_hr": True, "hr_scale": 3, **SMALL}
-    assert "192x192" in refused(http.post("/txt2img", json=body), "hr_scale")
+    body = {"prompt": PROMPT, "enable_hr": True, "hr_scale": 3, **SMALL, "width": 128, "height": 128}
+    assert "384x384" in refused(http.post("/txt2img", json=body), "hr_scale")
     body = {"prompt": PROMPT, "enable_hr": True, "hr_upscaler": "4x-UltraSharp", **SMALL}
     assert UPSCALER in refused(http.post("/txt2img", json=body), "hr_upscaler")
 

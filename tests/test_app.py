@@ -258,7 +258,8 @@ def test_out_of_memory_keeps_what_finished(server, client, monkeypatch):
 
 
 def test_ui_limits_and_defaults_are_the_models(server, client):
-    """One set of limits: the sliders stop where validation stops, and /generate accepts all of it."""
+    """One set of limits: the size sliders stop at the sizes the model was trained at (its card's, within
+    what validation accepts), and /generate accepts all of it."""
     demo, pipeline = server
     info = pipeline.model_info()
     config = httpx.get(f"{demo.local_url}config").json()
@@ -267,7 +268,9 @@ def test_ui_limits_and_defaults_are_the_models(server, client):
     sliders = {c["props"].get("label"): c["props"] for c in shown}
     by_id = {c["props"].get("elem_id"): c["props"] for c in config["components"] if c["type"] == "slider"}
     assert sliders["Guidance (CFG)"]["maximum"] == 50 and sliders["Steps"]["maximum"] == 150
-    assert sliders["Width"]["maximum"] == info.max_side and sliders["Width"]["step"] == info.size_multiple
+    assert (sliders["Width"]["minimum"], sliders["Width"]["maximum"]) == info.side_bounds == (64, 128)
+    assert info.max_side >= 256  # beyond the sliders: hires fix, and the APIs (with a warning)
+    assert sliders["Width"]["step"] == info.size_multiple
     assert (
         sliders["Steps"]["value"] == info.default_steps
         and by_id["guidance"]["value"] == info.default_guidance  # the Generate tab's (the Edit tab has the editor's)
@@ -384,8 +387,9 @@ def test_a_64_bit_seed_reproduces_through_the_api(client):
     first, info = generate(client, num_images=2, steps=3, seed=top)
     assert info["seeds"] == [top, 0]
     again, _ = generate(client, num_images=1, steps=3, seed=0)
-    pixels = [np.asarray(Image.open(i["image"])) for i in (first[1], again[0])]
-    assert np.array_equal(*pixels)
+    pixels = [np.asarray(Image.open(i["image"]), dtype=np.int16) for i in (first[1], again[0])]
+    # the same picture; torch's batched convolutions may round a pixel or two by 1/255 (another seed: all of them)
+    assert np.abs(pixels[0] - pixels[1]).max() <= 1 and (pixels[0] != pixels[1]).mean() < 0.001
     assert read_metadata(first[0]["image"])["parameters"]["seed"] == top
 
 

@@ -115,7 +115,7 @@ def test_latent_modes_start_the_second_pass_from_the_latents(pipeline):
 def test_refusals_name_the_field(pipeline):
     for flat, field, words in (
         ({"hires_upscaler": "R-ESRGAN 4x+"}, "hires_upscaler", f"available: Lanczos, Nearest, {EMBEDDED}"),
-        ({"hires_scale": 3}, "hires_scale", "192x192, beyond this model's limits"),
+        ({"hires_scale": 3, "width": 128, "height": 128}, "hires_scale", "384x384, beyond this model's limits"),
         ({"hires_sampler": "Heun++"}, "hires_sampler", "is not available"),
     ):
         with pytest.raises(RequestError) as caught:

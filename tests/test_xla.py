@@ -147,8 +147,9 @@ def test_fp32_on_one_xla_device_gives_the_cpu_images(xla_report):
 def test_fp32_on_a_two_device_mesh_gives_the_one_device_images(xla_report):
     assert find_row(xla_report, "float32", 2, "cpu float32")["max_abs"] <= 2.0
     mesh = find_row(xla_report, "float32", 2, "xla 1 device")
-    assert mesh["pct_pixels_differing"] == 0.0 and mesh["passed"]
-    assert mesh["max_abs"] < 0.01  # float images: only XLA's partitioned summation order may differ
+    # float images: only XLA's partitioned summation order may differ, so a saved value flips by 1/255 at most
+    # where it sits on a rounding boundary (one of 24,576 with the fine-tuned tiny-shapes)
+    assert mesh["passed"] and mesh["max_abs"] < 0.01 and mesh["pct_pixels_differing"] < 0.1
 
 
 def test_bf16_is_judged_against_cpu_bf16_and_reported_against_fp32(xla_report):

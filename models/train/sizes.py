@@ -41,6 +41,7 @@ from .common import (
     to_tensor,
     tokenize,
 )
+from .vocabulary import write_vocabulary
 from .world import IMAGE_SIZE, random_scene, render_batch
 
 log = logging.getLogger(__name__)
@@ -139,8 +140,6 @@ def train_sizes(steps: int) -> None:
 def export_sizes() -> None:
     """The fine-tune's EMA UNet into models/tiny-shapes/unet; the vocabulary (the model's card the app
     reads) lists the sizes it was trained at."""
-    from .train import write_vocabulary
-
     ckpt = load_checkpoint(RUNS / "sizes" / "ckpt.pt")
     if ckpt is None:
         raise SystemExit("sizes-export: no checkpoint; run the sizes stage first")
