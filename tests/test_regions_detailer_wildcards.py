@@ -156,8 +156,10 @@ def test_the_embedded_detector_finds_each_shape_of_a_drawn_scene(pipe):
 def test_detailer_repairs_a_small_shape_and_leaves_every_other_pixel(pipe):
     from pipelines.imaging.detailer import dilated
 
-    before = pipe.generate(small_shape_request(0)).images[0]
-    result = pipe.generate(small_shape_request(0, detailer={"ad_model": "shapes-segformer"}))
+    # Seed 2: one of the 6 seeds where the model (with the ControlNet retrained on the every-size base) draws the
+    # small square round; models.eval --detailer measures how often over many scenes.
+    before = pipe.generate(small_shape_request(2)).images[0]
+    result = pipe.generate(small_shape_request(2, detailer={"ad_model": "shapes-segformer"}))
     after = result.images[0]
     assert shape_of(before) == ("red", "circle") and shape_of(after) == ("red", "square")
     regions = pipe.detectors.detect("shapes-segformer", before, 0.3)
