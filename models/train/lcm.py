@@ -182,18 +182,18 @@ def train_lcm(steps: int) -> None:
     export_lcm()
 
 
-def export_lcm() -> None:
-    """The last checkpoint's LoRA as models/loras/tiny-shapes-lcm.safetensors, in float16 (half the bytes; the
-    loader casts it to the model's dtype: images within 1/255 of the float32 LoRA's)."""
+def export_lcm(run=RUNS / "lcm") -> None:
+    """The last checkpoint of `run` (this stage's, or lcm_refine's) as models/loras/tiny-shapes-lcm.safetensors, in
+    float16 (half the bytes; the loader casts it to the model's dtype: images within 1/255 of the float32 LoRA's)."""
     from diffusers import StableDiffusionPipeline
     from peft.utils import get_peft_model_state_dict
 
-    ckpt = load_checkpoint(RUNS / "lcm" / "ckpt.pt")
+    ckpt = load_checkpoint(run / "ckpt.pt")
     if ckpt is None:
-        raise SystemExit("lcm export: no checkpoint; run the lcm stage first")
+        raise SystemExit(f"lcm export: no checkpoint in {run}; run its stage first")
     pipe = student()
     copy_lora([p for p in pipe.unet.parameters() if p.requires_grad], ckpt["lora"])
     layers = {k: v.half() for k, v in get_peft_model_state_dict(pipe.unet).items()}
     LCM_OUT.mkdir(parents=True, exist_ok=True)
     StableDiffusionPipeline.save_lora_weights(LCM_OUT, unet_lora_layers=layers, weight_name=LCM_NAME)
-    log.info("lcm: wrote %s (trained %d steps)", LCM_OUT / LCM_NAME, ckpt["step"])
+    log.info("lcm: wrote %s (%s, trained %d steps)", LCM_OUT / LCM_NAME, run.name, ckpt["step"])

@@ -8,6 +8,7 @@
     python -m models.train.train ip-adapter [--steps N]   # the embedded IP-Adapter (models/train/ip_adapter.py)
     python -m models.train.train detector [--steps N]   # the detailer's embedded detector (models/train/detector.py)
     python -m models.train.train lcm [--steps N]   # the few-step LCM-LoRA of tiny-shapes (models/train/lcm.py)
+    python -m models.train.train lcm-refine        # ... refined on the teacher's solved ODE ends (lcm_refine.py)
     python -m models.train.train video|video-export   # the embedded video model (models/train/video.py)
     python -m models.train.train sizes|sizes-export   # tiny-shapes at 64-128 px, 1:2-2:1 (models/train/sizes.py)
 
@@ -56,7 +57,7 @@ log = logging.getLogger(__name__)
 
 LORA_OUT = MODELS_DIR / "loras"
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000, "lcm": 3000, "video": 3000, "sizes": 2000}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000, "lcm": 3000, "lcm-refine": 1500, "video": 3000, "sizes": 2000}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
@@ -326,6 +327,12 @@ def _train_lcm(steps: int) -> None:
     train_lcm(steps)
 
 
+def _train_lcm_refine(steps: int) -> None:
+    from .lcm_refine import train_lcm_refine  # starts from the lcm stage's checkpoint
+
+    train_lcm_refine(steps)
+
+
 def _export_lcm(_steps: int | None = None) -> None:
     from .lcm import export_lcm
 
@@ -370,7 +377,7 @@ def _edit_from_export(source: Path | None = None) -> None:
 
 STAGES = {
     "vae": train_vae, "unet": train_unet, "export": export_model, "lora": train_lora,
-    "edit": _train_edit, "control": _train_control, "ip-adapter": _train_ip_adapter, "detector": _train_detector, "lcm": _train_lcm, "lcm-export": _export_lcm, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
+    "edit": _train_edit, "control": _train_control, "ip-adapter": _train_ip_adapter, "detector": _train_detector, "lcm": _train_lcm, "lcm-refine": _train_lcm_refine, "lcm-export": _export_lcm, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
     "video": _train_video, "video-export": _export_video, "sizes": _train_sizes, "sizes-export": _export_sizes,
 }  # fmt: skip
 
