@@ -29,12 +29,14 @@ PEER_REQUIREMENTS = HERE / "requirements-openvino-peer.txt"
 PEER_SCRIPT = HERE / "openvino_peer.py"
 PEER_VENV = Path.home() / ".cache" / "diffusion-anywhere" / "openvino-peer-venv"
 BATCHES = (1, 4)
+COMPRESSED = ("int8", "w8a8")  # the OPENVINO_WEIGHTS modes measured beside fp32
 
 
 def ours(args: argparse.Namespace) -> dict[str, Any]:
     """benchmarks.speed's report at 1 image (torch, first and cached OpenVINO load) and at 4 (torch, cached)."""
     reports = {}
-    for images, options in ((1, "openvino,openvino-cached,openvino-static,openvino-int8"), (4, "openvino-cached,openvino-static,openvino-int8")):
+    for images, options in ((1, "openvino,openvino-cached,openvino-static,openvino-int8,openvino-w8a8"),
+                            (4, "openvino-cached,openvino-static,openvino-int8,openvino-w8a8")):
         run_args = argparse.Namespace(**{**vars(args), "images": images, "options": options, "quantization": None})
         reports[str(images)] = speed.run(run_args)
         print(speed.format_table(reports[str(images)]), end="\n\n", flush=True)
@@ -78,13 +80,15 @@ def summary(reports: dict[str, Any], peer_row: dict[str, Any] | None) -> dict[st
         static_ips = 1 / results["openvino-static"]["per_image_s"]["median"]
         row = {"torch": torch_ips, "openvino": ov_ips, "openvino_vs_torch": ov_ips / torch_ips}
         row.update(openvino_static=static_ips, openvino_static_vs_torch=static_ips / torch_ips)
-        int8_ips = 1 / results["openvino-int8"]["per_image_s"]["median"]
-        row.update(openvino_int8=int8_ips, openvino_int8_vs_torch=int8_ips / torch_ips, int8_vs_fp32=int8_ips / ov_ips)
         if peer_row:
             row["optimum_intel"] = peer_row["images_per_s"][str(images)]
             row["openvino_vs_optimum_intel"] = ov_ips / row["optimum_intel"]
             row["openvino_static_vs_optimum_intel"] = static_ips / row["optimum_intel"]
-            row["openvino_int8_vs_optimum_intel"] = int8_ips / row["optimum_intel"]
+        for mode in COMPRESSED:  # OPENVINO_WEIGHTS=int8 (weights) and w8a8 (weights and activations)
+            ips = 1 / results[f"openvino-{mode}"]["per_image_s"]["median"]
+            row.update({f"openvino_{mode}": ips, f"openvino_{mode}_vs_torch": ips / torch_ips, f"{mode}_vs_fp32": ips / ov_ips})
+            if peer_row:
+                row[f"openvino_{mode}_vs_optimum_intel"] = ips / row["optimum_intel"]
         rows["images_per_s"][str(images)] = row
     four = reports["4"]["results"]
     rows.update(
@@ -98,8 +102,8 @@ def summary(reports: dict[str, Any], peer_row: dict[str, Any] | None) -> dict[st
         },
         peak_memory_vs_torch=four["openvino-cached"].get("peak_memory_vs_plain"),
         peak_memory_static_vs_torch=four["openvino-static"].get("peak_memory_vs_plain"),
-        int8_psnr_vs_torch=min(r["openvino-int8"]["psnr_vs_plain"] or float("inf") for r in (one, four)),
-        int8_graph_bytes=one["openvino-int8"].get("runtime_weights"),
+        **{f"{mode}_psnr_vs_torch": min(r[f"openvino-{mode}"]["psnr_vs_plain"] or float("inf") for r in (one, four)) for mode in COMPRESSED},
+        **{f"{mode}_graph_bytes": one[f"openvino-{mode}"].get("runtime_weights") for mode in COMPRESSED},
         psnr_vs_torch=min(
             r[name]["psnr_vs_plain"] or float("inf")
             for r in (reports["1"]["results"], four)
@@ -114,7 +118,7 @@ def format_summary(s: dict[str, Any]) -> str:
     lines = ["OpenVINO vs torch eager (this process) and optimum-intel (its own venv):", ""]
     lines.append(f"{'images/s':<20} {'torch':>8} {'openvino':>9} {'ratio':>7} {'optimum-intel':>14} {'ours/peer':>10}")
     for images, r in s["images_per_s"].items():
-        for label, key in (("dynamic", "openvino"), ("static", "openvino_static"), ("int8", "openvino_int8")):
+        for label, key in (("dynamic", "openvino"), ("static", "openvino_static"), *((m, f"openvino_{m}") for m in COMPRESSED)):
             peer_cells = f"{r['optimum_intel']:>14.3f} {r[key + '_vs_optimum_intel']:>9.2f}x" if peer_row else ""
             lines.append(
                 f"{images + ' image(s), ' + label:<20} {r['torch']:>8.3f} {r[key]:>9.3f} "
@@ -135,7 +139,8 @@ def format_summary(s: dict[str, Any]) -> str:
             + (f"; optimum-intel process peak RSS {peer_row['peak_rss_mb']:.0f} MiB" if peer_row else "")
         )
     lines.append(f"PSNR vs torch fp32, same seeds: {s['psnr_vs_torch']:.1f} dB (the parity bar: 40)")
-    lines.append(f"int8 weights: PSNR vs torch fp32 {s['int8_psnr_vs_torch']:.1f} dB (the bar: 30); {s['int8_graph_bytes']}")
+    for mode in COMPRESSED:
+        lines.append(f"{mode}: PSNR vs torch fp32 {s[f'{mode}_psnr_vs_torch']:.1f} dB (the bar: 30); {s[f'{mode}_graph_bytes']}")
     return "\n".join(lines)
 
 

@@ -202,6 +202,9 @@ for _option in (
     Option("openvino-int8", "RUNTIME=openvino OPENVINO_WEIGHTS=int8: NNCF int8 weights (converted at the first load)",
            load={**PLAIN, "runtime": "openvino", "openvino_cache": OPENVINO_BENCH_CACHE, "openvino_weights": "int8"},
            refuse=_openvino_refusal, tolerance=INT8_TOLERANCE),
+    Option("openvino-w8a8", "RUNTIME=openvino OPENVINO_WEIGHTS=w8a8: the denoiser in int8 weights and activations "
+           "(calibrated on the warm-up)", load={**PLAIN, "runtime": "openvino", "openvino_cache": OPENVINO_BENCH_CACHE,
+           "openvino_weights": "w8a8"}, refuse=_openvino_refusal, tolerance=INT8_TOLERANCE),
 ):  # fmt: skip
     register(_option)
 

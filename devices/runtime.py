@@ -41,8 +41,10 @@ OPENVINO_DEVICES = "CPU, GPU, GPU.N, NPU or AUTO"
 STATIC_SHAPES = ("NPU",)
 SHAPES = ("auto", "dynamic", "static")  # OPENVINO_SHAPES: auto = static on the devices above, dynamic elsewhere
 # OPENVINO_WEIGHTS: the graphs' weights as converted (fp32), or compressed by NNCF (int8: per-channel; int4: groups
-# of 64 with int8 where a layer does not fit). Compute stays f32 (weights are decompressed on the fly).
-WEIGHTS = ("fp32", "int8", "int4")
+# of 64 with int8 where a layer does not fit), compute staying f32 (weights decompressed on the fly); or w8a8: the
+# denoiser's weights and activations in int8 (calibrated on the first request: pipelines/weights/openvino_w8a8.py),
+# so the CPU's int8 instructions do its work, and int8 weights for the other networks.
+WEIGHTS = ("fp32", "int8", "int4", "w8a8")
 NNCF_NOT_INSTALLED = "nncf is not installed (pip install -r requirements-openvino.txt)"
 
 

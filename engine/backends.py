@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from devices import DeviceManager
-from pipelines import Annotators, GenerationBackend, Upscalers, Wildcards
+from pipelines import Annotators, GenerationBackend, PipelineOptions, Upscalers, Wildcards
 from serving.editing import EditRouter, default_editor
 from serving.pool import DevicePool
 from serving.video import VideoRouter, default_video
@@ -25,6 +25,13 @@ from .jobs import Admission, Engine, Switching
 from .settings import AppSettings
 
 log = logging.getLogger(__name__)
+
+
+def _video_options(options: PipelineOptions) -> PipelineOptions:
+    """The video model's options. RUNTIME=openvino is for the image models: a video model stays torch (its 3-D VAE
+    and transformer are not converted), so it loads under auto, which keeps torch and says why, instead of
+    refusing the whole app."""
+    return options.updated(runtime="auto") if options.runtime == "openvino" else options
 
 
 def build_backend(settings: AppSettings, model: str | None = None, devices: str | None = None) -> GenerationBackend:
@@ -40,7 +47,7 @@ def build_backend(settings: AppSettings, model: str | None = None, devices: str 
         backend = EditRouter(backend, edits, automatic=not settings.edit_model_id)
     video = default_video(model, settings.video_model_id)
     if video is not None:
-        backend = VideoRouter(backend, DevicePool.from_pretrained(video, devices, settings.pipeline, settings.devices))
+        backend = VideoRouter(backend, DevicePool.from_pretrained(video, devices, _video_options(settings.pipeline), settings.devices))
     if settings.zero_gpu:
         from .zerogpu import ZeroGPUBackend  # imports `spaces`, only on ZeroGPU
 

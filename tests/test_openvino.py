@@ -135,6 +135,27 @@ def test_int8_weights_keep_the_picture_in_a_quarter_of_the_memory(ov_cache, torc
     assert "int8 weights" in int8.runtime_plan.describe()
 
 
+def test_w8a8_calibrates_on_the_first_request_then_draws_the_scene_in_int8(ov_cache, torch_pipeline):
+    """OPENVINO_WEIGHTS=w8a8: the first request runs the f32 denoiser while its calls are recorded, then the graph is
+    quantized (int8 weights and activations) and saved over the f32 one; the next requests, and a restart, run it.
+    The images stay the scene asked for and close to torch fp32's (pooled PSNR >= 30 dB; one image may drift:
+    docs/performance.md#int8-weights)."""
+    pytest.importorskip("nncf")
+    from models.scoring import classify
+
+    options = PipelineOptions(runtime="openvino", openvino_cache=ov_cache, openvino_weights="w8a8")
+    w8a8 = ImagePipeline.from_pretrained(DEFAULT_MODEL, DeviceManager("cpu"), options)
+    w8a8.generate(request(steps=20))  # 20 denoiser calls: the calibration
+    assert "unet converted" in w8a8.runtime_description and "activations int8" in w8a8.runtime_description
+    asked = request(num_images=4, steps=20)
+    got, expected = np.stack(arrays(w8a8.generate(asked))), np.stack(arrays(torch_pipeline.generate(asked)))
+    assert psnr(got, expected) >= 30.0
+    assert all((f.color, f.shape, f.background) == ("red", "circle", "blue") for f in map(classify, got))
+    again = ImagePipeline.from_pretrained(DEFAULT_MODEL, DeviceManager("cpu"), options)
+    assert np.array_equal(np.stack(arrays(again.generate(asked))), got)  # the saved int8 graph, no new calibration
+    assert "unet disk cache" in again.runtime_description and "activations int8" in again.runtime_description
+
+
 def test_a_pool_replicas_share_of_the_cores_runs_unpinned(monkeypatch):
     """OpenVINO pinned every replica's stream to the same cores (two requests at once on cpu,cpu: 2.01x one);
     a replica with a share of the cores runs unpinned, a lone one keeps OpenVINO's default."""
@@ -424,3 +445,19 @@ def test_regional_prompts_run_through_the_openvino_graph(ov_pipeline, torch_pipe
     attention = ov_pipeline.generate(request.replace(regions={"regional_prompts": True, "region_method": "Attention"}))
     assert any("ran the Latent mode" in w for w in attention.warnings)
     assert attention.metadata[0]["region_method"] == "Latent" and np.array_equal(arrays(attention)[0], arrays(ov)[0])
+
+
+def test_the_app_starts_under_runtime_openvino_and_its_video_model_stays_torch(ov_cache):
+    """RUNTIME=openvino as `python app.py` reads it: the image model runs OpenVINO, the embedded video model (which
+    OpenVINO does not convert) loads on torch and says why, instead of failing the app's start."""
+    from engine import AppSettings
+    from engine.backends import build_backend
+
+    settings = AppSettings.from_env({"RUNTIME": "openvino", "OPENVINO_CACHE": str(ov_cache), "EDIT_MODEL_ID": "none"})
+    backend = build_backend(settings)
+    try:
+        image, video = backend.main.replicas[0], backend.video.replicas[0]
+        assert image.runtime_plan.openvino and not video.runtime_plan.openvino
+        assert "video models stay torch" in video.runtime_plan.reason
+    finally:
+        backend.close()

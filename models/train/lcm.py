@@ -10,7 +10,7 @@ the same clean image as it maps the start. The student is the same UNet with a L
 itself one step later, without gradient (LCM-LoRA keeps no EMA twin). Boundary scalings and the
 pseudo-Huber loss (c = 0.001) are the script's; the prediction type is the model's v-prediction.
 
-The LoRA is loaded fused by the `tiny-shapes-fast` recipe (models/recipes/tiny-shapes-fast.json):
+The shipped LoRA is this stage refined on the teacher's solved ODE ends (`lcm_refine.py`, `lcm-refine`), loaded fused by the `tiny-shapes-fast` recipe (models/recipes/tiny-shapes-fast.json):
 4 steps, LCM sampler, guidance 1 (off: the teacher's guidance is distilled in, so each step is one
 UNet call instead of two).
 """

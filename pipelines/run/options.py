@@ -223,8 +223,10 @@ class PipelineOptions(Section, title="Pipeline"):
     openvino_weights: Annotated[Literal[WEIGHTS], Lower] = setting(
         "OPENVINO_WEIGHTS", "fp32",
         "with the OpenVINO runtime: the graphs' weights as converted (fp32), or compressed by NNCF to int8 "
-        "(~0.25x the memory) or int4 (~0.15x), decompressed on the fly; each kept in the graph cache. fp32 by "
-        "default: on a model that fits the CPU's caches int8 saves memory, not time (docs/performance.md#int8)",
+        "(~0.25x the memory) or int4 (~0.15x), decompressed on the fly (memory, not time); or w8a8: the "
+        "denoiser's weights and activations in int8, calibrated on the first request, for CPUs with int8 "
+        "instructions (VNNI/AMX: faster; images a little apart from fp32's); each kept in the graph cache. "
+        "fp32 by default (docs/performance.md#int8-weights)",
     )  # fmt: skip
     openvino_cache: Path = setting(
         "OPENVINO_CACHE", DEFAULT_OPENVINO_CACHE,

@@ -45,6 +45,8 @@ from diffusers.hooks import HookRegistry, ModelHook
 from devices.compile import denoiser_of
 from devices.runtime import RuntimePlan, check_device, check_weights, openvino_devices
 
+from .openvino_w8a8 import Calibration
+
 log = logging.getLogger(__name__)
 
 HOOK = "openvino"
@@ -68,11 +70,11 @@ VAES = ("AutoencoderKL",)  # encoder/decoder plain functions of their input (vid
 TOLERANCE = 1e-3  # largest |openvino - torch| / (1 + max |torch|) accepted for a new graph (measured: ~1e-6 in f32)
 # ... with compressed weights (OPENVINO_WEIGHTS), per network: measured on the embedded model's UNet, CLIP and
 # VAE decoder, int8 0.7-1.4e-2 (images >= 30 dB against fp32: tests/test_openvino.py); int4 is coarser.
-COMPRESSED_TOLERANCE = {"int8": 5e-2, "int4": 2e-1}
+COMPRESSED_TOLERANCE = {"int8": 5e-2, "int4": 2e-1, "w8a8": 5e-2}  # w8a8: the networks but the denoiser get int8 weights
 # NNCF's mode per OPENVINO_WEIGHTS: asymmetric (a zero point per channel or group) is NNCF's default and its
 # most accurate; the NPU's plugin decompresses symmetric weights only (OpenVINO's NPU weight-compression notes).
-NNCF_MODES = {"int8": "INT8_ASYM", "int4": "INT4_ASYM"}
-NNCF_MODES_NPU = {"int8": "INT8_SYM", "int4": "INT4_SYM"}
+NNCF_MODES = {"int8": "INT8_ASYM", "int4": "INT4_ASYM", "w8a8": "INT8_ASYM"}
+NNCF_MODES_NPU = {"int8": "INT8_SYM", "int4": "INT4_SYM", "w8a8": "INT8_SYM"}
 INT4_GROUP = 64  # int4 groups of 64 input channels (NNCF's default 128 is wider than most of a small model's layers)
 # Converted graphs kept in memory per network (LoRA sets): an older one is read again from disk when asked for.
 GRAPHS_KEPT = 3
@@ -98,6 +100,8 @@ class _Entry:
     out_at: list[int] = field(default_factory=list)  # where the graph's outputs go among the output's leaves
     out_leaves: list[Any] = field(default_factory=list)  # the output's leaves, tensors as None (the rest as returned)
     weight_bytes: int = 0  # the graph's constants (its weights), as compressed (OPENVINO_WEIGHTS)
+    calibration: Calibration | None = None  # w8a8: the denoiser's first calls, recorded until it is quantized
+    activations: str = "f32"  # "int8" once quantized (w8a8), or why it stays f32
 
 
 def _flat(args: tuple, kwargs: dict) -> tuple[list[Any], Any, list[int]]:
@@ -165,6 +169,7 @@ class OpenVinoHook(ModelHook):
         self.graphs: OrderedDict[str, _Entry] = OrderedDict()
         self.seen: set[str] = set()
         self.last: _Entry | None = None
+        self.denoiser = False  # set by OpenVinoRuntime.install: w8a8 quantizes this network's activations
 
     def new_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if self.runtime.torch_reason is not None:  # this request runs torch (OpenVinoRuntime.torch_only)
@@ -215,7 +220,10 @@ class OpenVinoHook(ModelHook):
             return "not used yet"
         if self.last.error is not None:
             return f"torch ({self.last.error})"
-        return f"{self.last.source} in {self.last.seconds:.1f} s" + ("" if self.dynamic else ", converted per shape")
+        text = f"{self.last.source} in {self.last.seconds:.1f} s" + ("" if self.dynamic else ", converted per shape")
+        if self.last.calibration is not None:
+            return f"{text}, {self.last.calibration.describe()}"
+        return text + (f", activations {self.last.activations}" if self.runtime.plan.weights == "w8a8" and self.denoiser else "")
 
 
 class OpenVinoRuntime:
@@ -252,6 +260,7 @@ class OpenVinoRuntime:
         found, self.skipped = networks(pipe)
         for name, module in found:
             hook = OpenVinoHook(self, name, module)
+            hook.denoiser = name == found[0][0]  # networks() lists the denoiser first
             HookRegistry.check_if_exists_or_initialize(module).register_hook(hook, HOOK)
             self.hooks[name], self.modules[name] = hook, module
         log.info("OpenVINO %s on %s for %s", self.version, self.plan.openvino_device, ", ".join(self.hooks))
@@ -297,7 +306,7 @@ class OpenVinoRuntime:
             began = time.perf_counter()
             try:
                 if (folder / "meta.json").is_file():
-                    entry = self._read(key, folder)
+                    entry = self._read(key, folder, hook)
                 else:
                     self.on_activity(f"OpenVINO: converting {hook.name} (once; cached on disk)")
                     entry = self._convert(hook, module, key, (args, kwargs), folder)
@@ -319,22 +328,29 @@ class OpenVinoRuntime:
         with torch.no_grad():
             expected = original(*call[0], **call[1])
             traced = _Traced(module, original, leaves, spec, tensor_at).eval()
-            model = self._compressed(self.ov.convert_model(traced, example_input=example))
+            model = self._compressed(self.ov.convert_model(traced, example_input=example), hook)
         out_leaves, out_spec = pytree.tree_flatten(expected)
         entry = _Entry(key, model=model, source="converted", out_spec=out_spec, weight_bytes=_constant_bytes(model))
         entry.out_at = [i for i, leaf in enumerate(out_leaves) if isinstance(leaf, torch.Tensor)]
         entry.out_leaves = [None if i in entry.out_at else leaf for i, leaf in enumerate(out_leaves)]
         meta = {"out_spec": pytree.treespec_dumps(out_spec), "out_at": entry.out_at, "out_leaves": entry.out_leaves}
         text = json.dumps(meta)  # TypeError for an output leaf JSON cannot keep: the network stays torch
-        _check(hook.name, self.run(entry, list(example)), expected, COMPRESSED_TOLERANCE.get(self.plan.weights, TOLERANCE))
+        calibrating = self._calibrates(hook)
+        _check(hook.name, self.run(entry, list(example)), expected, TOLERANCE if calibrating else COMPRESSED_TOLERANCE.get(self.plan.weights, TOLERANCE))
+        entry.calibration = Calibration() if calibrating else None
         _save(self.ov, model, text, folder)
         self.conversions += 1
         return entry
 
-    def _compressed(self, model: Any) -> Any:
-        """The converted graph with its weights compressed by NNCF as OPENVINO_WEIGHTS asks (fp32: unchanged)."""
+    def _calibrates(self, hook: OpenVinoHook) -> bool:
+        """Whether this network's graph is quantized after calibration (w8a8's denoiser) rather than compressed."""
+        return self.plan.weights == "w8a8" and hook.denoiser
+
+    def _compressed(self, model: Any, hook: OpenVinoHook) -> Any:
+        """The converted graph with its weights compressed by NNCF as OPENVINO_WEIGHTS asks (fp32: unchanged;
+        w8a8's denoiser: unchanged until calibrated, `_quantize`)."""
         weights = self.plan.weights
-        if weights == "fp32":
+        if weights == "fp32" or self._calibrates(hook):
             return model
         import nncf
 
@@ -352,14 +368,42 @@ class OpenVinoRuntime:
                 torch_bytes += sum(t.numel() * 4 for t in self.modules[name].state_dict().values())
         return graphs, torch_bytes
 
-    def _read(self, key: str, folder: Path) -> _Entry:
-        """A graph saved by `_convert` (checked then), compiled for this device."""
+    def _read(self, key: str, folder: Path, hook: OpenVinoHook) -> _Entry:
+        """A graph saved by `_convert` (checked then) or `_quantize`, compiled for this device."""
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         model = self.core.read_model(str(folder / "model.xml"))
         entry = _Entry(key, model=model, source="disk cache", out_spec=pytree.treespec_loads(meta["out_spec"]))
         entry.weight_bytes = _constant_bytes(model)
         entry.out_at, entry.out_leaves = meta["out_at"], meta["out_leaves"]
+        entry.activations = meta.get("activations", "f32")
+        if self._calibrates(hook) and entry.activations == "f32":
+            entry.calibration = Calibration()
         return entry
+
+    def _quantize(self, entry: _Entry, example: list[torch.Tensor]) -> None:
+        """w8a8: the denoiser's graph quantized on its recorded calls, kept when it stays within
+        openvino_w8a8.TOLERANCE of the f32 graph, and saved over the f32 one in the cache."""
+        from .openvino_w8a8 import TOLERANCE as W8A8_TOLERANCE
+        from .openvino_w8a8 import quantize, relative_error
+
+        samples, entry.calibration = entry.calibration.samples, None
+        self.on_activity("OpenVINO: quantizing the denoiser to int8 activations (once; cached on disk)")
+        try:
+            f32, model, compiled = self.compiled(entry, example), entry.model, entry.compiled
+            entry.model, entry.compiled = quantize(model, samples), OrderedDict()
+            error = relative_error(self.compiled(entry, example), f32, samples)
+            if error > W8A8_TOLERANCE:
+                entry.model, entry.compiled = model, compiled
+                entry.activations = f"f32 (int8 was {error:.3f} from it, over {W8A8_TOLERANCE})"
+                log.warning("OpenVINO: %s", entry.activations)
+                return
+            entry.activations, entry.weight_bytes = "int8", _constant_bytes(entry.model)
+            folder = self.cache_dir / entry.key
+            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8")) | {"activations": "int8"}
+            _save(self.ov, entry.model, json.dumps(meta), folder, replace=True)
+            log.info("OpenVINO: denoiser quantized (int8 activations) on %d calls, %.3f from f32", len(samples), error)
+        finally:
+            self.on_activity("")
 
     def compiled(self, entry: _Entry, tensors: list[torch.Tensor]) -> Any:
         """The graph compiled for this device: once (dynamic shapes), or per input shapes with static shapes
@@ -384,7 +428,11 @@ class OpenVinoRuntime:
     def run(self, entry: _Entry, tensors: list[torch.Tensor]) -> Any:
         """One call of a compiled graph; the output in the torch module's structure (its ModelOutput, tuple)."""
         request = self.compiled(entry, tensors).create_infer_request()  # per call: replicas never share one
-        request.infer([t.detach().cpu().contiguous().numpy() for t in tensors])
+        arrays = [t.detach().cpu().contiguous().numpy() for t in tensors]
+        request.infer(arrays)
+        if entry.calibration is not None and entry.calibration.record(arrays):
+            with self._lock:
+                self._quantize(entry, tensors)
         leaves = list(entry.out_leaves)
         for n, i in enumerate(entry.out_at):
             leaves[i] = torch.from_numpy(request.get_output_tensor(n).data.copy())
@@ -417,12 +465,15 @@ def _check(name: str, got: Any, expected: Any, tolerance: float = TOLERANCE) -> 
             raise ValueError(f"{name}: OpenVINO output differs from torch's by {error:.2e} (> {tolerance})")
 
 
-def _save(ov: Any, model: Any, meta: str, folder: Path) -> None:
-    """model.xml/.bin and meta.json, written beside `folder` and renamed into place (replicas may race)."""
+def _save(ov: Any, model: Any, meta: str, folder: Path, replace: bool = False) -> None:
+    """model.xml/.bin and meta.json, written beside `folder` and renamed into place (replicas may race);
+    `replace`: over the graph saved there (w8a8's quantized denoiser over its f32 graph)."""
     partial = folder.with_name(f"{folder.name}.partial-{threading.get_ident()}")
     partial.mkdir(parents=True, exist_ok=True)
     ov.save_model(model, str(partial / "model.xml"), compress_to_fp16=False)
     (partial / "meta.json").write_text(meta, encoding="utf-8")
+    if replace:
+        shutil.rmtree(folder, ignore_errors=True)
     try:
         partial.rename(folder)
     except OSError:  # another replica saved the same graph first
