@@ -9,7 +9,8 @@ teacher's probability-flow ODE from the noised latent, solved by guided DDIM (CF
 steps of at most 50 timesteps. The start points are the timesteps the LCM sampler visits at 2, 3, 4, 6 and 8
 steps (`LCMScheduler`, 50 original steps, trailing), half the samples on the 4-step ones the recipe uses;
 each start is a data latent noised to that timestep, which is what the sampler's re-noising gives when the
-student is right. The pairs are solved once (cached in runs/), then the LoRA, warm-started from the `lcm`
+student is right. After SIZES_FROM steps at 64², half the batches come from the other sizes tiny-shapes was
+fine-tuned at (sizes.py), so the fast model holds there too. The pairs are solved once (cached in runs/), then the LoRA, warm-started from the `lcm`
 stage, regresses to them (pseudo-Huber, the same boundary scalings). Same LoRA layout, so the export, the
 recipe and the loader are unchanged.
 """
@@ -18,17 +19,34 @@ from __future__ import annotations
 
 import itertools
 import logging
+import random
 
 import torch
 
-from .common import RUNS, SEED, copy_lora, load_checkpoint, lr_at, progress, resume_lora, save_checkpoint, tokenize
+from .common import (
+    RUNS,
+    SEED,
+    copy_lora,
+    load_checkpoint,
+    lr_at,
+    progress,
+    resume_lora,
+    save_checkpoint,
+    to_tensor,
+    tokenize,
+)
 from .lcm import DATASET, GUIDANCE_W, HUBER_C, Distiller, encode, student
 
 log = logging.getLogger(__name__)
 
 FOUR_STEP = (999, 759, 499, 259)  # LCMScheduler.set_timesteps(4) on tiny-shapes' config
 OTHERS = (879, 839, 679, 639, 379, 339, 179, 139)  # the rest of 2, 3, 6 and 8 steps' timesteps
-PER_T = {**dict.fromkeys(FOUR_STEP, 600), **dict.fromkeys(OTHERS, 200)}  # 4,000 pairs
+PER_T = {**dict.fromkeys(FOUR_STEP, 600), **dict.fromkeys(OTHERS, 200)}  # 4,000 pairs at 64²
+# Then the other sizes tiny-shapes was fine-tuned at (models/train/sizes.py), fewer pairs each: from SIZES_FROM on,
+# half the steps draw a batch at 64² and half at one of these, with as many latent cells in each batch.
+SIZES = ((96, 96), (128, 128), (128, 64), (64, 128))
+PER_T_SIZES = {**dict.fromkeys(FOUR_STEP, 80), **dict.fromkeys(OTHERS, 20)}  # 480 pairs a size
+SIZES_FROM, LR_2 = 1500, 1.5e-4
 SOLVER_STRIDE = 50  # the teacher's DDIM steps span at most this many timesteps (20 steps from 999)
 BATCH, LR = 32, 3e-4
 
@@ -57,18 +75,29 @@ class Teacher(Distiller):
         return x0_c + GUIDANCE_W * (x0_c - x0_u)
 
 
-def solve_pairs(pipe, teacher: Teacher, data: dict, which: torch.Tensor) -> dict:
-    """(start latent, timestep, prompt index, the teacher's clean latent) for PER_T; cached in runs/."""
-    cache = RUNS / f"lcm-refine-pairs-{sum(PER_T.values())}.pt"
+def sized_data(pipe, size: tuple[int, int], n: int, prompts: list[str]) -> tuple[dict, torch.Tensor]:
+    """`n` seeded scenes drawn at `size` and encoded as the app's VAE does (sizes.encode), with prompt indices."""
+    from .sizes import encode as encode_sized
+    from .world import random_scene, render_batch
+
+    rng = random.Random(f"{SEED}-lcm-refine-{size}")
+    scenes = [random_scene(rng) for _ in range(n)]
+    means = [encode_sized(pipe.vae, to_tensor(render_batch(scenes[i : i + 64], size)))[0] for i in range(0, n, 64)]
+    return {"mean": torch.cat(means)}, torch.tensor([prompts.index(s.prompt) for s in scenes])
+
+
+def solve_pairs(pipe, teacher: Teacher, data: dict, which: torch.Tensor, per_t: dict = PER_T, name: str = "") -> dict:
+    """(start latent, timestep, prompt index, the teacher's clean latent) for `per_t`; cached in runs/."""
+    cache = RUNS / f"lcm-refine-pairs-{sum(per_t.values())}{name}.pt"
     if cache.exists():
         return torch.load(cache)
-    gen = torch.Generator().manual_seed(SEED * 7_000)
+    gen = torch.Generator().manual_seed(SEED * 7_000 + len(name))
     scale = pipe.vae.config.scaling_factor
     parts: dict[str, list] = {"x": [], "t": [], "idx": [], "target": []}
-    bar = progress(sum(PER_T.values()), 0, "lcm-refine pairs")
-    for t, count in PER_T.items():
+    bar = progress(sum(per_t.values()), 0, f"lcm-refine pairs{name}")
+    for t, count in per_t.items():
         for start in range(0, count, 128):
-            pick = torch.randint(0, DATASET, (min(128, count - start),), generator=gen)
+            pick = torch.randint(0, len(data["mean"]), (min(128, count - start),), generator=gen)
             latents = data["mean"][pick].float() * scale
             steps = torch.full((len(pick),), t)
             x = teacher._coef(teacher.alpha, steps) * latents + teacher._coef(teacher.sigma, steps) * torch.randn(latents.shape, generator=gen)
@@ -103,14 +132,21 @@ def train_lcm_refine(steps: int) -> None:
         embeds = pipe.text_encoder(tokenize(pipe.tokenizer, prompts))[0]
         empty = pipe.text_encoder(tokenize(pipe.tokenizer, [""]))[0]
     teacher = Teacher(pipe, embeds, empty)
-    pairs = solve_pairs(pipe, teacher, data, which)
+    groups = [solve_pairs(pipe, teacher, data, which)]
+    if steps > SIZES_FROM:
+        for w, h in SIZES:
+            sized, sized_which = sized_data(pipe, (w, h), 400, prompts)
+            groups.append(solve_pairs(pipe, teacher, sized, sized_which, PER_T_SIZES, f"-{w}x{h}"))
     pipe.unet.train()
     bar = progress(steps, start, "lcm-refine")
     for step in range(start, steps):
         gen = torch.Generator().manual_seed(SEED * 400_000 + step)
-        pick = torch.randint(0, len(pairs["t"]), (BATCH,), generator=gen)
+        late = step >= SIZES_FROM
+        pairs = groups[0] if not late or step % 2 == 0 else groups[1 + (step // 2) % len(SIZES)]
+        cells = pairs["x"].shape[-1] * pairs["x"].shape[-2]
+        pick = torch.randint(0, len(pairs["t"]), (max(4, BATCH * 256 // cells),), generator=gen)
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, LR, warmup=50)
+            group["lr"] = lr_at(step - SIZES_FROM, steps - SIZES_FROM, LR_2, warmup=50) if late else lr_at(step, SIZES_FROM, LR, warmup=50)
         pred = teacher._consistency(pairs["x"][pick], pairs["t"][pick], embeds[pairs["idx"][pick]])
         loss = (((pred - pairs["target"][pick]) ** 2 + HUBER_C**2).sqrt() - HUBER_C).mean()
         opt.zero_grad(set_to_none=True)
