@@ -156,6 +156,24 @@ def test_w8a8_calibrates_on_the_first_request_then_draws_the_scene_in_int8(ov_ca
     assert "unet disk cache" in again.runtime_description and "activations int8" in again.runtime_description
 
 
+def test_a_failed_w8a8_quantization_keeps_the_f32_graph_and_says_why(tmp_path, monkeypatch):
+    """NNCF failing on the denoiser must not fail the request that triggered it: the f32 graph stays, the status
+    says why, and the next request runs as fp32 would."""
+    pytest.importorskip("nncf")
+    from pipelines.weights import openvino_w8a8
+
+    def refuse(model, samples):
+        raise RuntimeError("NNCF cannot quantize this graph")
+
+    monkeypatch.setattr(openvino_w8a8, "quantize", refuse)
+    options = PipelineOptions(runtime="openvino", openvino_cache=tmp_path, openvino_weights="w8a8")
+    w8a8 = ImagePipeline.from_pretrained(DEFAULT_MODEL, DeviceManager("cpu"), options)
+    first = w8a8.generate(request(steps=20))
+    assert len(first.images) == 1
+    assert "activations f32 (not quantized: RuntimeError: NNCF cannot quantize this graph)" in w8a8.runtime_description
+    assert np.array_equal(np.stack(arrays(w8a8.generate(request(steps=20)))), np.stack(arrays(first)))
+
+
 def test_a_pool_replicas_share_of_the_cores_runs_unpinned(monkeypatch):
     """OpenVINO pinned every replica's stream to the same cores (two requests at once on cpu,cpu: 2.01x one);
     a replica with a share of the cores runs unpinned, a lone one keeps OpenVINO's default."""

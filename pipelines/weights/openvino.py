@@ -382,28 +382,32 @@ class OpenVinoRuntime:
 
     def _quantize(self, entry: _Entry, example: list[torch.Tensor]) -> None:
         """w8a8: the denoiser's graph quantized on its recorded calls, kept when it stays within
-        openvino_w8a8.TOLERANCE of the f32 graph, and saved over the f32 one in the cache."""
+        openvino_w8a8.TOLERANCE of the f32 graph, and saved over the f32 one in the cache; else the f32 graph
+        stays, and `entry.activations` says why (the status panel shows it)."""
         from .openvino_w8a8 import TOLERANCE as W8A8_TOLERANCE
         from .openvino_w8a8 import quantize, relative_error
 
         samples, entry.calibration = entry.calibration.samples, None
+        f32, model, compiled = self.compiled(entry, example), entry.model, entry.compiled
         self.on_activity("OpenVINO: quantizing the denoiser to int8 activations (once; cached on disk)")
         try:
-            f32, model, compiled = self.compiled(entry, example), entry.model, entry.compiled
             entry.model, entry.compiled = quantize(model, samples), OrderedDict()
             error = relative_error(self.compiled(entry, example), f32, samples)
-            if error > W8A8_TOLERANCE:
-                entry.model, entry.compiled = model, compiled
-                entry.activations = f"f32 (int8 was {error:.3f} from it, over {W8A8_TOLERANCE})"
-                log.warning("OpenVINO: %s", entry.activations)
-                return
-            entry.activations, entry.weight_bytes = "int8", _constant_bytes(entry.model)
-            folder = self.cache_dir / entry.key
-            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8")) | {"activations": "int8"}
-            _save(self.ov, entry.model, json.dumps(meta), folder, replace=True)
-            log.info("OpenVINO: denoiser quantized (int8 activations) on %d calls, %.3f from f32", len(samples), error)
+            why = f"int8 was {error:.3f} from it, over {W8A8_TOLERANCE}" if error > W8A8_TOLERANCE else None
+        except Exception as exc:  # NNCF or the plugin refusing the quantized graph: the request goes on in f32
+            log.warning("OpenVINO: the denoiser's quantization failed", exc_info=True)
+            why = f"not quantized: {_reason(exc)}"
         finally:
             self.on_activity("")
+        if why is not None:
+            entry.model, entry.compiled, entry.activations = model, compiled, f"f32 ({why})"
+            log.warning("OpenVINO: the denoiser stays %s", entry.activations)
+            return
+        entry.activations, entry.weight_bytes = "int8", _constant_bytes(entry.model)
+        folder = self.cache_dir / entry.key
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8")) | {"activations": "int8"}
+        _save(self.ov, entry.model, json.dumps(meta), folder, replace=True)
+        log.info("OpenVINO: denoiser quantized (int8 activations) on %d calls, %.3f from f32", len(samples), error)
 
     def compiled(self, entry: _Entry, tensors: list[torch.Tensor]) -> Any:
         """The graph compiled for this device: once (dynamic shapes), or per input shapes with static shapes
