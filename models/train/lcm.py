@@ -103,8 +103,8 @@ class Distiller:
         return c_skip * x + c_out * x0
 
     @torch.no_grad()
-    def _teacher_step(self, x: torch.Tensor, t: torch.Tensor, prev: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        """One DDIM step of the guided teacher (the LoRA off) from t to prev."""
+    def _guided(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The guided teacher's (the LoRA off) clean image and noise at t."""
         self.unet.disable_adapters()
         try:
             v = self.unet(torch.cat([x, x]), torch.cat([t, t]), torch.cat([cond, self.empty.expand_as(cond)])).sample
@@ -112,8 +112,12 @@ class Distiller:
             self.unet.enable_adapters()
         alpha, sigma = self._coef(self.alpha, t), self._coef(self.sigma, t)
         (x0_c, x0_u), (eps_c, eps_u) = (z.chunk(2) for z in _x0_eps(v, torch.cat([x, x]), alpha.repeat(2, 1, 1, 1), sigma.repeat(2, 1, 1, 1)))
-        x0 = x0_c + GUIDANCE_W * (x0_c - x0_u)
-        eps = eps_c + GUIDANCE_W * (eps_c - eps_u)
+        return x0_c + GUIDANCE_W * (x0_c - x0_u), eps_c + GUIDANCE_W * (eps_c - eps_u)
+
+    @torch.no_grad()
+    def _teacher_step(self, x: torch.Tensor, t: torch.Tensor, prev: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """One DDIM step of the guided teacher from t to prev."""
+        x0, eps = self._guided(x, t, cond)
         return self._coef(self.alpha, prev) * x0 + self._coef(self.sigma, prev) * eps
 
     def loss(self, latents: torch.Tensor, idx: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -147,16 +151,23 @@ def student(path=MODEL_OUT):
     return pipe
 
 
+def prompt_table(pipe, scene_prompts: list[str]) -> tuple[list[str], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(the distinct prompts, each scene's index among them, their text embeddings, the empty prompt's): the world
+    has a few hundred prompts and the text encoder stays frozen, so its outputs are computed once."""
+    prompts = sorted(set(scene_prompts))
+    which = torch.tensor([prompts.index(p) for p in scene_prompts])
+    with torch.no_grad():
+        embeds = pipe.text_encoder(tokenize(pipe.tokenizer, prompts))[0]
+        empty = pipe.text_encoder(tokenize(pipe.tokenizer, [""]))[0]
+    return prompts, which, embeds, empty
+
+
 def train_lcm(steps: int) -> None:
     out = RUNS / "lcm"
     pipe = student()
     data = encode(pipe.vae, DATASET)
     scale = pipe.vae.config.scaling_factor
-    prompts = sorted(set(data["prompts"]))  # the world has a few hundred; each sample indexes its own
-    which = torch.tensor([prompts.index(p) for p in data["prompts"]])
-    with torch.no_grad():  # the text encoder stays frozen: its outputs once
-        embeds = pipe.text_encoder(tokenize(pipe.tokenizer, prompts))[0]
-        empty = pipe.text_encoder(tokenize(pipe.tokenizer, [""]))[0]
+    _, which, embeds, empty = prompt_table(pipe, data["prompts"])
     params = [p for p in pipe.unet.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=LR, weight_decay=0.0)
     distiller = Distiller(pipe, embeds, empty)

@@ -33,9 +33,8 @@ from .common import (
     resume_lora,
     save_checkpoint,
     to_tensor,
-    tokenize,
 )
-from .lcm import DATASET, GUIDANCE_W, HUBER_C, Distiller, encode, student
+from .lcm import DATASET, HUBER_C, Distiller, encode, prompt_table, student
 
 log = logging.getLogger(__name__)
 
@@ -60,19 +59,7 @@ class Teacher(Distiller):
         times = torch.linspace(t, 0, n + 1).round().long().tolist()
         for now, nxt in itertools.pairwise(times):
             x = self._teacher_step(x, torch.full((len(x),), now), torch.full((len(x),), nxt), cond)
-        return self._x0_at_zero(x, cond)
-
-    def _x0_at_zero(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        """The last step, from timestep 0 to the clean latent (alpha_0 is just under 1)."""
-        zero = torch.zeros(len(x), dtype=torch.long)
-        alpha, sigma = self._coef(self.alpha, zero), self._coef(self.sigma, zero)
-        self.unet.disable_adapters()
-        try:
-            v = self.unet(torch.cat([x, x]), torch.cat([zero, zero]), torch.cat([cond, self.empty.expand_as(cond)])).sample
-        finally:
-            self.unet.enable_adapters()
-        x0_c, x0_u = (alpha.repeat(2, 1, 1, 1) * torch.cat([x, x]) - sigma.repeat(2, 1, 1, 1) * v).chunk(2)
-        return x0_c + GUIDANCE_W * (x0_c - x0_u)
+        return self._guided(x, torch.zeros(len(x), dtype=torch.long), cond)[0]  # timestep 0 to the clean latent
 
 
 def sized_data(pipe, size: tuple[int, int], n: int, prompts: list[str]) -> tuple[dict, torch.Tensor]:
@@ -126,11 +113,7 @@ def train_lcm_refine(steps: int) -> None:
             raise SystemExit("lcm-refine: no lcm checkpoint to start from; run the lcm stage first")
         copy_lora(params, warm["lora"])
     data = encode(pipe.vae, DATASET)
-    prompts = sorted(set(data["prompts"]))
-    which = torch.tensor([prompts.index(p) for p in data["prompts"]])
-    with torch.no_grad():
-        embeds = pipe.text_encoder(tokenize(pipe.tokenizer, prompts))[0]
-        empty = pipe.text_encoder(tokenize(pipe.tokenizer, [""]))[0]
+    prompts, which, embeds, empty = prompt_table(pipe, data["prompts"])
     teacher = Teacher(pipe, embeds, empty)
     groups = [solve_pairs(pipe, teacher, data, which)]
     if steps > SIZES_FROM:
