@@ -22,11 +22,11 @@ pool's parallelism: 1.0x is perfect, 2.0x none).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import socket
 import statistics
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 
 import app
+from benchmarks.measure import wall_of_threads
 from engine import AppSettings, build_engine
 from pipelines import GenerationRequest
 
@@ -120,13 +121,7 @@ def pool(apps: list[App], repeats: int) -> dict[str, Any]:
     """One request alone against two at once on each two-replica app (medians, alternated)."""
 
     def both(a: App, seed: int) -> float:
-        threads = [threading.Thread(target=a.api, args=(1, seed + k)) for k in range(2)]
-        began = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return time.perf_counter() - began
+        return wall_of_threads([functools.partial(a.api, 1, seed + k) for k in range(2)])
 
     for a in apps:
         both(a, 0)

@@ -11,13 +11,13 @@ two/one is 1.0 when the two threads run in parallel and 2.0 when they take turns
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
-import threading
-import time
 from collections.abc import Callable
 
 import torch
 
+from benchmarks.measure import wall_of_threads
 from pipelines.run.options import DEFAULT_MODEL
 
 
@@ -36,16 +36,6 @@ def _loop(call: Callable[[], torch.Tensor], calls: int) -> None:
             call()
 
 
-def _time(call: Callable[[], torch.Tensor], calls: int, threads: int) -> float:
-    workers = [threading.Thread(target=_loop, args=(call, calls)) for _ in range(threads)]
-    began = time.perf_counter()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    return time.perf_counter() - began
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20)
@@ -61,8 +51,9 @@ def main(argv: list[str] | None = None) -> None:
         traced = torch.jit.freeze(torch.jit.trace(_Positional(unet).eval(), (x, t, context), check_trace=False))
     for name, call in {"eager": lambda: unet(x, t, context), "torchscript": lambda: traced(x, t, context)}.items():
         _loop(call, 3)  # warm-up
-        one = statistics.median(_time(call, args.calls, 1) for _ in range(args.repeats))
-        two = statistics.median(_time(call, args.calls, 2) for _ in range(args.repeats))
+        loop = functools.partial(_loop, call, args.calls)
+        one = statistics.median(wall_of_threads([loop]) for _ in range(args.repeats))
+        two = statistics.median(wall_of_threads([loop, loop]) for _ in range(args.repeats))
         print(f"{name:<12} one thread {one:.3f} s, two at once {two:.3f} s: {two / one:.2f}x")
 
 

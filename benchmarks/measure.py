@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,17 @@ def timed(dm: DeviceManager, fn: Callable[[], Any]) -> tuple[float, Any]:
     result = fn()
     dm.synchronize()
     return time.perf_counter() - start, result
+
+
+def wall_of_threads(calls: list[Callable[[], Any]]) -> float:
+    """Seconds from starting each call in a thread of its own until the last one ends (calls at once)."""
+    threads = [threading.Thread(target=call) for call in calls]
+    began = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - began
 
 
 def summary(samples: list[float]) -> dict[str, float]:
