@@ -77,7 +77,7 @@ _FACE: dict[str, tuple[str, str]] = {
     # weights
     **{n: ("pipelines.weights.catalog", n) for n in ("ModelEntry", "list_models")},
     "find_model": ("pipelines.weights.catalog", "find"),
-    "open_model": ("pipelines.weights.recipes", "open_model"),
+    "open_model": ("pipelines.run.model_setup", "open_with"),  # recipes.open_model as the app's loads run it
     "quantization_applied": ("pipelines.weights.quantization", "applied"),
     "quiet_load_progress_bars": ("pipelines.weights.loading", "quiet_load_progress_bars"),
 }

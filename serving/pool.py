@@ -391,7 +391,7 @@ def _replica_copy(loaded: Any, source: str, dm: DeviceManager, opts: PipelineOpt
     quantized model the model opened again (diffusers 0.42's GGUF parameters cannot be deep-copied)."""
     if not quantization_applied(loaded):
         return copy.deepcopy(loaded)
-    return open_model(source, dm, opts.extra, opts.quantization, opts.base_model)[0]
+    return open_model(source, dm, opts)[0]
 
 
 def _build(source: str, managers: list[DeviceManager], opts: PipelineOptions) -> list[ImagePipeline]:
@@ -401,7 +401,7 @@ def _build(source: str, managers: list[DeviceManager], opts: PipelineOptions) ->
         pipeline = ImagePipeline.from_pretrained(source, managers[0], opts)
         pipeline.model_id = source
         return [pipeline]
-    loaded, recipe, weights = open_model(source, managers[0], opts.extra, opts.quantization, opts.base_model)
+    loaded, recipe, weights = open_model(source, managers[0], opts)
     replicas = [
         ImagePipeline.from_loaded(_replica_copy(loaded, source, dm, opts), dm, opts, weights, start, recipe)
         for dm in managers[1:]

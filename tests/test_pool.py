@@ -325,3 +325,23 @@ def test_two_replicas_loading_a_lora_at_once_leave_torch_building_real_weights(m
     finally:
         torch.nn.Module.register_parameter = register  # a failure here must not break every later test
         pool.close()
+
+
+def test_two_cpu_replicas_of_the_app_as_python_app_py_builds_it_start_in_a_fresh_process():
+    """`PREFERRED_DEVICE=cpu,cpu python app.py`: every model the app loads by default (the embedded video model, whose
+    folder names the video room's own VAE class by module, included) opens for a pool of two replicas. In a fresh
+    interpreter, so that no earlier test has imported that class already (the pool's loads once skipped the import
+    that the single-device load makes, and the app's start failed)."""
+    import subprocess
+    import sys
+
+    script = (
+        "from engine import AppSettings\n"
+        "from engine.backends import build_backend\n"
+        "backend = build_backend(AppSettings.from_env({'PREFERRED_DEVICE': 'cpu,cpu', 'RUNTIME': 'torch'}))\n"
+        "print(len(backend.main.main.replicas), len(backend.video.replicas))\n"
+        "backend.close()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["2", "2"]

@@ -68,6 +68,15 @@ def check_device(dm: DeviceManager, source: str) -> None:
         raise ModelLoadError(f"cannot load {source} on {dm.device}: {NO_PIPELINES[dm.backend]}")
 
 
+def open_with(source: str, dm: DeviceManager, opts: PipelineOptions) -> tuple[Any, Recipe | None, str]:
+    """`open_model` as every load of the app runs it (`load`, a device pool's replicas): one load at a time
+    (devices.one_load), the video room's component classes imported first (a model folder may name the video
+    room's own VAE class by its module, and diffusers loads only from a module already imported)."""
+    with ONE_LOAD:
+        video.import_components()
+        return open_model(source, dm, opts.extra, opts.quantization, opts.base_model)
+
+
 def load(cls: type, source: str | Path | None, device_manager: DeviceManager | None, opts: PipelineOptions) -> Any:
     """`cls.from_pretrained`: open `source` (folder, Hub id, .safetensors or recipe; default
     `opts.model_id`) and wrap it as `cls` on the manager's device."""
@@ -76,8 +85,7 @@ def load(cls: type, source: str | Path | None, device_manager: DeviceManager | N
     check_device(dm, source)  # before the weights are read
     start = time.perf_counter()
     with ONE_LOAD:  # devices.one_load: module builds swap process-wide torch state
-        video.import_components()  # a folder may name the video room's own VAE class by its module
-        pipe, recipe, weights = open_model(source, dm, opts.extra, opts.quantization, opts.base_model)
+        pipe, recipe, weights = open_with(source, dm, opts)
         self = cls.from_loaded(pipe, dm, opts, weights, start, recipe)
     self.model_id = source  # what MODEL_ID said (a recipe name stays a name)
     return self
