@@ -44,6 +44,7 @@ _FACE: dict[str, tuple[str, str]] = {
     **{n: ("pipelines.pnginfo.write", n) for n in ("save_images", "save_pngs", "save_png", "png_info", "a1111_parameters", "TEMP_SUFFIX", "save_clip", "save_clips")},
     **{n: ("pipelines.pnginfo.read", n) for n in ("read_metadata", "read_png_info", "parse_a1111")},
     "read_png_text": ("pipelines.pnginfo.files", "read_text"),
+    "METADATA_KEY": ("pipelines.pnginfo.read", "JSON_KEY"),  # our JSON's key in a PNG's text chunks and a clip's tags
     # video: clips written and read (pipelines.video.files)
     **{n: ("pipelines.video.files", n) for n in ("write_video", "read_video", "read_frames", "is_video", "VideoInfo")},
     "VIDEO_FORMATS": ("pipelines.video.files", "FORMATS"),

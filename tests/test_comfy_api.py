@@ -22,7 +22,7 @@ import httpx
 import numpy as np
 import pytest
 import websocket
-from PIL import Image
+from PIL import Image, ImageSequence
 
 from pipelines import GenerationRequest, read_png_info
 from pipelines.pnginfo.comfy import parse_comfyui
@@ -256,7 +256,7 @@ def test_sillytavern_calls_with_the_key_in_the_path(url, ckpt):
     URL; /object_info read without guards, the body sent as text/plain, /history polled every 100 ms."""
     base = f"{url}/key/{KEY}"
     info = httpx.get(f"{base}/object_info").json()
-    assert info["UNETLoader"]["input"]["required"]["unet_name"][0] == []
+    assert info["UNETLoader"]["input"]["required"]["unet_name"][0][0] == ckpt  # the models served (the video model after it)
     assert ckpt in info["CheckpointLoaderSimple"]["input"]["required"]["ckpt_name"][0]
     assert "euler" in info["KSampler"]["input"]["required"]["sampler_name"][0]
     assert "karras" in info["KSampler"]["input"]["required"]["scheduler"][0]
@@ -666,3 +666,191 @@ def test_comfy_api_simplified_takes_websocket_images(url, ckpt):
     from models.scoring import classify
 
     assert classify(Image.open(io.BytesIO(png)).convert("RGB")).shape == "triangle"
+
+
+# ------------------------------------------------------------------ video: Wan's API graphs on the video model
+
+VIDEO_PROMPT = "a red circle moving left on a blue background"
+
+
+@pytest.fixture(scope="module")
+def video_model(url, ckpt) -> str:
+    """The video model served beside the image model (the embedded tiny-shapes-video), as UNETLoader lists it."""
+    served = httpx.get(f"{url}/object_info/UNETLoader", headers=bearer()).json()["UNETLoader"]["input"]["required"]["unet_name"][0]
+    assert served[0] == ckpt and len(served) == 2, served
+    return served[1]
+
+
+def wan_graph(video: str, latent: dict, steps: int = 4, seed: int = 3, prompt: str = VIDEO_PROMPT) -> dict:
+    """ComfyUI's Wan text-to-video example graph in API format (its node ids), at our video model's size, with
+    both ways it saves: SaveAnimatedWEBP (Wan 2.1's example) and CreateVideo + SaveVideo (Wan 2.2's)."""
+    return {
+        "37": {"class_type": "UNETLoader", "inputs": {"unet_name": video, "weight_dtype": "default"}},
+        "38": {"class_type": "CLIPLoader", "inputs": {"clip_name": video, "type": "wan", "device": "default"}},
+        "39": {"class_type": "VAELoader", "inputs": {"vae_name": video}},
+        "48": {"class_type": "ModelSamplingSD3", "inputs": {"model": ["37", 0], "shift": 8.0}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": prompt, "clip": ["38", 0]}},
+        "7": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["38", 0]}},
+        "40": latent,
+        "3": {"class_type": "KSampler", "inputs": {
+            "model": ["48", 0], "seed": seed, "steps": steps, "cfg": 5.0, "sampler_name": "uni_pc", "scheduler": "simple",
+            "positive": ["6", 0], "negative": ["7", 0], "latent_image": ["40", 0], "denoise": 1.0}},
+        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["39", 0]}},
+        "28": {"class_type": "SaveAnimatedWEBP", "inputs": {
+            "images": ["8", 0], "filename_prefix": "ComfyUI", "fps": 8.0, "lossless": True, "quality": 90, "method": "default"}},
+        "50": {"class_type": "CreateVideo", "inputs": {"images": ["8", 0], "fps": 8.0}},
+        "51": {"class_type": "SaveVideo", "inputs": {"video": ["50", 0], "filename_prefix": "video/ComfyUI", "format": "auto",
+                                                     "codec": "auto"}},
+    }  # fmt: skip
+
+
+def empty_video(length: int = 17, size: int = 64, batch: int = 1) -> dict:
+    return {"class_type": "EmptyHunyuanLatentVideo", "inputs": {"width": size, "height": size, "length": length, "batch_size": batch}}
+
+
+def clip_file(data: bytes, tmp_path, name: str):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def saved_clips(item: dict) -> tuple[dict, dict]:
+    """The history's outputs of the WebP and the MP4 node, in ComfyUI's shape for animated images and videos."""
+    webp, mp4 = item["outputs"]["28"], item["outputs"]["51"]
+    for out, suffix in ((webp, ".webp"), (mp4, ".mp4")):
+        assert set(out) == {"images", "animated"} and out["animated"] == [True], out
+        (saved,) = out["images"]
+        assert set(saved) == {"filename", "subfolder", "type"} and saved["type"] == "output", saved
+        assert saved["filename"].endswith(suffix)
+    return webp["images"][0], mp4["images"][0]
+
+
+def test_a_wan_text_to_video_graph_is_one_video_request_saved_as_webp_and_mp4(example, engine, video_model, tmp_path):
+    from pipelines import read_frames, read_png_info, read_video
+
+    prompt_id, files = example.get_images(wan_graph(video_model, empty_video()))
+    item = json.loads(example.get(f"/history/{prompt_id}"))[prompt_id]
+    assert item["status"]["status_str"] == "success", item["status"]
+    saved_clips(item)
+    progress = [m["data"] for m in mine(example.messages, prompt_id) if m["type"] == "progress"]
+    assert [p["value"] for p in progress] == [1, 2, 3, 4] and {p["node"] for p in progress} == {"3"}
+    warnings = [m[1]["message"] for m in item["status"]["messages"] if m[0] == "warning"]
+    assert any("shift 8 is not applied" in w for w in warnings), warnings
+    expected = engine.run(GenerationRequest(prompt=VIDEO_PROMPT, seed=3, steps=4, guidance_scale=5.0, width=64, height=64,
+                                            num_frames=17, sampler="UniPC")).clips[0]  # fmt: skip
+    (webp,), (mp4,) = files["28"], files["51"]
+    with Image.open(io.BytesIO(webp)) as animated:
+        assert (animated.format, animated.n_frames) == ("WEBP", 17)
+        got = [(frame.convert("RGB"), frame.info["duration"]) for frame in ImageSequence.Iterator(animated)]
+        exif = animated.getexif()
+    assert {ms for _, ms in got} == {125}  # ComfyUI's int(1000 / fps)
+    got = [frame for frame, _ in got]
+    assert json.loads(exif[0x0110].removeprefix("prompt:"))["28"]["class_type"] == "SaveAnimatedWEBP"  # where ComfyUI reads it
+    assert read_png_info(clip_file(webp, tmp_path, "clip.webp"))["parameters"]["prompt"] == VIDEO_PROMPT
+    assert max(np.abs(pixels(a) - pixels(b)).max() for a, b in zip(got, expected, strict=True)) == 0  # lossless: the clip exactly
+    path = clip_file(mp4, tmp_path, "clip.mp4")
+    clip = read_video(path)
+    assert (clip.frames, clip.fps, clip.width, clip.height) == (17, 8.0, 64, 64)
+    assert np.mean([np.abs(pixels(a) - pixels(b)).mean() for a, b in zip(read_frames(path), expected, strict=True)]) < 6  # H.264
+    assert json.loads(clip.metadata["prompt"])["40"]["class_type"] == "EmptyHunyuanLatentVideo"  # ComfyUI's graph inside
+    fields = read_png_info(path)["parameters"]
+    assert (fields["prompt"], fields["seed"], fields["num_frames"]) == (VIDEO_PROMPT, 3, 17)  # and our parameters
+
+
+@pytest.mark.parametrize("node", ["Wan22ImageToVideoLatent", "WanImageToVideo"])
+def test_a_wan_image_to_video_graph_starts_from_the_uploaded_image(example, url, video_model, node, tmp_path):
+    from models.train.video_world import Clip
+    from models.train.world import Scene
+    from pipelines import read_frames, read_video
+
+    first = Clip(Scene("yellow", "square", "purple", 0.3, 0.5, 0.5, 0.0), "right").frame(0)
+    name = upload(url, first, f"start-{node}.png", basic()).json()["name"]
+    graph = wan_graph(video_model, {}, prompt="a yellow square moving right on a purple background", seed=1)
+    graph["52"] = {"class_type": "LoadImage", "inputs": {"image": name}}
+    size = {"width": 64, "height": 64, "length": 17, "batch_size": 1, "start_image": ["52", 0]}
+    if node == "Wan22ImageToVideoLatent":
+        graph["40"] = {"class_type": node, "inputs": {"vae": ["39", 0], **size}}
+    else:  # Wan 2.1's I2V graph: CLIP vision on the start image, the conditionings through the node
+        graph["49"] = {"class_type": "CLIPVisionLoader", "inputs": {"clip_name": video_model}}
+        graph["53"] = {"class_type": "CLIPVisionEncode", "inputs": {"clip_vision": ["49", 0], "image": ["52", 0], "crop": "none"}}
+        graph["40"] = {"class_type": node, "inputs": {"positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0],
+                                                      "clip_vision_output": ["53", 0], **size}}  # fmt: skip
+        graph["3"]["inputs"] |= {"positive": ["40", 0], "negative": ["40", 1], "latent_image": ["40", 2]}
+    prompt_id, files = example.get_images(graph)
+    item = json.loads(example.get(f"/history/{prompt_id}"))[prompt_id]
+    assert item["status"]["status_str"] == "success", item["status"]
+    saved_clips(item)
+    path = clip_file(files["51"][0], tmp_path, "i2v.mp4")
+    frames = read_frames(path)
+    assert read_video(path).frames == len(frames) == 17
+    given = pixels(first)
+    assert np.abs(pixels(frames[0]) - given).mean() < 6  # the start image through the VAE and H.264 (2.8; 13 from text alone)
+    assert np.abs(pixels(frames[0]) - pixels(Image.new("RGB", (64, 64), "purple"))).mean() > 12  # not just its background
+
+
+VIDEO_REFUSED = {
+    "length off the frame step": (lambda g: g["40"]["inputs"].update(length=18), "40", "length", "17 or 21"),
+    "more frames than the model": (lambda g: g["40"]["inputs"].update(length=37), "40", "length", "more than"),
+    "ComfyUI's default size": (lambda g: g["40"]["inputs"].update(width=848, height=480), "40", "width", "pixels"),
+    "batch over MAX_BATCH": (lambda g: g["40"]["inputs"].update(batch_size=17), "40", "batch_size", "MAX_BATCH"),
+    "a model not served": (lambda g: g["37"]["inputs"].update(unet_name="wan2.1_t2v_1.3B_fp16.safetensors"), "37", "unet_name", "not one of"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(VIDEO_REFUSED))
+def test_a_video_graph_the_model_cannot_run_is_a_400_naming_the_node(url, video_model, case):
+    edit, node, name, why = VIDEO_REFUSED[case]
+    graph = wan_graph(video_model, empty_video())
+    edit(graph)
+    answer = httpx.post(f"{url}/prompt", json={"prompt": graph}, headers=bearer())
+    assert answer.status_code == 400, answer.text
+    body = answer.json()
+    assert set(body) == {"error", "node_errors"} and body["node_errors"][node]["class_type"] == graph[node]["class_type"]
+    errors = {e["extra_info"]["input_name"]: e["message"] for e in body["node_errors"][node]["errors"]}
+    assert why in errors[name], errors
+
+
+def test_a_video_latent_on_the_image_model_is_an_error_naming_the_sampler(example, ckpt, video_model):
+    graph = wan_graph(video_model, empty_video())
+    graph["3"]["inputs"]["model"] = ["60", 0]
+    graph["60"] = {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": ckpt}}
+    prompt_id, _ = example.get_images(graph)
+    item = json.loads(example.get(f"/history/{prompt_id}"))[prompt_id]
+    kind, data = item["status"]["messages"][-1]
+    assert (item["status"]["status_str"], kind, data["node_id"]) == ("error", "execution_error", "3")
+    assert "sampled by the video model" in data["exception_message"]
+
+
+def video_limits(**changes):
+    from webapi.comfy.registry import VideoLimits
+
+    fields = dict(name="v", frame_step=4, max_frames=33, text_to_video=True, image_to_video=True, max_batch=16,
+                  max_pixels=64 * 64, max_side=256)  # fmt: skip
+    return VideoLimits(**(fields | changes))
+
+
+@pytest.mark.parametrize(
+    ("video", "start", "why"),
+    [
+        (None, False, "no video model is served here"),
+        (video_limits(image_to_video=False), True, "has no image-to-video"),
+        (video_limits(text_to_video=False), False, "is image-to-video: give it a start_image"),
+    ],
+    ids=["no video model", "no image-to-video", "image-to-video only"],
+)
+def test_what_the_served_video_model_cannot_do_is_refused_in_comfyuis_shape(video, start, why):
+    """Checked with the catalog a server without a video model (or with another kind) would offer."""
+    from webapi.comfy.graph import Invalid, check
+    from webapi.comfy.registry import Catalog
+
+    catalog = Catalog(models=("m",), loras=(), samplers=("uni_pc",), schedulers=("simple",), uploads=("a.png",),
+                      upscale_models=(), latent_methods=(), video=video)  # fmt: skip
+    graph = wan_graph("m", {"class_type": "Wan22ImageToVideoLatent", "inputs": {
+        "vae": ["39", 0], "width": 64, "height": 64, "length": 17, "batch_size": 1}})  # fmt: skip
+    if start:
+        graph["52"] = {"class_type": "LoadImage", "inputs": {"image": "a.png"}}
+        graph["40"]["inputs"]["start_image"] = ["52", 0]
+    with pytest.raises(Invalid) as refused:
+        check(graph, catalog)
+    errors = refused.value.body["node_errors"]["40"]["errors"]
+    assert any(why in e["message"] for e in errors), errors

@@ -2,9 +2,10 @@
 
 Clients built for ComfyUI (its own API scripts, Open WebUI's and SillyTavern's ComfyUI modes,
 comfy-api-simplified, ...) send a graph of nodes; `graph` checks it against the node classes
-(`nodes`, `nodes_more`: each a typed function over ComfyUI's types, `values`, declared in `registry`), `execute` runs it in dependency
-order with each node's outputs cached, every sampler a request through the engine (`sampler`: one
-request per sampler, a second pass on an enlarged latent fused into our hires fix), and
+(`nodes`, `nodes_more`, `nodes_tooling`, `nodes_video`: each a typed function over ComfyUI's types,
+`values`, declared in `registry`), `execute` runs it in dependency order with each node's outputs
+cached, every sampler a request through the engine (`sampler`: one request per sampler, a second
+pass on an enlarged latent fused into our hires fix, a video latent one video request), and
 `service` keeps each caller's queue, history and websocket. `routes` answers at the root and
 under `/api`. Nothing here imports gradio or torch.
 """

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PIL import Image, PngImagePlugin
 
@@ -34,6 +34,9 @@ from engine.outputs import OutputStore, day_folder
 from .graph import Graph, order
 from .sampler import LATENT_METHODS
 from .values import RESAMPLE, Latent, Pictures, Sampled
+
+if TYPE_CHECKING:
+    from pipelines import GenerationResult, ModelInfo
 
 SAFE_NAME = re.compile(r"^[\w][\w .()\-]{0,127}$")
 PREVIEW_EVENT, JPEG = 1, 1
@@ -100,6 +103,15 @@ class Run:
     def model_name(self) -> str:
         return self.engine.model_info().model_name
 
+    def video_info(self) -> ModelInfo | None:
+        """The model video requests go to (beside the image model, or the model itself), None when none makes clips."""
+        video = self.engine.model_info().for_video
+        return video if video.clips is not None else None
+
+    def served(self) -> tuple[str, ...]:
+        video = self.video_info()
+        return (self.model_name(), *((video.model_name,) if video and video.model_name != self.model_name() else ()))
+
     def max_pixels(self) -> int:
         return self.engine.model_info().max_pixels
 
@@ -124,8 +136,9 @@ class Run:
             found = self._sampled(latent.sampled)
         elif latent.pixels is not None:
             found = latent.pixels
-        else:  # an empty latent decodes to grey, as ComfyUI's zeros do
-            found = Pictures(tuple(Image.new("RGB", (latent.width, latent.height), (128, 128, 128)) for _ in range(latent.batch)))
+        else:  # an empty latent decodes to grey, as ComfyUI's zeros do (a video latent: each of its frames)
+            count = latent.batch * (latent.frames or 1)
+            found = Pictures(tuple(Image.new("RGB", (latent.width, latent.height), (128, 128, 128)) for _ in range(count)))
         if latent.upscale_method and found.images and found.images[0].size != (latent.width, latent.height):
             resample = RESAMPLE[latent.upscale_method]
             found = Pictures(tuple(im.resize((latent.width, latent.height), resample) for im in found.images),
@@ -158,7 +171,7 @@ class Run:
         if result is None or result.cancelled or not result.images:  # TIME_BUDGET: no partial batch is cached
             raise ValueError("; ".join(result.warnings if result else []) or "the sampler made no image")
         self.warnings.extend(result.warnings)
-        found = Pictures(tuple(result.images), tuple(result.metadata), tuple(result.seeds))
+        found = frames_of(result) if result.clips else Pictures(tuple(result.images), tuple(result.metadata), tuple(result.seeds))
         sampled.outcome.append(found)
         return found
 
@@ -198,7 +211,7 @@ class Run:
     def save(self, pictures: Pictures, prefix: str, temp: bool) -> tuple:
         """The ComfyUI `ui` output of SaveImage/PreviewImage: each picture written as a PNG with
         ComfyUI's `prompt` and `workflow` chunks and, when a sampler made it, our parameters."""
-        extra = {"prompt": json.dumps(self.graph.raw)} | ({"workflow": json.dumps(self.workflow)} if self.workflow else {})
+        extra = self.comfy_text()
         kind = "temp" if temp else "output"
         if not temp and pictures.metadata:
             saved = self.folders.outputs.save_pictures(list(pictures.images), list(pictures.metadata), self.owner, extra)
@@ -209,6 +222,10 @@ class Run:
                   for p in saved]  # fmt: skip
         return ({"images": images},)
 
+    def comfy_text(self) -> dict[str, str]:
+        """ComfyUI's metadata of a saved file: the graph as `prompt`, the client's `workflow` when it sent one."""
+        return {"prompt": json.dumps(self.graph.raw)} | ({"workflow": json.dumps(self.workflow)} if self.workflow else {})
+
     def _write(self, image: Image.Image, kind: str, extra: dict[str, str]) -> Path:
         folder = day_folder(self.folders.root(kind, self.owner))
         folder.mkdir(parents=True, exist_ok=True)
@@ -218,6 +235,13 @@ class Run:
         path = folder / f"ComfyUI-{secrets.token_hex(8)}.png"
         image.save(path, format="PNG", pnginfo=info)
         return path
+
+
+def frames_of(result: GenerationResult) -> Pictures:
+    """A video result as ComfyUI's VAEDecode gives a video latent: every frame of every clip in one batch, each
+    with its clip's metadata and seed."""
+    frames = [(frame, meta, seed) for clip, meta, seed in zip(result.clips, result.metadata, result.seeds, strict=True) for frame in clip]
+    return Pictures(tuple(f for f, _, _ in frames), tuple(m for _, m, _ in frames), tuple(s for _, _, s in frames))
 
 
 def preview_frame(image: Image.Image) -> bytes:

@@ -18,7 +18,8 @@ from pipelines.schema.fields import decimal, whole
 from . import nodes as _core  # noqa: F401  (the node classes register in NODES on import)
 from . import nodes_more as _more  # noqa: F401
 from . import nodes_tooling as _tooling  # noqa: F401
-from .registry import NODES, Catalog, In, NodeType
+from . import nodes_video as _video  # noqa: F401
+from .registry import LINKED, NODES, Catalog, In, NodeType
 
 MAX_NODES = 1000
 
@@ -137,7 +138,8 @@ def _node(node_id: str, raw: dict[str, Any], prompt: dict[str, Any], catalog: Ca
             except (ValueError, OverflowError) as exc:
                 problems.append(_error("value_not_valid", str(exc), name, _short(value)))
     if not problems and kind.check is not None:
-        problems = [_error("value_not_valid", message, name, values.get(name)) for name, message in kind.check(catalog, values)]
+        seen = values | dict.fromkeys(links, LINKED)  # a check may ask whether an input is linked (a start image)
+        problems = [_error("value_not_valid", message, name, values.get(name)) for name, message in kind.check(catalog, seen)]
     return Node(node_id, kind, values, links), problems
 
 

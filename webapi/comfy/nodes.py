@@ -6,6 +6,7 @@ anything not declared here or in `nodes_more` is refused by name before anything
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from PIL import Image, ImageOps
@@ -37,22 +38,33 @@ from .values import RESAMPLE, Clip, Conditioning, Latent, Mask, Model, Pictures,
 
 @node("CheckpointLoaderSimple", "loaders", {"ckpt_name": CKPT}, ("MODEL", "CLIP", "VAE"))
 def checkpoint_loader(ctx: Any, ckpt_name: str) -> tuple:
-    """The model the server runs (its text encoder and VAE with it)."""
-    if ckpt_name != ctx.model_name():
-        raise ValueError(f"{ckpt_name} is no longer the model served ({ctx.model_name()} was loaded since)")
-    return Model(ckpt_name), Clip(ckpt_name), Vae(ckpt_name)
+    """A model the server runs, by its name: the image model, or the video model (its text encoder and VAE with it)."""
+    return Model(served(ctx, ckpt_name)), Clip(ckpt_name), Vae(ckpt_name)
 
 
-@node("VAELoader", "loaders", {"vae_name": combo(lambda c: c.models)}, ("VAE",))
+def served(ctx: Any, name: str) -> str:
+    """`name` if the server still runs it (the image model or the video model); ValueError if another was loaded since."""
+    if name not in ctx.served():
+        raise ValueError(f"{name} is no longer served (the models served now: {', '.join(ctx.served())})")
+    return name
+
+
+@node("VAELoader", "loaders", {"vae_name": combo(lambda c: c.served)}, ("VAE",))
 def vae_loader(ctx: Any, vae_name: str) -> tuple:
     """The VAE of one of the server's models (the one it runs)."""
     return (Vae(vae_name),)
 
 
-@node("UNETLoader", "advanced/loaders", {"unet_name": combo(lambda c: ()), "weight_dtype": combo(lambda c: ("default",))},
-      ("MODEL",), refused="separate diffusion-model files are not served; use CheckpointLoaderSimple")  # fmt: skip
+WEIGHT_DTYPES = ("default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2")
+
+
+@node("UNETLoader", "advanced/loaders", {"unet_name": combo(lambda c: c.served), "weight_dtype": combo(lambda c: WEIGHT_DTYPES)},
+      ("MODEL",))  # fmt: skip
 def unet_loader(ctx: Any, unet_name: str, weight_dtype: str) -> tuple:
-    raise AssertionError("refused at validation")
+    """A model the server runs, by its name (Wan's and Flux's graphs load theirs so; the video model for a video latent)."""
+    if weight_dtype != "default":
+        ctx.warn(f"node {ctx.node}: weight_dtype {weight_dtype} is not applied: the model runs at the server's dtype (DTYPE, QUANTIZATION)")
+    return (Model(served(ctx, unet_name)),)
 
 
 @node("LoraLoader", "loaders", {
@@ -158,13 +170,14 @@ def latent_upscale_by(ctx: Any, samples: Latent, upscale_method: str, scale_by: 
 
 
 def _enlarged(samples: Latent, width: int, height: int, method: str) -> Latent:
-    return Latent(width, height, samples.batch, samples.sampled, samples.pixels, samples.mask, method)
+    start = samples.start.resize((width, height), RESAMPLE[method]) if samples.start is not None else None
+    return replace(samples, width=width, height=height, upscale_method=method, start=start)
 
 
 @node("SetLatentNoiseMask", "latent/inpaint", {"samples": link("LATENT"), "mask": link("MASK")}, ("LATENT",))
 def set_latent_noise_mask(ctx: Any, samples: Latent, mask: Mask) -> tuple:
     """Redraw only under the mask."""
-    return (Latent(samples.width, samples.height, samples.batch, samples.sampled, samples.pixels, mask, samples.upscale_method),)
+    return (replace(samples, mask=mask),)
 
 
 # ------------------------------------------------------------------ pixels

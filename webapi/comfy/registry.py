@@ -16,6 +16,21 @@ from typing import Any
 from pipelines.schema.request import spec
 
 MAX_TEXT = 1 << 16  # characters of one STRING input
+LINKED = "<linked>"  # what a node's `check` sees for an input given as a link (its value is known only when it runs)
+
+
+@dataclass(frozen=True)
+class VideoLimits:
+    """The video model's abilities and limits (`ModelInfo.for_video`): what a video latent node is checked against."""
+
+    name: str
+    frame_step: int  # a clip has k x frame_step + 1 frames
+    max_frames: int
+    text_to_video: bool
+    image_to_video: bool
+    max_batch: int
+    max_pixels: int
+    max_side: int
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,13 @@ class Catalog:
     max_batch: int = 16
     max_pixels: int = 2048 * 2048
     max_side: int = 16384
+    video: VideoLimits | None = None  # the video model served (beside the image model, or the model itself), if any
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        """Every model the server runs, by name: the image model first, then the video model."""
+        extra = (self.video.name,) if self.video and self.video.name not in self.models else ()
+        return (*self.models, *extra)
 
 
 @dataclass(frozen=True)
@@ -113,7 +135,7 @@ def combo(choices: Callable[[Catalog], tuple[str, ...]], default: str | None = N
     return In("COMBO", default, choices=choices)
 
 
-CKPT = combo(lambda c: c.models)
+CKPT = combo(lambda c: c.served)
 SEED = from_schema("seed", "INT", 0)
 STEPS = from_schema("steps", "INT", 20)
 CFG = from_schema("guidance_scale", "FLOAT", 8.0, 0.1)

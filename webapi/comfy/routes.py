@@ -28,7 +28,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from PIL import Image
 
 from engine import AppSettings, Caller, Engine, QueueFull
-from pipelines import from_any
+from pipelines import ModelInfo, from_any
 
 from ..access import Access, Unauthorized
 from ..body import TooLarge, json_body
@@ -36,7 +36,7 @@ from ..errors import WireError
 from ..images import open_bytes
 from .execute import SAFE_NAME
 from .graph import Invalid, check
-from .registry import NODES, Catalog, In, NodeType
+from .registry import NODES, Catalog, In, NodeType, VideoLimits
 from .sampler import LATENT_METHODS
 from .service import Entry, Prompts, status_message
 
@@ -65,7 +65,9 @@ class ComfyAPI:
     # ------------------------------------------------------------- helpers
     def catalog(self, owner: str | None) -> Catalog:
         info = self.engine.model_info()
-        samplers = tuple(n for n in COMFY_SAMPLERS if from_any(n).known and from_any(n).sampler in info.samplers)
+        video = info.for_video if info.for_video.clips is not None else None
+        offered = {*info.samplers, *(video.samplers if video else ())}  # a sampler runs on the model its latent is for
+        samplers = tuple(n for n in COMFY_SAMPLERS if from_any(n).known and from_any(n).sampler in offered)
         uploads = self.folders.root("input", owner)
         upscalers = self.engine.upscalers.list(latent=False) if self.engine.upscalers else []
         return Catalog(
@@ -81,6 +83,7 @@ class ComfyAPI:
             max_batch=info.max_batch,
             max_pixels=info.max_pixels,
             max_side=info.max_side,
+            video=video_limits(video) if video else None,
         )
 
     # ------------------------------------------------------------- prompts
@@ -144,7 +147,8 @@ class ComfyAPI:
             path = self.folders.find(q.get("type") or "output", caller.user, q.get("subfolder") or "", q.get("filename") or "")
         except FileNotFoundError:
             return Response(status_code=404)
-        media = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp"}
+        media = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp", ".mp4": "video/mp4",
+                 ".gif": "image/gif"}  # fmt: skip
         return FileResponse(path, media_type=media.get(path.suffix.lower(), "application/octet-stream"))
 
     async def upload_image(self, request: Request, caller: Caller) -> Response:
@@ -238,9 +242,9 @@ class ComfyAPI:
 
     def _folders(self, owner: str | None) -> dict[str, tuple[str, ...]]:
         c = self.catalog(owner)
-        return {"checkpoints": c.models, "loras": c.loras, "vae": c.models, "upscale_models": c.upscale_models,
-                "embeddings": tuple(sorted(self.engine.model_info().embeddings)), "diffusion_models": (),
-                "controlnet": c.controlnets}  # fmt: skip
+        return {"checkpoints": c.served, "loras": c.loras, "vae": c.served, "upscale_models": c.upscale_models,
+                "embeddings": tuple(sorted(self.engine.model_info().embeddings)), "diffusion_models": c.served,
+                "text_encoders": c.served, "controlnet": c.controlnets}  # fmt: skip
 
     # ------------------------------------------------------------- websocket
     async def websocket(self, socket: WebSocket) -> None:
@@ -281,6 +285,15 @@ def plain_name(sent: str | None) -> str:
     name = Path(urllib.parse.unquote(sent or "").replace("\\", "/")).name.lstrip(".")
     name = re.sub(r"[^\w .()\-]", "_", name)[-100:].strip()
     return name if SAFE_NAME.match(name) else "upload.png"
+
+
+def video_limits(video: ModelInfo) -> VideoLimits:
+    """What a video latent node is checked against: the video model's clips (`VideoAbilities`) and limits."""
+    clips = video.clips
+    return VideoLimits(
+        name=video.model_name, frame_step=clips.frame_step, max_frames=clips.max_frames, text_to_video=clips.text_to_video,
+        image_to_video=bool(clips.image_to_video), max_batch=video.max_batch, max_pixels=video.max_pixels, max_side=video.max_side,
+    )  # fmt: skip
 
 
 def describe(kind: NodeType, catalog: Catalog) -> dict[str, Any]:

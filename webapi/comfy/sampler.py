@@ -2,6 +2,8 @@
 custom-sampling family all end here.
 
 - On an empty latent: text-to-image at the latent's size, `batch` images (seeds seed, seed+1, ...).
+- On a video latent (EmptyHunyuanLatentVideo, Wan22ImageToVideoLatent, WanImageToVideo): one video request,
+  `num_frames` = its length, its start image as the first frame (image-to-video), the video model's fps.
 - On another sampler's latent enlarged by LatentUpscale(By), when only the second pass differs in
   what our hires fix can vary (prompt, sampler, steps, strength): the first request with its hires
   fix on, a latent upscaler and the enlarged size — one engine job, the UI's hires fix exactly.
@@ -17,8 +19,8 @@ strength), so the request asks for round(steps / denoise) and runs `steps`, as C
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pipelines import GenerationRequest, from_any
 from pipelines.schema.control import ControlUnit
@@ -27,6 +29,9 @@ from pipelines.schema.inpaint import Inpaint
 from pipelines.schema.request import spec
 
 from .values import Conditioning, Latent, Model, Pictures, Sampled
+
+if TYPE_CHECKING:
+    from pipelines import ModelInfo
 
 MAX_STEPS = int(spec("steps").value.high)
 # ComfyUI's latent upscale methods -> our latent upscalers (pipelines.imaging.upscalers.LATENT)
@@ -40,6 +45,8 @@ class Context(Protocol):
     node: str  # the node running
 
     def pictures(self, latent: Latent) -> Pictures: ...
+    def model_name(self) -> str: ...
+    def video_info(self) -> ModelInfo | None: ...
     def warn(self, text: str) -> None: ...
     def latent_upscalers(self) -> tuple[str, ...]: ...
 
@@ -61,6 +68,9 @@ class SamplerInputs:
 def sample(ctx: Context, given: SamplerInputs) -> Latent:
     """The sampler's output latent: a request to run when its pixels are needed."""
     latent = given.latent
+    _check_model(ctx, given)
+    if latent.frames is not None:
+        return replace(latent, sampled=Sampled(ctx.node, _video(ctx, given)), upscale_method=None, start=None)
     if given.denoise == 0 and not latent.empty:  # ComfyUI: nothing is redrawn
         return latent
     if latent.empty:
@@ -71,6 +81,34 @@ def sample(ctx: Context, given: SamplerInputs) -> Latent:
     else:
         request = _fused(ctx, given) or _redraw(ctx, given)
     return Latent(request_width(request, latent), request_height(request, latent), latent.batch, Sampled(ctx.node, request))
+
+
+def _check_model(ctx: Context, given: SamplerInputs) -> None:
+    """A video latent is the video model's, a picture's latent an image model's (the engine routes a request by
+    its task, so a graph naming the other model would silently run on this one)."""
+    video = ctx.video_info()
+    name = given.model.name
+    if given.latent.frames is not None and (video is None or name != video.model_name):
+        wanted = f"the video model ({video.model_name})" if video else "a video model (none is served here)"
+        raise ValueError(f"node {ctx.node}: a video latent is sampled by {wanted}, not {name}: load it with UNETLoader")
+    if given.latent.frames is None and video is not None and name == video.model_name and name != ctx.model_name():
+        raise ValueError(f"node {ctx.node}: {name} makes clips: sample a video latent with it (EmptyHunyuanLatentVideo, "
+                         "Wan22ImageToVideoLatent, WanImageToVideo)")  # fmt: skip
+
+
+def _video(ctx: Context, given: SamplerInputs) -> GenerationRequest:
+    """A video latent's request: `frames` frames from the prompt, or from its first frame (image-to-video)."""
+    latent = given.latent
+    if not latent.empty:
+        raise ValueError(f"node {ctx.node}: a sampler on a made or encoded clip (video-to-video) is not served: a clip starts "
+                         "from noise, or from a first frame (WanImageToVideo's start_image)")  # fmt: skip
+    if given.denoise < 1.0:
+        ctx.warn(f"node {ctx.node}: denoise {given.denoise:g} on a video latent runs as 1.0 (every step, from noise)")
+    fields = {**_common(ctx, given), "width": latent.width, "height": latent.height, "num_images": latent.batch,
+              "num_frames": latent.frames}  # fmt: skip
+    if latent.start is not None:
+        fields["init_images"] = [latent.start]
+    return GenerationRequest(**fields)
 
 
 def request_width(request: GenerationRequest, latent: Latent) -> int:

@@ -6,8 +6,10 @@ LoRAs a LoraLoader added); CONDITIONING is a prompt in our prompt language; a LA
 pixels will be — an empty canvas, encoded pictures, or a sampler's request not yet run (`Sampled`),
 possibly to be enlarged — so that a second sampler on an enlarged latent runs as our hires fix, in
 one engine job, exactly as the UI's. IMAGE is a batch of pictures, MASK one greyscale picture
-(white: redraw). The custom-sampling family's NOISE, SAMPLER, SIGMAS and GUIDER are the parts of
-a KSampler's inputs, put together again by SamplerCustom(Advanced). Nothing here runs anything.
+(white: redraw). A video latent carries its frames (and its first frame, for image-to-video): a
+sampler on it is one video request, and its IMAGE is every frame of its clips. The custom-sampling
+family's NOISE, SAMPLER, SIGMAS and GUIDER are the parts of a KSampler's inputs, put together again
+by SamplerCustom(Advanced). Nothing here runs anything.
 """
 
 from __future__ import annotations
@@ -98,10 +100,27 @@ class Latent:
     pixels: Pictures | None = None  # encoded pictures (VAEEncode)
     mask: Mask | None = None  # SetLatentNoiseMask / VAEEncodeForInpaint
     upscale_method: str | None = None  # LatentUpscale(By): enlarged to width x height by this method
+    frames: int | None = None  # a video latent (EmptyHunyuanLatentVideo, WanImageToVideo, ...): a clip's frames
+    start: Image.Image | None = None  # a video latent's first frame (image-to-video), at the latent's size
 
     @property
     def empty(self) -> bool:
         return self.sampled is None and self.pixels is None
+
+
+@dataclass(frozen=True)
+class Video:
+    """VIDEO (CreateVideo): frames and the rate they play at."""
+
+    pictures: Pictures
+    fps: float
+
+
+@dataclass(frozen=True)
+class ClipVision:
+    """CLIP_VISION / CLIP_VISION_OUTPUT: the video model's own image encoder (it reads the start image itself)."""
+
+    name: str
 
 
 @dataclass(frozen=True)
