@@ -451,8 +451,9 @@ def wan(path: Path, two_experts: bool = False, ti2v: bool = False) -> None:
     ).save_pretrained(path, safe_serialization=True)  # fmt: skip
 
 
-def ltx(path: Path) -> None:
-    """LTX-Video: T5, its video VAE (LTX-Video packs 32x32 pixels and 8 frames per latent; this tiny one 4 frames), frame-rate conditioned."""
+def ltx(path: Path, timestep_decode: bool = False) -> None:
+    """LTX-Video: T5, its video VAE (LTX-Video packs 32x32 pixels and 8 frames per latent; this tiny one 4 frames), frame-rate conditioned;
+    `timestep_decode`: LTX-Video 0.9.1 and later (a timestep-aware VAE: decode_timestep, decode_noise_scale)."""
     from diffusers import (
         AutoencoderKLLTXVideo,
         FlowMatchEulerDiscreteScheduler,
@@ -469,7 +470,7 @@ def ltx(path: Path) -> None:
         decoder_block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1),
         decoder_layers_per_block=(1, 1, 1, 1, 1), spatio_temporal_scaling=(True, True, False, False),
         decoder_spatio_temporal_scaling=(True, True, False, False), decoder_inject_noise=(False,) * 5,
-        upsample_residual=(False,) * 4, upsample_factor=(1,) * 4, timestep_conditioning=False, patch_size=1,
+        upsample_residual=(False,) * 4, upsample_factor=(1,) * 4, timestep_conditioning=timestep_decode, patch_size=1,
         patch_size_t=1, encoder_causal=True, decoder_causal=False,
     )  # fmt: skip
     LTXPipeline(
@@ -485,6 +486,7 @@ VIDEO_FAMILIES: dict[str, Family] = {
         Family("wan2.2-a14b", "WanPipeline", lambda p: wan(p, two_experts=True)),
         Family("wan2.2-ti2v", "WanPipeline", lambda p: wan(p, ti2v=True)),
         Family("ltx", "LTXPipeline", ltx),
+        Family("ltx-0.9.1", "LTXPipeline", lambda p: ltx(p, timestep_decode=True)),
     )
 }
 

@@ -1,5 +1,6 @@
 """Offline batch jobs: 2 processes (torchrun + accelerate's PartialState) make exactly the files of 1 process,
-which are the app's images for the same seeds; re-runs resume. ~35 s on 2 cores (5 process starts)."""
+which are the app's images for the same seeds; re-runs resume. ~35 s on 2 cores (5 process starts). A video job
+(--frames) writes each clip as an MP4 with its parameters inside (in this process: a few seconds)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 from PIL import Image
 
 from devices import DeviceManager
-from pipelines.batch import RUN_ONLY, chunks, merge_manifest
+from pipelines import read_png_info, read_video
+from pipelines.batch import RUN_ONLY, chunks, main, merge_manifest
 from pipelines.pnginfo.write import JSON_KEY
 from pipelines.run.image_pipeline import ImagePipeline
 from pipelines.schema.request import GenerationRequest
@@ -23,6 +25,8 @@ from tests.app_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ["a red circle on a blue background", "a green square", "a blue triangle"]
+VIDEO_MODEL = ROOT / "models" / "tiny-shapes-video"
+CLIP_PROMPTS = ["a red circle moving left on a blue background", "a green square moving up on a white background"]
 
 
 def run_batch(out: Path, prompts: Path, model: Path, processes: int) -> subprocess.CompletedProcess:
@@ -126,3 +130,46 @@ def test_a_killed_runs_manifest_part_is_merged_and_a_cut_line_skipped(tmp_path):
 def test_items_run_in_the_apps_micro_batches():
     assert chunks(list(range(6)), 2) == [[0, 1], [2, 3], [4, 5]]
     assert chunks([1, 2, 3, 4, 5, 7, 8], 4) == [[1, 2, 3], [4, 5], [7], [8]]  # gaps: finished files
+
+
+@pytest.fixture
+def one_thread():
+    """In this process (`main`, as one batch process): torch on one thread, as `--threads 1`, restored after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield ["--threads", "1"]
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.skipif(not (VIDEO_MODEL / "model_index.json").is_file(), reason="needs models/tiny-shapes-video")
+def test_a_video_job_writes_each_clip_as_an_mp4_with_its_parameters(tmp_path, capsys, one_thread):
+    prompts, out = tmp_path / "prompts.txt", tmp_path / "clips"
+    prompts.write_text("\n".join(CLIP_PROMPTS) + "\n")
+    argv = ["--prompts", str(prompts), "--model", str(VIDEO_MODEL), "--frames", "9", "--steps", "3", "--seed", "7",
+            "--out", str(out), *one_thread]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "0 of 2 clip(s) already there, 2 made" in capsys.readouterr().out
+    names = sorted(p.name for p in out.iterdir() if not p.name.startswith("manifest"))
+    assert names == ["000000-7.mp4", "000001-8.mp4"]
+    for k, name in enumerate(names):
+        clip = read_video(out / name)
+        assert (clip.frames, clip.fps, clip.width, clip.height) == (9, 8.0, 64, 64)  # the model's fps and size
+        info = read_png_info(out / name)
+        fields = info["parameters"]
+        assert (fields["prompt"], fields["seed"], fields["num_frames"], fields["steps"]) == (CLIP_PROMPTS[k], 7 + k, 9, 3)
+        assert "Frames: 9, FPS: 8" in info["raw"]
+        assert not set(json.loads(clip.metadata[JSON_KEY])) & set(RUN_ONLY)  # per-run values: manifest only
+    entries = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert [(e["item"], e["file"]) for e in entries] == list(enumerate(names))
+    assert main(argv) == 0 and "2 of 2 clip(s) already there, 0 made" in capsys.readouterr().out  # resumable
+
+
+def test_a_batch_jobs_input_images_are_first_frames_of_clips(tmp_path, capsys):
+    """A job takes the video fields, --init-image too (image-to-video); without --frames it would be an
+    image-to-image job, whose fields (strength...) are not flags here: refused before the model loads."""
+    prompts, first = tmp_path / "prompts.txt", tmp_path / "first.png"
+    prompts.write_text(CLIP_PROMPTS[0] + "\n")
+    Image.new("RGB", (64, 64), "red").save(first)
+    assert main(["--prompts", str(prompts), "--init-image", str(first), "--out", str(tmp_path / "o")]) == 2
+    assert "--init-image: a batch job's input images are its clips' first frames" in capsys.readouterr().err

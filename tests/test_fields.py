@@ -270,7 +270,7 @@ def test_every_command_line_takes_every_field(tmp_path):
         return nest({"prompt": ["a cat"], **flat})
 
     make = command_line(batch.build_parser(), tmp_path, job, ("--prompts", "p.txt", "--out", "o"))
-    check("python -m pipelines.batch", ("txt2img",), make, batch.NOT_TAKEN)
+    check("python -m pipelines.batch", batch.TASKS, make, batch.NOT_TAKEN)  # text-to-image and video jobs
 
 
 # ---------------------------------------------------------------- the Ray wire and ZeroGPU

@@ -10,8 +10,10 @@ from PIL import Image
 
 from devices import DeviceManager
 from pipelines import GenerationRequest, ImagePipeline, read_png_info, read_video
+from pipelines.pnginfo.write import a1111_parameters
 from pipelines.schema.errors import UnsupportedTaskError
 from pipelines.schema.fields import RequestError
+from pipelines.schema.request import DECODE_KNOBS
 from serving.wire import result_from_wire, result_to_wire
 from tests import families
 
@@ -71,6 +73,8 @@ def test_a_first_frame_makes_image_to_video_on_the_same_weights(family_root, nam
         ("wan", {"num_frames": 300}, "num_frames", "out of range"),
         ("wan", {"num_frames": 9, "init_images": [Image.new("RGB", (32, 32))]}, "init_images", "no image-to-video"),
         ("wan", {"num_frames": 9, "guidance_scale_2": 3.0}, "guidance_scale_2", "one expert"),
+        ("wan", {"num_frames": 9, "decode_timestep": 0.05}, "decode_timestep", "decodes without a timestep"),
+        ("ltx", {"num_frames": 9, "decode_noise_scale": 0.025}, "decode_noise_scale", "decodes without a timestep"),
     ],
 )
 def test_what_a_video_model_cannot_do_is_refused_naming_the_field(family_root, name, changes, field, words):
@@ -88,6 +92,48 @@ def test_the_second_expert_takes_its_own_guidance(family_root):
     assert (pipe.pipe.guidance_scale, pipe.pipe._guidance_scale_2) == (4.0, 1.5)
     pipe.generate(GenerationRequest("a red circle", num_frames=5, guidance_scale=3.0, **SIZE))
     assert pipe.pipe._guidance_scale_2 == 3.0  # none asked: the same as guidance_scale
+
+
+def test_a_timestep_aware_vae_decodes_at_the_asked_timestep_and_noise(family_root):
+    """LTX-Video 0.9.1 and later (its VAE's timestep_conditioning): decode_timestep and decode_noise_scale reach the
+    call, change the clip, draw their noise from the request's seed, and are kept in the clip's parameters."""
+    pipe = load(family_root, "ltx-0.9.1")
+    assert pipe.clips.timestep_decode and not load(family_root, "ltx").clips.timestep_decode  # 0.9.0's VAE: none
+
+    def clip(**knobs):
+        result = pipe.generate(GenerationRequest("a red circle", num_frames=5, **knobs, **SIZE))
+        return np.stack([np.asarray(f) for f in result.clips[0]]), result.metadata[0]
+
+    plain, meta = clip()
+    told, _ = clip(decode_timestep=0.5, decode_noise_scale=0.0)  # the VAE told the timestep, no noise mixed in
+    noised, meta_noised = clip(decode_timestep=0.5)  # null noise scale: diffusers' (the same as the timestep)
+    assert not np.array_equal(plain, told) and not np.array_equal(told, noised)
+    assert np.array_equal(noised, clip(decode_timestep=0.5)[0])  # the noise is the seed's
+    assert "decode_timestep" not in meta and meta_noised["decode_timestep"] == 0.5
+    assert "Decode timestep: 0.5" in a1111_parameters(meta_noised)
+
+
+def test_a_timestep_aware_ltx_makes_image_to_video_with_the_decode_knobs(family_root):
+    """diffusers 0.42.1's LTXImageToVideoPipeline draws a timestep-aware VAE's decode noise with torch.randn, which
+    takes one generator: a clip's call passes its generator alone, not in a list (pipelines.run.calls)."""
+    pipe = load(family_root, "ltx-0.9.1")
+    first = Image.new("RGB", (32, 32), (200, 30, 30))
+    result = pipe.generate(GenerationRequest("a red circle", num_frames=5, init_images=[first], decode_timestep=0.05,
+                                             decode_noise_scale=0.025, **SIZE))  # fmt: skip
+    assert (result.metadata[0]["decode_timestep"], result.metadata[0]["decode_noise_scale"]) == (0.05, 0.025)
+
+
+def test_the_video_tab_shows_a_familys_own_knobs_only_for_a_model_that_takes_them(family_root):
+    from ui.form import model_props
+    from ui.video_tab import hidden_knobs
+
+    shown = {n: load(family_root, n).model_info() for n in ("wan", "wan2.2-a14b", "ltx", "ltx-0.9.1")}
+    visible = {n: [k for k in ("guidance_scale_2", *DECODE_KNOBS) if model_props(k, info, "video")["visible"]]
+               for n, info in shown.items()}  # fmt: skip
+    assert visible == {"wan": [], "wan2.2-a14b": ["guidance_scale_2"], "ltx": [], "ltx-0.9.1": list(DECODE_KNOBS)}
+    assert {n: set(hidden_knobs(info.clips)) for n, info in shown.items()} == {
+        n: {"guidance_scale_2", *DECODE_KNOBS} - set(v) for n, v in visible.items()
+    }
 
 
 def test_image_and_video_requests_go_to_models_that_make_them(family_root, tiny_model_dir):

@@ -25,7 +25,7 @@ from pipelines.schema.control import PREPROCESSORS, ControlUnit
 from pipelines.schema.detailer import SECOND, model_defaults
 from pipelines.schema.fields import Choice, Range, Seed, Spec
 from pipelines.schema.image_prompt import ImagePrompt
-from pipelines.schema.request import STEP_CACHE_THRESHOLDS, STRENGTH, fields, spec
+from pipelines.schema.request import DECODE_KNOBS, STEP_CACHE_THRESHOLDS, STRENGTH, fields, spec
 from ui import control_panel, image_prompt_panel
 
 # The panels of the request's lists of parts (kind "units"): components, read, fill.
@@ -115,6 +115,8 @@ MODEL_PROPS: dict[str, Callable[[ModelInfo], dict[str, Any]]] = {
     "num_frames": lambda info: _frames(info),
     "fps": lambda info: {"value": info.clips.default_fps if info.clips else 16.0},
     "guidance_scale_2": lambda info: {"value": info.default_guidance, "visible": bool(info.clips and info.clips.two_experts)},
+    # a timestep-aware VAE's decode (LTX-Video 0.9.1+): 0 decodes the latents as denoised, the pipeline's default
+    **dict.fromkeys(DECODE_KNOBS, lambda info: {"value": 0.0, "visible": bool(info.clips and info.clips.timestep_decode)}),
     "step_cache_threshold": _threshold,
     "styles": lambda info: {"choices": list(info.styles), "visible": bool(info.styles)},
     "hires_fix": lambda info: {"interactive": _hires_possible(info), "info": _hires_info(info)},

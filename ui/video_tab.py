@@ -12,6 +12,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines import VIDEO_FORMATS, ModelInfo
+from pipelines.schema.request import DECODE_KNOBS
 from ui.form import Form, wire_step_cache
 from ui.studio import Studio
 from ui.text import info_line
@@ -28,6 +29,13 @@ def mode_text(info: ModelInfo) -> str:
     notes = f"  \n<small>{info.notes}</small>" if info.notes else ""
     return (f"**Text-to-video** with {info.model_name} ({info.pipeline_class}): {clips.default_frames} frames at "
             f"{clips.default_fps:g} fps by default{i2v}{notes}")  # fmt: skip
+
+
+def hidden_knobs(clips: Any) -> tuple[str, ...]:
+    """The families' own knobs the video model does not take (their sliders hidden, their values not sent): a
+    second expert's guidance (Wan 2.2 A14B), a timestep-aware VAE's decode (LTX-Video 0.9.1+)."""
+    hidden = () if clips and clips.two_experts else ("guidance_scale_2",)
+    return hidden + (() if clips and clips.timestep_decode else DECODE_KNOBS)
 
 
 def placeholder(info: ModelInfo) -> str:
@@ -51,7 +59,7 @@ def build(studio: Studio) -> dict[str, Any]:
                                   elem_id="video-image", interactive=bool(info.clips and info.clips.image_to_video))  # fmt: skip
             form.add("seed")
             with gr.Accordion("Advanced", open=False):
-                for name in ("steps", "guidance_scale", "guidance_scale_2", "width", "height", "sampler"):
+                for name in ("steps", "guidance_scale", "guidance_scale_2", *DECODE_KNOBS, "width", "height", "sampler"):
                     form.add(name)
                 form.add_rest()
             c["format"] = gr.Dropdown([(FORMAT_LABELS[f], f) for f in VIDEO_FORMATS], value="mp4", label="File",
@@ -83,9 +91,8 @@ def wire(studio: Studio, v: dict[str, Any]) -> None:
 
     def ui_video(values: dict, request: gr.Request, progress=gr.Progress()):
         raw = form.read(values)
-        clips = studio.info.for_video.clips
-        if not (clips and clips.two_experts):
-            raw.pop("guidance_scale_2", None)  # its slider is hidden: a one-expert model takes none
+        for name in hidden_knobs(studio.info.for_video.clips):
+            raw.pop(name, None)  # its slider is hidden: the model takes none
         for kind, value in studio.video(raw, values[v["image"]], values[v["format"]], request, progress):
             if kind == "preview":  # each clip's frames as they form, every PREVIEW_EVERY steps (a strip of 5)
                 yield gr.skip(), value[0], gr.skip(), gr.skip()

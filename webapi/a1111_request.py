@@ -81,7 +81,7 @@ NOT_TAKEN = {
     "mask": "A1111's `mask` (base64) is decoded with the images, before the fields",
     "init_images": "A1111's `init_images` (base64) are decoded first, header checks included",
     **dict.fromkeys(
-        ("num_frames", "fps", "guidance_scale_2"),
+        ("num_frames", "fps", "guidance_scale_2", "decode_timestep", "decode_noise_scale"),
         "A1111's txt2img/img2img make pictures; clips come from the Video tab, /video, the CLIs and ComfyUI's API",
     ),
 }

@@ -50,15 +50,19 @@ def call_kwargs(
     size: tuple[int, int],
     generators: list[Any],
     discrete: bool = True,
+    clips: family.VideoAbilities | None = None,
 ) -> dict[str, Any]:
     """Arguments for `pipe(**kwargs)` rendering `chunk` (work items) at `size`; `discrete`: the pipeline's
-    scheduler has a discrete (DDPM-style) schedule, whose image-to-image keeps `int(steps x strength)` steps."""
+    scheduler has a discrete (DDPM-style) schedule, whose image-to-image keeps `int(steps x strength)` steps;
+    `clips`: a video model's abilities (its prompt length)."""
     width, height = size
     n = len(chunk)
     kwargs: dict[str, Any] = {
         "prompt": [item["prompt"] for item in chunk],
         "num_inference_steps": request.steps,
-        "generator": generators,
+        # a clip's call renders one clip: its one generator as itself (LTXImageToVideoPipeline draws a 0.9.1+
+        # VAE's decode noise with torch.randn, which takes a generator, not a list)
+        "generator": generators[0] if request.num_frames is not None and len(generators) == 1 else generators,
         "output_type": "pil",
         "width": width,
         "height": height,
@@ -85,7 +89,7 @@ def call_kwargs(
     if request.guidance_rescale:
         kwargs["guidance_rescale"] = request.guidance_rescale
     if request.num_frames is not None:
-        kwargs.update(family.call_kwargs(params, request, kwargs.get("image")))
+        kwargs.update(family.call_kwargs(params, request, kwargs.get("image"), clips))
     if "clean_caption" in params:
         kwargs["clean_caption"] = _clean_caption_available()
     return {k: v for k, v in kwargs.items() if k in params}

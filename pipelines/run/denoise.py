@@ -112,11 +112,11 @@ def chunk_kwargs(p: Any, plan: Plan, chunk: list[dict[str, Any]]) -> tuple[dict[
     fitted = [{**item, "prompt": plan.prompts[item["prompt"]]} for item in chunk]
     discrete = samplers.discrete(plan.pipe.scheduler)
     if not plan.prepared:
-        kwargs = call_kwargs(p.traits, plan.accepted, plan.request, fitted, plan.size, generators, discrete)
+        kwargs = call_kwargs(p.traits, plan.accepted, plan.request, fitted, plan.size, generators, discrete, p.clips)
         return plan.texts.apply({**kwargs, **plan.control})
     prepared = [plan.prepared[id(item["image"])] for item in chunk]
     fitted = [{**item, "image": prep.image} for item, prep in zip(fitted, prepared, strict=True)]
-    kwargs = call_kwargs(p.traits, plan.accepted, plan.request, fitted, plan.size, generators, discrete)
+    kwargs = call_kwargs(p.traits, plan.accepted, plan.request, fitted, plan.size, generators, discrete, p.clips)
     kwargs["mask_image"] = [prep.mask for prep in prepared]
     return plan.texts.apply({**kwargs, **plan.control})
 

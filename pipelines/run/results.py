@@ -15,6 +15,7 @@ from pipelines.imaging.inpaint import EMPTY_MASK_WARNING
 from pipelines.run.planning import Finished, Plan, work_items
 from pipelines.sampling import samplers, step_cache
 from pipelines.schema.request import GenerationRequest, GenerationResult
+from pipelines.video import family
 from pipelines.weights import hashing, quantization
 
 
@@ -35,7 +36,7 @@ def assemble(p: Any, plan: Plan, out: Finished, cache: step_cache.Applied | None
     if out.clips:
         result.clips, result.fps = out.clips, float(plan.request.fps or 0.0)
         for meta, clip in zip(result.metadata, out.clips, strict=True):
-            meta.update(num_frames=len(clip), fps=result.fps)
+            meta.update(num_frames=len(clip), fps=result.fps, **family.own_knobs(plan.request))  # the clip's knobs too
     texts = plan.texts
     if texts is not None and texts.kind and texts.clip_skip > 1:  # A1111 writes it only above 1
         for meta in result.metadata:

@@ -82,6 +82,8 @@ MAX_FRAMES = 257  # a clip's most frames (LTX's 257 at 24 fps: ten seconds)
 MAX_TEMPLATES = 10_000  # prompt_template's entries: one per resolved prompt
 EDIT_TASKS = frozenset({"img2img", "inpaint"})
 VIDEO = frozenset({"video"})
+# a timestep-aware VAE's decode (LTX-Video 0.9.1 and later): a video model without one refuses both
+DECODE_KNOBS = ("decode_timestep", "decode_noise_scale")
 # The request's parts that work on one still picture: a video request refuses them.
 IMAGE_ONLY = ("inpaint", "hires", "controlnet", "ip_adapter", "regions", "detailer", "detailer_2nd", "strength", "image_guidance_scale")
 TXT2IMG = frozenset({"txt2img"})
@@ -207,6 +209,12 @@ class GenerationRequest(Schema):
     )
     guidance_scale_2: Annotated[float | None, Range(0.0, 50.0), About("Guidance (low noise)", tasks=VIDEO, cli="--guidance-2", infotext="CFG scale 2", step=0.5)] = Field(
         None, description="a two-expert model's (Wan 2.2 A14B) guidance for its low-noise expert; null: the same as guidance_scale"
+    )  # fmt: skip
+    decode_timestep: Annotated[float | None, Range(0.0, 1.0), About("Decode timestep", tasks=VIDEO, infotext="Decode timestep", step=0.005)] = Field(
+        None, description="a timestep-aware VAE's (LTX-Video 0.9.1 and later) decode: the noise level it decodes the latents at (0.03-0.05 recommended); null: the pipeline's (0)"
+    )  # fmt: skip
+    decode_noise_scale: Annotated[float | None, Range(0.0, 1.0), About("Decode noise", tasks=VIDEO, infotext="Decode noise scale", step=0.005)] = Field(
+        None, description="with decode_timestep (LTX-Video 0.9.1 and later): the share of noise mixed into the latents before that decode (0.025 recommended); null: the same as decode_timestep"
     )  # fmt: skip
 
     wildcards: Annotated[str, Choice(WILDCARD_MODES), About("Wildcards")] = Field(

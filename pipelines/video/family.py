@@ -19,7 +19,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.schema.request import GenerationRequest, RequestError
+from pipelines.schema.request import DECODE_KNOBS, GenerationRequest, RequestError
 
 # text-to-video class -> its image-to-video twin (built with from_pipe), where diffusers 0.42.1 has one that
 # takes the same components
@@ -41,10 +41,16 @@ class VideoAbilities:
     two_experts: bool = False  # Wan 2.2 A14B: a low-noise expert with its own guidance (guidance_scale_2)
     fps_conditioned: bool = False  # the model is told the frame rate (LTX's frame_rate)
     default_guidance_2: float | None = None  # a second expert's guidance where a request names none (a recipe's)
+    text_length: int | None = None  # the prompt length it was trained at, where not the pipeline's default
+    # (the vocabulary's max_sequence_length: the embedded model's 16, not WanPipeline's 512 zero-padded tokens)
+    # its VAE decodes at a timestep from noised latents (DECODE_KNOBS: LTX-Video 0.9.1+, the VAE config's
+    # timestep_conditioning); LTXPipeline takes both arguments whatever its VAE, and 0.9.0's decodes as if none were given
+    timestep_decode: bool = False
 
     def accept(self, request: GenerationRequest) -> GenerationRequest:
         """`request` as this model takes it: frames on its step and within its most, a first frame only where it
-        has image-to-video, the second guidance only with a second expert; RequestError naming the field."""
+        has image-to-video, the second guidance only with a second expert, the decode knobs only with a timestep-aware
+        VAE; RequestError naming the field."""
         frames = request.num_frames
         if frames is not None and frames > 1 and (frames - 1) % self.frame_step:
             low = (frames - 1) // self.frame_step * self.frame_step + 1
@@ -60,6 +66,9 @@ class VideoAbilities:
             raise RequestError("init_images", "this video model is image-to-video: it needs the first frame")
         if request.guidance_scale_2 is not None and not self.two_experts:
             raise RequestError("guidance_scale_2", "this model has one expert (Wan 2.2 A14B has two)")
+        for name in DECODE_KNOBS:
+            if getattr(request, name) is not None and not self.timestep_decode:
+                raise RequestError(name, "this model's VAE decodes without a timestep (LTX-Video 0.9.1 and later take one)")
         changes: dict[str, Any] = {} if request.fps is not None else {"fps": self.default_fps}
         if self.two_experts and request.guidance_scale_2 is None and self.default_guidance_2 is not None:
             changes["guidance_scale_2"] = self.default_guidance_2
@@ -104,7 +113,15 @@ def abilities(pipe: Any, vocabulary: dict[str, Any]) -> VideoAbilities:
         two_experts=getattr(pipe, "transformer_2", None) is not None and getattr(config, "boundary_ratio", None) is not None,
         fps_conditioned="frame_rate" in params,
         default_guidance_2=vocabulary.get("default_guidance_scale_2"),
+        text_length=vocabulary.get("max_sequence_length"),
+        timestep_decode="decode_timestep" in params and _timestep_vae(pipe),
     )
+
+
+def _timestep_vae(pipe: Any) -> bool:
+    """The pipeline's VAE decodes at a timestep (its config's `timestep_conditioning`: LTX-Video 0.9.1 and later)."""
+    vae = getattr(pipe, "vae", None)
+    return bool(getattr(getattr(vae, "config", None), "timestep_conditioning", False))
 
 
 def video_twin(pipe: Any, abilities: VideoAbilities) -> Any:
@@ -122,12 +139,22 @@ def video_twin(pipe: Any, abilities: VideoAbilities) -> Any:
     return twin
 
 
-def call_kwargs(params: frozenset[str], request: GenerationRequest, images: list[Any] | None) -> dict[str, Any]:
+def call_kwargs(
+    params: frozenset[str], request: GenerationRequest, images: list[Any] | None, clips: VideoAbilities | None = None
+) -> dict[str, Any]:
     """A video request's own arguments of one diffusers call (those the pipeline names); `images`: the call's
-    first frames (one clip per call: the image-to-video pipelines take one image)."""
+    first frames (one clip per call: the image-to-video pipelines take one image); `clips`: the model's."""
     kwargs: dict[str, Any] = {"num_frames": request.num_frames, "frame_rate": request.fps}
+    if clips is not None and clips.text_length:
+        kwargs["max_sequence_length"] = clips.text_length
     if images:
         kwargs["image"] = images[0]
-    if request.guidance_scale_2 is not None:
-        kwargs["guidance_scale_2"] = request.guidance_scale_2
+    kwargs.update(own_knobs(request))
     return {k: v for k, v in kwargs.items() if k in params}
+
+
+def own_knobs(request: GenerationRequest) -> dict[str, Any]:
+    """The families' own knobs a request names (a second expert's guidance, a timestep-aware VAE's decode):
+    as arguments of the call, and in each clip's metadata (its parameters)."""
+    names = ("guidance_scale_2", *DECODE_KNOBS)
+    return {name: getattr(request, name) for name in names if getattr(request, name) is not None}
