@@ -11,11 +11,13 @@ from pipelines.control import controlnet as control
 from pipelines.control import ip_adapter
 from pipelines.imaging import hires
 from pipelines.imaging.inpaint import INPAINT_FAMILIES
-from pipelines.run.traits import denoiser
+from pipelines.run.traits import denoiser, vae_scale_factor
 from pipelines.sampling import step_cache
 from pipelines.schema.errors import UnsupportedTaskError
 from pipelines.schema.fields import RequestError
 from pipelines.schema.request import GenerationRequest
+from pipelines.video import memory as video_memory
+from pipelines.weights import quantization
 
 
 def check_task(p: Any, request: GenerationRequest) -> None:
@@ -41,7 +43,7 @@ def check_task(p: Any, request: GenerationRequest) -> None:
         p.clips.accept(request)  # frames, first frame, second expert (RequestError naming the field)
         if request.loras and not t.lora:
             raise UnsupportedTaskError(f"{t.class_name} has no LoRA loader in diffusers; LoRAs cannot be used with it")
-        return
+        return check_memory(p, request)
     if request.controlnet:
         check_control(p, request)
     if request.ip_adapter:
@@ -60,6 +62,35 @@ def check_task(p: Any, request: GenerationRequest) -> None:
         )
     if request.loras and not t.lora:
         raise UnsupportedTaskError(f"{t.class_name} has no LoRA loader in diffusers; LoRAs cannot be used with it")
+
+
+def check_memory(p: Any, request: GenerationRequest) -> None:
+    """A clip that cannot fit the device's free memory (DeviceManager.memory_stats) is refused before any model
+    work, naming what would fit (pipelines.video.memory); none where the device cannot say what is free."""
+    free = p.dm.memory_stats()["free"]
+    if free is None:
+        return
+    shape, weights, clip = clip_memory(p, request)
+    if video_memory.estimate(shape, weights, clip).needed <= free:
+        return
+    device = video_memory.Device(str(p.dm.device), free, can_offload=p.dm.backend != "cpu")
+    quantized = bool({"transformer", "transformer_2"} & set(quantization.applied(p.pipe)))
+    others = video_memory.alternatives(p.pipe, p.component_bytes, p.memory_savers, quantized, device)
+    raise video_memory.refusal(shape, weights, clip, device, p.size_multiple, others)
+
+
+def clip_memory(p: Any, request: GenerationRequest) -> tuple[video_memory.VideoShape, video_memory.Weights, video_memory.Clip]:
+    """What the memory estimate of a video request reads: the model's shape, its weights per the memory plan, and
+    the clip as it will run (its size, a guidance pass, a tiled decode, the math attention path)."""
+    width, height = p.render_size(request)
+    guidance = request.guidance_scale if request.guidance_scale is not None else p.default_guidance
+    vae = p.pipe.vae  # tiled as pipelines.sampling.vae_tiling.applied decides: at load, or above TILED_VAE_PIXELS
+    tiled = "vae_tiling" in p.memory_savers or (
+        width * height > p._tiled_vae_pixels and callable(getattr(vae, "enable_tiling", None))
+    )
+    clip = video_memory.Clip(request.num_frames, width, height, guidance > 1, tiled, p.dm.attention == "vanilla")
+    shape = video_memory.read_shape(p.pipe, p.clips.frame_step, vae_scale_factor(p.pipe), p.clips.text_length, p.dm.dtype)
+    return shape, video_memory.plan_weights(p.pipe, p.component_bytes, p.memory_savers), clip
 
 
 def torch_needed(p: Any, request: GenerationRequest) -> str | None:
