@@ -328,13 +328,15 @@ def load_generator(model: str | Path, steps: int, guidance: float = GUIDANCE) ->
     import pipelines.video.packed_vae  # noqa: F401  (the embedded model's VAE class, named by its module)
 
     pipe = WanPipeline.from_pretrained(str(model))
+    vocabulary = json.loads(Path(model, "vocabulary.json").read_text()) if Path(model, "vocabulary.json").exists() else {}
+    text = {"max_sequence_length": vocabulary["max_sequence_length"]} if "max_sequence_length" in vocabulary else {}
     pipe.to("cuda" if torch.cuda.is_available() else "cpu")
     pipe.set_progress_bar_config(disable=True)
 
     def generate(prompt: str, seed: int) -> list[Image.Image]:
         return pipe(
             prompt, num_frames=NUM_FRAMES, height=FRAME_SIZE, width=FRAME_SIZE, num_inference_steps=steps,
-            guidance_scale=guidance, generator=torch.Generator().manual_seed(seed), output_type="pil",
+            guidance_scale=guidance, generator=torch.Generator().manual_seed(seed), output_type="pil", **text,
         ).frames[0]  # fmt: skip
 
     return generate

@@ -208,3 +208,26 @@ def test_the_app_serves_a_video_model_id_beside_the_image_model(family_root, tin
 def test_one_frame_is_a_still_picture(family_root):
     result = load(family_root, "wan").generate(GenerationRequest("a red circle", num_frames=1, **SIZE))
     assert result.clips == [] and len(result.images) == 1 and result.images[0].size == (32, 32)
+
+
+def test_the_embedded_model_is_called_with_the_prompt_length_it_was_trained_at():
+    """models/tiny-shapes-video was trained on 16-token prompts (its vocabulary's max_sequence_length): through the
+    request path it makes the clip diffusers makes at that length, not at WanPipeline's 512 zero-padded tokens,
+    whose padding would take most of every cross-attention's weight."""
+    import torch
+
+    from models.eval_video import VIDEO_DIR
+
+    pipe = ImagePipeline.from_pretrained(VIDEO_DIR, device_manager=DeviceManager("cpu"), memory_mode="off")
+    assert pipe.clips.text_length == 16
+    ask = {"prompt": "a red circle moving left on a blue background", "num_frames": 5, "width": 32, "height": 32}
+    clip = pipe.generate(GenerationRequest(**ask, steps=4, seed=3, guidance_scale=5.0)).clips[0]
+
+    def direct(length: int) -> np.ndarray:
+        out = pipe.pipe(**ask, num_inference_steps=4, guidance_scale=5.0, max_sequence_length=length,
+                        generator=torch.Generator().manual_seed(3), output_type="np")  # fmt: skip
+        return (out.frames[0] * 255).round()
+
+    ours = np.stack([np.asarray(frame, dtype=np.float64) for frame in clip])
+    assert np.abs(ours - direct(16)).max() <= 1
+    assert np.abs(ours - direct(512)).mean() > 2

@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 LORA_OUT = MODELS_DIR / "loras"
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000, "lcm": 3000, "lcm-refine": 2500, "video": 3000, "sizes": 2000}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000, "lcm": 3000, "lcm-refine": 2500, "video": 10000, "sizes": 2000}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000

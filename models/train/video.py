@@ -3,7 +3,7 @@
 moving-shapes world (models.train.video_world), over the embedded image model's VAE with its latents packed
 as a Wan VAE's, 4 frames and 8x8 pixels per latent (pipelines.video.packed_vae: no video VAE to train).
 
-    python -m models.train.train video [--steps N]       # transformer + text encoder on the packed latents
+    python -m models.train.train video [--steps N]       # transformer + text encoder on the packed latents (10000)
     python -m models.train.train video-export            # the diffusers folder models/tiny-shapes-video/
 
 It is a Wan 2.2 TI2V-style model (`expand_timesteps`): each latent token carries its own timestep,
@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 VIDEO_OUT = MODELS_DIR / "tiny-shapes-video"
 Z_DIM = 16  # the packed latents' channels: 4 frames x 4 image-latent channels (16x16 latents at 64 px)
 TEXT_DIM = 32
-MAX_SEQUENCE = 512  # WanPipeline's default prompt length: the embeddings are padded with zeros to it
+MAX_SEQUENCE = 16  # the prompt length (the tokenizer's): the pipeline is called with max_sequence_length=16
+# (vocabulary.json), not WanPipeline's 512, whose 500 zero tokens would take most of every cross-attention's weight
 DATASET = 3000  # clips encoded once for the transformer's training
 I2V_SHARE = 0.3  # training clips whose first latent frame is given (image-to-video)
 CFG_DROPOUT = 0.1
@@ -183,8 +184,8 @@ def train_video(steps: int) -> None:
     bar.close()
 
 
-def export_video(_steps: int | None = None) -> None:
-    """The diffusers folder: WanPipeline with the EMA weights, the VAE's latent statistics, UniPC flow sampling."""
+def export_video(_steps: int | None = None, out: Path = VIDEO_OUT) -> None:
+    """The diffusers folder `out`: WanPipeline with the EMA weights, the VAE's latent statistics, UniPC flow sampling."""
     from diffusers import UniPCMultistepScheduler, WanPipeline
 
     data = encode_dataset(make_vae())
@@ -199,7 +200,7 @@ def export_video(_steps: int | None = None) -> None:
             p.copy_(s)
     scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=FLOW_SHIFT)
     pipe = WanPipeline(tokenizer=tok, text_encoder=encoder, vae=vae, transformer=transformer, scheduler=scheduler, expand_timesteps=True)
-    with tempfile.TemporaryDirectory(dir=MODELS_DIR) as tmp:
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         pipe.save_pretrained(tmp, safe_serialization=True)
         vocabulary = {
             "pattern": VIDEO_PROMPT, "colors": list(COLORS), "shapes": list(SHAPES), "directions": list(DIRECTIONS),
@@ -207,11 +208,11 @@ def export_video(_steps: int | None = None) -> None:
                          prompt_for("white", "square", "black", "right"), prompt_for("green", "circle", "orange")],
             "prompt_template": VIDEO_PROMPT, "default_steps": 20, "default_guidance_scale": 5.0,
             "default_num_frames": NUM_FRAMES, "default_fps": FPS, "max_num_frames": 33,
-            "default_width": FRAME_SIZE, "default_height": FRAME_SIZE,
+            "default_width": FRAME_SIZE, "default_height": FRAME_SIZE, "max_sequence_length": MAX_SEQUENCE,
             "notes": f"trained at {FRAME_SIZE}x{FRAME_SIZE}, {NUM_FRAMES} frames, on a shape moving left, right, up or down, "
-            "or still; an early model: it draws the asked colours, not yet a shape that moves (docs/video.md)",
+            "or still; an early model: it moves the shape the asked way, but draws its outline roughly (docs/video.md)",
         }  # fmt: skip
         Path(tmp, "vocabulary.json").write_text(json.dumps(vocabulary, indent=1) + "\n")
-        shutil.rmtree(VIDEO_OUT, ignore_errors=True)
-        Path(tmp).rename(VIDEO_OUT)
-    log.info("exported %s", VIDEO_OUT)
+        shutil.rmtree(out, ignore_errors=True)
+        Path(tmp).rename(out)
+    log.info("exported %s", out)
