@@ -51,7 +51,6 @@ import torch
 from devices.manager import OFFLOAD_SAVERS
 from devices.memory import human_bytes
 from pipelines.schema.fields import RequestError
-from pipelines.video import packed_vae
 
 TOKEN_ATTENTION = 11.25  # floats a token per unit of D in a block's attention half: q, k, v, their rotary copies, out
 TOKEN_FFN = 4.25  # floats a token per unit of D beside the feed-forward's two hidden tensors (2 x ffn)
@@ -183,6 +182,8 @@ def _decode_frames(vae: Any, frame_step: int) -> int | None:
     """Frames the VAE decodes at once: Wan's causal VAE loops over latent frames (AutoencoderKLWan._decode), the
     frame-packed VAE decodes DECODE_FRAMES at a time; the rest take the whole clip."""
     from diffusers import AutoencoderKLWan
+
+    from pipelines.video import packed_vae  # diffusers at import: here, not when the settings are checked (app.py)
 
     if isinstance(vae, packed_vae.FramePackedVAE):
         return packed_vae.DECODE_FRAMES
