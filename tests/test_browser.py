@@ -313,6 +313,15 @@ def test_instruction_edit_in_the_browser(browser, tmp_path):
         page.close()
 
 
+# Watches the gallery from inside the page: window.sawPreview turns true when a "preview" caption shows at all.
+SEE_PREVIEWS = """() => {
+    window.sawPreview = false;
+    const gallery = document.querySelector("#gallery");
+    const look = () => { if (gallery.textContent.includes("preview")) window.sawPreview = true; };
+    new MutationObserver(look).observe(gallery, {subtree: true, childList: true, characterData: true, attributes: true});
+}"""
+
+
 def _generate_and_watch_previews(page, url: str, images: int, steps: int) -> None:
     """Generate in the page; the gallery must show "preview" frames before the final images."""
     from playwright.sync_api import expect
@@ -325,8 +334,10 @@ def _generate_and_watch_previews(page, url: str, images: int, steps: int) -> Non
     box = page.get_by_label("Steps").first
     box.fill(str(steps))
     box.press("Enter")
+    # a preview may show for less than the locator's polling interval on an idle machine: the page records it
+    page.evaluate(SEE_PREVIEWS)
     page.get_by_role("button", name="Generate").click()
-    expect(page.locator("#gallery")).to_contain_text("preview", timeout=120_000)
+    page.wait_for_function("window.sawPreview === true", timeout=120_000)
     expect(page.locator("#gallery")).not_to_contain_text("preview", timeout=240_000)
     expect(page.locator("#gallery img")).to_have_count(images)
     expect(page.locator("#info-line")).to_contain_text(f"{images} image(s) in")
