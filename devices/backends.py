@@ -29,10 +29,10 @@ INDEXED = ("cuda", "rocm", "npu", "tpu", "xpu")  # backends with several devices
 # | backend | why not automatic |
 # |---|---|
 # | vulkan | experimental: torch's Vulkan backend (mobile-oriented, built only from source with USE_VULKAN=1) lacks ops diffusers needs (group norm, SDPA, many views and in-place ops); asking for it runs what it can and fails on the first missing op |
-# | tpu | the app's pipelines do not run on JAX devices yet (the TPU path generates through devices/xla.py): chosen by itself, a TPU VM would start an app that cannot load its model; on the CPU it serves |
+# | tpu | the TPU route (pipelines.run.xla_route) runs the UNet families only (SD 1.x/2.x, SDXL) and refuses per-request LoRAs, step caches, ControlNet, IP-Adapter: chosen by itself, a TPU VM would refuse the models and features the CPU serves |
 ASKED_ONLY = {
-    "tpu": "not chosen automatically: the app's pipelines do not run on JAX devices yet; the TPU path is "
-    "devices/xla.py (python -m devices.xla_check, docs/devices.md); PREFERRED_DEVICE=tpu for the device layer",
+    "tpu": "not chosen automatically: the TPU route runs the UNet families (SD 1.x/2.x, SDXL) and refuses "
+    "per-request LoRAs, step caches, ControlNet and IP-Adapter (docs/devices.md); PREFERRED_DEVICE=tpu to use it",
     "vulkan": "experimental, not chosen automatically: torch's Vulkan backend lacks ops diffusers needs "
     "(group norm, scaled_dot_product_attention, in-place views); PREFERRED_DEVICE=vulkan to try it",
 }
@@ -102,12 +102,13 @@ def _probe_mps() -> BackendStatus:
     return BackendStatus("mps", True, "Apple GPU available", 1)
 
 
-def _probe_tpu() -> BackendStatus:
+def _probe_tpu(xla_cpu: bool = False) -> BackendStatus:
     """TPU chips as JAX lists them, through torchax (devices/xla.py; jax and torchax are imported there,
-    lazily: in a venv without them this is one failed import). JAX's CPU device is not a TPU."""
+    lazily: in a venv without them this is one failed import). JAX's CPU device is not a TPU, unless
+    `xla_cpu` (XLA_CPU_DEVICES) lets it stand in."""
     from .xla import jax_devices_summary
 
-    available, reason, count, _platform = jax_devices_summary()
+    available, reason, count, _platform = jax_devices_summary(allow_cpu=xla_cpu)
     if available:
         reason += f" ({ASKED_ONLY['tpu']})"
     return BackendStatus("tpu", available, reason, count if available else 0)
@@ -142,13 +143,16 @@ def installed(package: str) -> bool:
         return False
 
 
-def probe(kind: str) -> BackendStatus:
-    """Probe one backend; "rocm" is the CUDA probe (HIP builds expose the CUDA API)."""
+def probe(kind: str, xla_cpu: bool = False) -> BackendStatus:
+    """Probe one backend; "rocm" is the CUDA probe (HIP builds expose the CUDA API); `xla_cpu`: JAX's CPU
+    stands in for TPU chips (XLA_CPU_DEVICES; only asked for by name, never by auto)."""
+    if kind == "tpu":
+        return _probe_tpu(xla_cpu)
     return PROBES["cuda" if kind == "rocm" else kind]()
 
 
-def probe_all() -> dict[str, BackendStatus]:
-    return {kind: probe(kind) for kind in PRIORITY}
+def probe_all(xla_cpu: bool = False) -> dict[str, BackendStatus]:
+    return {kind: probe(kind, xla_cpu) for kind in PRIORITY}
 
 
 def torch_namespace(backend: str) -> ModuleType | None:

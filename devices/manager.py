@@ -123,7 +123,7 @@ class DeviceManager:
         request = self.options.device
         if request.kind == "auto":
             return self._best_available()
-        status = backends.probe(request.kind)
+        status = backends.probe(request.kind, self.options.xla_cpu_devices > 0)
         problem = None
         if not status.available:
             problem = status.reason
@@ -254,7 +254,7 @@ class DeviceManager:
                 "attention slicing skipped: it would replace %s attention (fused SDPA is already memory-lean)",
                 self.attention,
             )
-        if level == "max" and self.backend != "cpu" and hasattr(pipe, "enable_model_cpu_offload"):
+        if level == "max" and self.backend not in ("cpu", "tpu") and hasattr(pipe, "enable_model_cpu_offload"):
             pipe.enable_model_cpu_offload(device=self.device)
             enabled.append("model_cpu_offload")
         if level in GROUP_OFFLOAD:
@@ -266,6 +266,8 @@ class DeviceManager:
         """Why group offload cannot run on this device, or None when it can."""
         if self.backend == "cpu":
             return "group offload keeps weights in CPU RAM and moves them to the device per block; on cpu they are already there"
+        if self.backend == "tpu":
+            return "the TPU route compiles the UNet with its weights on the device (pipelines.run.xla_route)"
         return None
 
     def enable_group_offload(self, pipe: Any, offload_type: str = "block_level") -> str:
@@ -324,7 +326,7 @@ class DeviceManager:
             "fallback_reason": self.fallback_reason,
             "backends": {
                 s.name: {"available": s.available, "reason": s.reason, "device_count": s.device_count}
-                for s in backends.probe_all().values()
+                for s in backends.probe_all(self.options.xla_cpu_devices > 0).values()
             },
             "memory": self.memory_stats(),
             "openvino": _openvino_report(),

@@ -120,7 +120,7 @@ def default_dtypes(backend: str) -> tuple[tuple[str, ...], list[str]]:
     on every accelerator (MPS included: fp16 there is a known field issue, which is what to watch)."""
     notes: list[str] = []
     dtypes = ["float32"]
-    if backend == "cpu" or backends.supports_bf16(backend):
+    if backend in ("cpu", "tpu") or backends.supports_bf16(backend):  # a TPU's matrix units are bf16
         dtypes.append("bfloat16")
     else:
         notes.append(f"bfloat16 not tested: {backend} reports no bf16 support")
@@ -128,6 +128,8 @@ def default_dtypes(backend: str) -> tuple[tuple[str, ...], list[str]]:
         notes.append(
             "float16 not in the CPU's default plan (never the CPU's dtype); --dtype float16 runs it (it did run on torch 2.14)"
         )
+    elif backend == "tpu":
+        notes.append("float16 not in the TPU's default plan (not native there: bf16 is); --dtype float16 runs it")
     else:
         dtypes.append("float16")
     return tuple(dtypes), notes
@@ -315,6 +317,17 @@ def _measure(
     return row
 
 
+def _run_on(backend: str, on_device: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """`on_device()`; on a TPU inside torchax's environment (torch ops on `jax` tensors run on JAX only
+    there: devices/xla.py), its output brought back to the CPU before the environment closes."""
+    if backend != "tpu":
+        return on_device()
+    from .xla import call_env
+
+    with call_env():
+        return on_device().cpu()
+
+
 def _to(device: torch.device, dtype: torch.dtype, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [t.to(device=device, dtype=dtype) for t in tensors]
 
@@ -329,7 +342,7 @@ def run_op(case: Case, device: torch.device, backend: str) -> Row:
         ref_fn = fn if case.attention in ("sdpa", "sdpa-math", "vanilla") else _attention_fn("sdpa-math")
     else:
         fn = ref_fn = OPS[case.check]
-    return _measure(case, backend, lambda: ref_fn(*inputs), lambda: fn(*_to(device, dtype, inputs)))
+    return _measure(case, backend, lambda: ref_fn(*inputs), lambda: _run_on(backend, lambda: fn(*_to(device, dtype, inputs))))
 
 
 # ---------------------------------------------------------------------------- models
@@ -378,8 +391,11 @@ def _model_call(models: Models, check: str, model: torch.nn.Module, device, dtyp
     return out.sample
 
 
-def _generate(model_dir: str | Path, device: torch.device, dtype: torch.dtype, attention: str) -> torch.Tensor:
-    """One image of the whole pipeline (as diffusers runs it) with a CPU generator: the picture in [0, 1]."""
+def _generate(
+    model_dir: str | Path, device: torch.device, dtype: torch.dtype, attention: str, backend: str = "cpu"
+) -> torch.Tensor:
+    """One image of the whole pipeline (as diffusers runs it) with a CPU generator: the picture in [0, 1].
+    Read from disk on the CPU, then moved (on a TPU op by op inside torchax's environment: `_run_on`)."""
     from diffusers import DiffusionPipeline
 
     with ONE_LOAD:
@@ -388,10 +404,14 @@ def _generate(model_dir: str | Path, device: torch.device, dtype: torch.dtype, a
     for component in pipe.components.values():
         if isinstance(component, torch.nn.Module) and getattr(component, "attn_processors", None):
             _attention.apply_to_module(component, attention)
-    pipe.to(device)
-    with _attention.call_context(attention):
-        out = pipe(**GENERATION, generator=torch.Generator().manual_seed(SEED), output_type="pt")
-    return out.images.float().cpu()
+
+    def run() -> torch.Tensor:
+        pipe.to(device)
+        with _attention.call_context(attention):
+            out = pipe(**GENERATION, generator=torch.Generator().manual_seed(SEED), output_type="pt")
+        return out.images.float()
+
+    return _run_on(backend, run).cpu()
 
 
 def run_generation(model_dir: str | Path, case: Case, device: torch.device, backend: str, refs: dict) -> Row:
@@ -405,7 +425,7 @@ def run_generation(model_dir: str | Path, case: Case, device: torch.device, back
         return refs[key]
 
     def on_device() -> torch.Tensor:
-        return _generate(model_dir, device, parse_dtype(case.dtype), case.attention)
+        return _generate(model_dir, device, parse_dtype(case.dtype), case.attention, backend)
 
     return _measure(case, backend, reference, on_device, peak=1.0)
 
@@ -427,7 +447,9 @@ def run_model(models: Models, case: Case, device: torch.device, backend: str, re
     def on_device() -> torch.Tensor:
         dtype = parse_dtype(case.dtype)
         with context:
-            return _model_call(models, case.check, _prepare(source, device, dtype, case.attention), device, dtype)
+            return _run_on(
+                backend, lambda: _model_call(models, case.check, _prepare(source, device, dtype, case.attention), device, dtype)
+            )
 
     return _measure(case, backend, reference, on_device, peak=1.0 if case.check == "vae" else None)
 

@@ -14,7 +14,13 @@ exactly as diffusers' `randn_tensor` draws it, so a seed gives the CPU's image s
 
 Data parallel: with a `Mesh` of N devices the weights are replicated on every device and the
 latents' batch dimension is sharded (NamedSharding(mesh, P("data"))); XLA partitions the compiled
-UNet/VAE programs along it, so N devices each denoise batch/N images.
+UNet/VAE programs along it, so N devices each denoise batch/N images. `shard_batch` also wraps the
+compiled calls so that their batch inputs are sharded wherever they come from (the app's pipelines
+draw the latents themselves); a batch that does not divide by N runs replicated (each device the
+whole batch: the same images, no speed-up).
+
+The stand-in (XLA_CPU_DEVICES, devices.options): JAX's CPU device counts as N TPU chips when the
+entry point asks; `stand_in_environment` gives the variables JAX must find before it starts.
 """
 
 from __future__ import annotations
@@ -91,6 +97,24 @@ def host_xla_flags(device_count: int, fast_compile: bool = True, current: str = 
     if fast_compile:
         flags += [f for f in FAST_CPU_COMPILE_FLAGS if f not in flags]
     return " ".join(flags)
+
+
+def stand_in_environment(device_count: int, env: Mapping[str, str]) -> dict[str, str]:
+    """The variables that make XLA's CPU stand in for `device_count` TPU chips, from the entry point's
+    `env` (kept where already set: PJRT_NPROC; extended: XLA_FLAGS). They must be in the process
+    environment before JAX starts its backend: the entry point sets them, before anything imports JAX."""
+    return {
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": host_xla_flags(device_count, True, env.get("XLA_FLAGS", "")),
+        "PJRT_NPROC": env.get("PJRT_NPROC") or host_threads(device_count),
+    }
+
+
+def call_env() -> Any:
+    """torchax's environment: torch ops on `jax` tensors run on JAX while it is entered (thread-local)."""
+    import torchax
+
+    return torchax.default_env()
 
 
 def enable_compile_cache(cache_dir: Path) -> int:
@@ -172,6 +196,34 @@ def shard_batch(jp: JaxPipeline, mesh: Any) -> None:
             for name, value in store.items():
                 store[name] = torch_view(jax.device_put(jax_view(value), replicated))
     jp.mesh = mesh
+    unet, vae = jp.pipe.unet, jp.pipe.vae
+    unet.forward = _batch_sharded(unet.forward, mesh)  # an instance attribute: JittableModule calls self.forward
+    vae.decode = _batch_sharded(vae.decode, mesh)
+
+
+def _batch_sharded(call: Any, mesh: Any) -> Any:
+    """`call` with its tensor arguments placed on `mesh`: batch-sharded where their first dimension
+    divides by the mesh's size, replicated otherwise (a placement that is already right costs nothing)."""
+
+    def sharded(*args: Any, **kwargs: Any) -> Any:
+        placed = [on_mesh(mesh, a) for a in args]
+        return call(*placed, **{k: on_mesh(mesh, v) for k, v in kwargs.items()})
+
+    return sharded
+
+
+def on_mesh(mesh: Any, value: Any) -> Any:
+    """A torchax tensor placed on `mesh` (see _batch_sharded); anything else as it is."""
+    import jax
+    import torch
+    from jax.sharding import NamedSharding, PartitionSpec
+    from torchax.interop import jax_view, torch_view
+
+    if not isinstance(value, torch.Tensor) or value.device.type != "jax":
+        return value
+    split = value.ndim > 0 and value.shape[0] % mesh.size == 0
+    spec = PartitionSpec(BATCH_AXIS) if split else PartitionSpec()
+    return torch_view(jax.device_put(jax_view(value), NamedSharding(mesh, spec)))
 
 
 def initial_latents(pipe: Any, seeds: list[int], height: int, width: int, dtype: Any) -> Any:

@@ -549,7 +549,7 @@ def test_a_simulated_tpu_vm_when_asked_for_has_bf16_sdpa_jax_memory_and_synchron
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout.strip().splitlines()[-1])
-    assert out["auto"] == "cpu"  # the app's pipelines do not run on JAX devices yet: a TPU VM serves on its CPU
+    assert out["auto"] == "cpu"  # asked for only: the TPU route runs the UNet families, the CPU every model
     assert out["first"] == ["tpu", "jax:0", "bfloat16", "sdpa", "TPU v5 lite #0"]
     assert out["second"] == ["tpu", "jax:1", "float32"]  # tpu:N, and fp32 when asked
     memory = out["memory"]
@@ -558,7 +558,7 @@ def test_a_simulated_tpu_vm_when_asked_for_has_bf16_sdpa_jax_memory_and_synchron
     assert out["report"]["available"] and out["report"]["device_count"] == 4
     assert out["report"]["reason"].startswith("4 TPU device(s) visible (TPU v5 lite) (not chosen automatically")
     assert out["compile"].startswith("no compile") and "torchax" in out["compile"]
-    assert out["load"].startswith("cannot load models/tiny-shapes on jax:0: the app's pipelines do not run")
+    assert out["load"].startswith("cannot load models/tiny-shapes on tpu: tpu:1: one chip other than the first")
 
 
 def test_tpu_without_jax_falls_back_and_names_the_requirements_file():

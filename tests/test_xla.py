@@ -1,96 +1,43 @@
 """The TPU path (issue 45) on XLA's CPU devices, in its own venv: JAX and torchax never enter the main one.
 
-The module fixture builds `.venv-tpu` from requirements-tpu.txt (once: a stamp holds the hash of the
-requirements files and the Python version, and a matching venv is reused), then runs
+The module fixture builds `.venv-tpu` from requirements-tpu.txt (once, tests/xla_venv.py), then runs
 `python -m devices.xla_check --dtype float32,bfloat16 --devices 2` in it: each dtype on 1 device and
 on a 2-device mesh (XLA_FLAGS=--xla_force_host_platform_device_count=2, which the check sets, with
 PJRT_NPROC: see devices.xla.host_threads). One process: the imports (~25 s here) are paid once.
 
-The venv sees the test run's own packages through a `.pth` file (requirements-tpu.txt's `-r
-requirements.txt` is exactly that stack, so pip finds it satisfied) and installs what the TPU path
-adds, JAX, jaxlib and torchax, into its own site-packages: the main venv never gets them (the last
-test checks), and the build costs the JAX wheels, not a second copy of torch and CUDA's wheels.
-
-A venv that cannot be built FAILS the tests (CI must notice), it never skips them. The added wall
+The main venv never gets JAX (the last test checks). A venv that cannot be built FAILS the tests
+(CI must notice), it never skips them. The added wall
 time (build + check) is printed and saved in test-artifacts/xla-check.json; JAX's compile cache
 lives in .venv-tpu/jax-cache, so a rerun on a kept venv skips XLA's compile.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.xla_venv import ensure_venv, venv_environment, venv_python
 
 # The first test pays the fixture (venv build + check: ~5-6 min here, more on a loaded machine);
 # pyproject's 600 s per test would cut it.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parent.parent
-VENV = ROOT / ".venv-tpu"
-STAMP = VENV / "requirements.sha256"
 ARTIFACT = ROOT / "test-artifacts" / "xla-check.json"
-BUILD_TIMEOUT_S = 1200
 CHECK_TIMEOUT_S = 900
-
-
-def requirements_hash() -> str:
-    """What the venv was built from: both files (requirements-tpu.txt includes requirements.txt) and Python."""
-    digest = hashlib.sha256(sys.version.encode())
-    for name in ("requirements-tpu.txt", "requirements.txt"):
-        digest.update((ROOT / name).read_bytes())
-    return digest.hexdigest()
-
-
-def venv_python() -> Path:
-    return VENV / "bin" / "python"
-
-
-def ensure_venv() -> float:
-    """Builds .venv-tpu unless a venv from the same requirements is there; seconds spent (0: reused)."""
-    wanted = requirements_hash()
-    if venv_python().exists() and STAMP.exists() and STAMP.read_text().strip() == wanted:
-        return 0.0
-    started = time.perf_counter()
-    shutil.rmtree(VENV, ignore_errors=True)
-    install = [str(venv_python()), "-m", "pip", "install", "--no-compile", "-r", "requirements-tpu.txt"]
-    _run_or_fail([sys.executable, "-m", "venv", str(VENV)])
-    _share_main_stack()
-    _run_or_fail(install)
-    STAMP.write_text(wanted + "\n")
-    return time.perf_counter() - started
-
-
-def _run_or_fail(command: list[str]) -> None:
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    if done.returncode != 0:
-        pytest.fail(f"building .venv-tpu failed: {' '.join(command)}\n{(done.stdout + done.stderr)[-4000:]}")
-
-
-def _share_main_stack() -> None:
-    """A .pth in the new venv naming this interpreter's site-packages: the app's pinned stack, seen, not copied."""
-    purelib = subprocess.run(
-        [str(venv_python()), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (Path(purelib) / "main-stack.pth").write_text("".join(f"{path}\n" for path in sorted(ours)))
 
 
 CHECKS = (("float32,bfloat16", 2),)  # (dtypes, devices) per process
 
 
 def run_check(out: Path, dtype: str, devices: int) -> tuple[subprocess.CompletedProcess, float]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "XLA_FLAGS", "PYTHONHOME")}
-    env["JAX_PLATFORMS"] = "cpu"
+    env = venv_environment(dict(os.environ))
     command = [str(venv_python()), "-m", "devices.xla_check", "--dtype", dtype, "--devices", str(devices)]
     started = time.perf_counter()
     done = subprocess.run(

@@ -62,12 +62,13 @@ def main() -> None:
         "syncs": SYNCS,
         "report": auto.report()["backends"]["tpu"],
         "compile": plan("tpu", "on").describe(),
-        "load": refusal(first),
+        "load": refusal(second),
     }))  # fmt: skip
 
 
 def refusal(dm) -> str:
-    """What loading the embedded model on the TPU says (the pipelines do not run on JAX devices yet)."""
+    """What loading the embedded model on `tpu:1` says: the TPU route (pipelines.run.xla_route) serves every
+    chip as one replica, or the first alone; it refuses before moving anything to JAX (faked here)."""
     from pipelines import ImagePipeline
     from pipelines.schema.errors import ModelLoadError
 

@@ -23,6 +23,12 @@ from pipelines.weights import quantization
 def check_task(p: Any, request: GenerationRequest) -> None:
     """Refuse what this model cannot do, with a message that says what it can do."""
     t = p.traits
+    if p.xla is not None:  # the TPU route (pipelines.run.xla_route)
+        from pipelines.run.xla_route import request_refusal
+
+        why = request_refusal(request, request.sampler or p.scheduler_name)
+        if why:
+            raise UnsupportedTaskError(f"{p.model_name} on {p.dm.device}: {why}")
     if request.hires is not None:  # RequestError naming the hires field (the engine asked this at submit too)
         hires.check(request, p.model_info())
     if request.step_cache not in (None, step_cache.NONE) and p.runtime is not None and p.runtime.plan.strict:

@@ -66,6 +66,7 @@ from pipelines.weights.recipes import Recipe
 
 if TYPE_CHECKING:
     from devices.runtime import RuntimePlan
+    from pipelines.run.xla_route import XlaRoute
     from pipelines.weights.openvino import OpenVinoRuntime
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,12 @@ log = logging.getLogger(__name__)
 # accelerators get 9 (3x each side).
 PIXEL_BUDGET_FACTOR = {"cpu": 4, "mps": 4}
 DEFAULT_PIXEL_BUDGET_FACTOR = 9
+
+
+def _helper_device(dm: DeviceManager) -> DeviceManager:
+    """Where the model's helpers run (upscalers, annotators, detectors, ControlNets): its own device, or the
+    host CPU on a TPU, whose route (pipelines.run.xla_route) compiles the model's own UNet and VAE only."""
+    return DeviceManager("cpu") if dm.backend == "tpu" else dm
 
 
 class ImagePipeline:
@@ -98,6 +105,7 @@ class ImagePipeline:
         self.compile_seconds = 0.0  # the warm-up that paid the compile at load
         self.runtime: OpenVinoRuntime | None = None  # None: torch runs the networks (pipelines.weights.openvino)
         self.runtime_plan: RuntimePlan | None = None  # what RUNTIME chose at load, and why (devices.runtime)
+        self.xla: XlaRoute | None = None  # the TPU route (pipelines.run.xla_route): set at load on `tpu`
         self.loras = LoraManager(pipe, device_manager, options.lora_dir)
         self._lock = threading.RLock()  # one generation at a time per pipeline
         self.micro_batch_limit: dict[tuple[int, int], int] = {}  # learned from out-of-memory errors
@@ -120,14 +128,15 @@ class ImagePipeline:
         self.default_guidance_end = float(self.vocabulary.get("default_guidance_end", DEFAULT_GUIDANCE_END))
         self.activity = "idle"  # what it does now, for the status panel
         self.preview_decoder = PreviewDecoder(pipe)
-        self.upscalers = Upscalers([options.upscaler_dir], device_manager)  # hires fix's (pipelines.imaging.upscalers)
-        self.controlnets = control.ControlNets([options.controlnet_dir], device_manager, options.controlnet_models)
-        self.annotators = Annotators(options.annotator_dir, device_manager)  # units' depth/normal/seg maps
+        helpers = _helper_device(device_manager)
+        self.upscalers = Upscalers([options.upscaler_dir], helpers)  # hires fix's (pipelines.imaging.upscalers)
+        self.controlnets = control.ControlNets([options.controlnet_dir], helpers, options.controlnet_models)
+        self.annotators = Annotators(options.annotator_dir, helpers)  # units' depth/normal/seg maps
         self.twins = Twins(pipe, lambda: self.traits, self.controlnets)  # each task's pipeline (run.twins)
         self.twins.clips = self.clips
         self.ip_adapters = ip_adapter.IpAdapters([options.ipadapter_dir])
         self.wildcards = Wildcards(options.wildcard_dir)  # {a|b} and __name__ in prompts (pipelines.prompts.wildcards)
-        self.detectors = detailer.Detectors(options.detector_dir, device_manager)  # the detailer's (pipelines.imaging.detailer)
+        self.detectors = detailer.Detectors(options.detector_dir, helpers)  # the detailer's (pipelines.imaging.detailer)
         self.ip_loaded = ip_adapter.Loaded(
             pipe, self.ip_adapters, self._reset_attention, self.traits.class_name
         )  # in the denoiser every task shares
@@ -294,7 +303,7 @@ class ImagePipeline:
         self.twins.close()
         self.pipe = self.ip_loaded = None
         self.controlnets.close()
-        self.runtime = None
+        self.runtime = self.xla = None
         self.dm.empty_cache()
 
     @property
@@ -316,6 +325,10 @@ class ImagePipeline:
 
     # ------------------------------------------------------------------ LoRA
     def load_lora(self, path: str | Path, name: str | None = None, allow_outside: bool = False) -> str:
+        if self.xla is not None:
+            from pipelines.run.xla_route import refuse_lora_load
+
+            refuse_lora_load()
         with self._lock:
             return self.loras.load(path, name, allow_outside)
 
@@ -378,7 +391,8 @@ class ImagePipeline:
                 self._own_scheduler = own  # first: a reader never sees the swapped one as the model's
                 self.twins.use_scheduler(scheduler)
             try:
-                return self._on_runtime(request, report, should_cancel, item_range, preview)
+                with self.xla.context() if self.xla is not None else contextlib.nullcontext():
+                    return self._on_runtime(request, report, should_cancel, item_range, preview)
             finally:
                 self.twins.use_scheduler(own)
                 self._own_scheduler = None

@@ -39,11 +39,9 @@ from pipelines.weights.recipes import Recipe, open_model
 
 log = logging.getLogger(__name__)
 
-# Devices the DeviceManager knows but the pipelines cannot run on yet, and what to use instead.
-NO_PIPELINES = {
-    "tpu": "the app's pipelines do not run on JAX devices yet; generate on a TPU through devices/xla.py "
-    "(python -m devices.xla_check, docs/devices.md#tpu-jax-through-torchax), or use PREFERRED_DEVICE=cpu",
-}
+# Devices the DeviceManager knows but the pipelines cannot run on, and what to use instead (none today:
+# the TPU runs through pipelines.run.xla_route, which refuses what it cannot run once the model is open).
+NO_PIPELINES: dict[str, str] = {}
 
 
 def read_vocabulary(source: str) -> dict[str, Any]:
@@ -116,10 +114,15 @@ def wrap(
     # counted once, here: later the weights may be out of reach (ZeroGPU offloads them to disk in the
     # parent process, where any tensor call raises), and the bytes do not depend on the device
     self.component_bytes = quantization.component_bytes(pipe)
-    if not set(OFFLOAD_SAVERS) & set(self.memory_savers):
+    if dm.backend == "tpu":
+        to_tpu(self)
+    elif not set(OFFLOAD_SAVERS) & set(self.memory_savers):
         pipe.to(dm.device)
     setup_runtime(self)
-    compile_and_warm_up(self)
+    if self.xla is not None:
+        xla_warm_up(self)
+    else:
+        compile_and_warm_up(self)
     self.load_seconds = time.perf_counter() - start
     # Not a daemon: the interpreter joins it before finalizing. A daemon thread still running at exit
     # (a batch rerun with nothing to make exits right after load) can be stopped inside a torch
@@ -135,6 +138,36 @@ def wrap(
         dm.attention,
     )
     return self
+
+
+def to_tpu(self: Any) -> None:
+    """The TPU route (pipelines.run.xla_route, imported here only: it needs JAX): the set-up pipeline moved to
+    JAX and compiled, or ModelLoadError with what the route cannot run. LoRAs cannot be switched there, nor
+    step caches added, nor images inpainted (xla_route says why): the model's abilities say so, and the UI
+    hides them."""
+    from pipelines.run import xla_route
+
+    why = xla_route.load_refusal(self.pipe, self.dm, self.base_loras, self.memory_savers)
+    if why:
+        raise ModelLoadError(f"cannot load {self.source} on tpu: {why}")
+    if self.recipe is not None and any(lora.fuse for lora in self.recipe.loras):
+        self.pipe.unload_lora_weights()  # the fused weights stay; peft's emptied wrappers would break the compile
+    self.xla = xla_route.install(self.pipe, self.dm)
+    self.twins.shared = {"unet": self.pipe.unet, "vae": self.pipe.vae}
+    self.traits = dataclasses.replace(self.traits, lora=False, step_cache=False, inpaint="")
+    self.default_step_cache = None
+
+
+def xla_warm_up(self: Any) -> None:
+    """Pay XLA's compile at load instead of in a user's first request: one image at the default size, 2
+    steps (a request of another batch size or size compiles its own programs once, on first use)."""
+    began = time.perf_counter()
+    self.compile = self.xla.describe()
+    for request in _warm_up_requests(self, 2)[:1]:
+        self.generate(request)
+    self.compile_seconds = time.perf_counter() - began
+    self.compile += f" (warm-up {self.compile_seconds:.1f} s)"
+    log.info("XLA warm-up done in %.1f s", self.compile_seconds)
 
 
 def runtime_plan(self: Any) -> runtimes.RuntimePlan:
@@ -349,6 +382,15 @@ def _trait_changes(traits: Any, recipe: Recipe) -> dict[str, Any]:
     return changes
 
 
+def _not_offered(self: Any) -> tuple[str, ...]:
+    """Samplers the device cannot run (the TPU route's: pipelines.run.xla_route.NO_TPU_SAMPLERS)."""
+    if self.xla is None:
+        return ()
+    from pipelines.run.xla_route import NO_TPU_SAMPLERS
+
+    return NO_TPU_SAMPLERS
+
+
 def describe(self: Any) -> ModelInfo:
     """`ImagePipeline.model_info`: the loaded model's defaults and limits, as the UI and the API
     enforce them (the vocabulary's and recipe's defaults over diffusers' signature defaults)."""
@@ -367,7 +409,7 @@ def describe(self: Any) -> ModelInfo:
         default_steps=self.default_steps,
         default_guidance=self.default_guidance,
         scheduler=self.scheduler_name,
-        samplers=tuple(s.name for s in samplers.offered(self.own_scheduler)),
+        samplers=tuple(s.name for s in samplers.offered(self.own_scheduler) if s.name not in _not_offered(self)),
         min_steps=samplers.minima(self.own_scheduler),
         loras=tuple(sorted(self.loras.available())),
         embeddings={n: {"vectors": e.vectors, "shape": e.width} for n, e in self.embeddings.loaded.items()},

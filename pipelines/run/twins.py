@@ -26,6 +26,9 @@ class Twins:
         self.control: tuple[tuple[str, ...], Any] | None = None  # (task and models, the ControlNet twin)
         self.clips: family.VideoAbilities | None = None  # a video model's (set by its ImagePipeline)
         self.image_to_video: Any = None  # a video model's image-to-video twin (pipelines.video.family)
+        # components every `from_pipe` twin takes as they are: the TPU route's compiled UNet and VAE
+        # (pipelines.run.xla_route), which `from_pipe`'s own type check would leave out
+        self.shared: dict[str, Any] = {}
 
     @property
     def traits(self) -> PipelineTraits:
@@ -43,7 +46,7 @@ class Twins:
         if self.img2img is None:
             from diffusers import AutoPipelineForImage2Image
 
-            self.img2img = AutoPipelineForImage2Image.from_pipe(self.pipe)  # shares every weight
+            self.img2img = AutoPipelineForImage2Image.from_pipe(self.pipe, **self.shared)  # shares every weight
             self.img2img.set_progress_bar_config(disable=True)
         return self.img2img
 
@@ -63,7 +66,7 @@ class Twins:
         if self.inpaint is None:
             import diffusers
 
-            self.inpaint = getattr(diffusers, self.traits.inpaint).from_pipe(self.pipe)
+            self.inpaint = getattr(diffusers, self.traits.inpaint).from_pipe(self.pipe, **self.shared)
             self.inpaint.set_progress_bar_config(disable=True)
         return self.inpaint
 
