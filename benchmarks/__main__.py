@@ -4,6 +4,7 @@
     python -m benchmarks --only wrapper,batch --steps 20   # a subset
     python -m benchmarks parity --dtype bfloat16           # numerical parity vs a CPU float32 reference
     python -m benchmarks parity --options all              # ... and each option vs the same model without it
+    python -m benchmarks parity --parallel ulysses:2 --model M --device cuda:0,cuda:1  # a group vs one device
     python -m benchmarks speed --json speed.json           # compile, memory modes, fp8 vs the plain run
     python -m benchmarks compile-check --family sd15       # compiled vs eager images, compile/recompile times
     python -m benchmarks tiled-vae --size 1024             # the VAE decode's memory peak, tiled against whole
@@ -45,12 +46,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _parity(argv: list[str]) -> int:
+    """`parity`: a device against the CPU reference, or with --parallel a parallel group against one device."""
+    if any(a.split("=", 1)[0] == "--parallel" for a in argv):
+        from .parallel_parity import main as parallel_main
+
+        return parallel_main(argv)
+    from .parity import main as parity_main
+
+    return parity_main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["parity"]:
-        from .parity import main as parity_main
-
-        return parity_main(argv[1:])
+        return _parity(argv[1:])
     if argv[:1] == ["compile-check"]:
         from .compile_check import main as compile_main
 

@@ -19,6 +19,9 @@ fails:
 | float16 | 0.25 | >= 28 dB |
 | bfloat16 | 0.35 | >= 24 dB |
 
+`--parallel ulysses:2` (with `--model` and `--device cuda:0,cuda:1`) compares a parallel group's images
+with one device's and prints the group's overhead instead (benchmarks/parallel_parity.py).
+
 `--options compile,group-block,...|all` also compares each option of benchmarks.options with the
 same model without it, on the candidate device (PSNR and max difference, the option's tolerance:
 see benchmarks.options); an option that fails makes the exit code 1, one that cannot run on the

@@ -1,8 +1,8 @@
 """Device options: what the user asked for, from arguments or the device settings.
 
 `DeviceSettings` declares the device variables (PREFERRED_DEVICE, PREFERRED_DEVICE_STRICT,
-CPU_REPLICAS, TORCH_DTYPE, DIFFUSERS_ATTENTION_TYPE: docs/settings.md lists them, generated from
-it). Nothing here reads the environment: an entry point reads the section once
+CPU_REPLICAS, PARALLEL, TORCH_DTYPE, DIFFUSERS_ATTENTION_TYPE, XLA_CPU_DEVICES: docs/settings.md lists them,
+generated from it). Nothing here reads the environment: an entry point reads the section once
 (`DeviceSettings.from_env(os.environ)`) and passes it down; `DeviceOptions` is one device's share.
 """
 
@@ -16,6 +16,8 @@ import torch
 from pydantic import BeforeValidator
 
 from config import Accepts, Flag, Lower, Section, setting
+
+from .parallel import VALID_PARALLEL, ParallelPlan, parse_parallel
 
 BACKENDS = ("cuda", "rocm", "npu", "tpu", "xpu", "mps", "vulkan", "cpu")
 ATTENTION_TYPES = ("vanilla", "sdpa", "npu")
@@ -96,11 +98,12 @@ class DeviceOptions:
     dtype: torch.dtype | None
     attention: str | None
     strict: bool
+    xla_cpu_devices: int = 0  # XLA_CPU_DEVICES: JAX's CPU stands in for that many TPU chips (0: never)
 
     @classmethod
     def for_device(cls, device: str | None, settings: DeviceSettings) -> DeviceOptions:
         """One device's options from the device settings (the pool gives each replica its device)."""
-        return cls(parse_device(device), settings.dtype, settings.attention, settings.strict)
+        return cls(parse_device(device), settings.dtype, settings.attention, settings.strict, settings.xla_cpu_devices)
 
     @classmethod
     def resolve(
@@ -125,6 +128,11 @@ Preferred = Annotated[
     BeforeValidator(parse_preferred),
     Accepts(f"{VALID_DEVICES}; or several: {VALID_LISTS}", invalid=("gpu", "cuda:x", "auto,cpu")),
 ]
+Parallel = Annotated[
+    ParallelPlan | None,
+    BeforeValidator(parse_parallel),
+    Accepts(VALID_PARALLEL, invalid=("ulysses:1", "pipeline:2", "tensor:x")),
+]
 
 
 class DeviceSettings(Section, title="Devices"):
@@ -145,12 +153,24 @@ class DeviceSettings(Section, title="Devices"):
         "on the CPU (PREFERRED_DEVICE=cpu, or auto without an accelerator): that many replicas, the cores divided",
         shown="1", ge=1, le=64,
     )  # fmt: skip
+    parallel: Parallel = setting(
+        "PARALLEL", None,
+        "one image across several devices: ulysses:N or ring:N (context parallel: the tokens split) or tensor:N "
+        "(the weights split), N devices of PREFERRED_DEVICE per group; off = one device per image (docs/parallel.md)",
+        shown="off",
+    )  # fmt: skip
     dtype: Dtype = setting("TORCH_DTYPE", None, "the dtype, instead of the device's table (below)", shown="per device")
     attention: Annotated[Literal[ATTENTION_TYPES] | None, Lower] = setting(
         "DIFFUSERS_ATTENTION_TYPE", None,
         "vanilla (plain matmul-softmax; any SDPA call limited to the math kernel), sdpa, or npu (Ascend's fused "
         "attention, docs/models.md), instead of the device's policy (below)",
         shown="per device",
+    )  # fmt: skip
+    xla_cpu_devices: int = setting(
+        "XLA_CPU_DEVICES", 0,
+        "N > 0: JAX's CPU device stands in for N TPU chips when PREFERRED_DEVICE=tpu (tests and CI, in the TPU "
+        "venv: docs/devices.md#tpu-jax-through-torchax); never picked by auto",
+        ge=0, le=64,
     )  # fmt: skip
 
     def options_for(
@@ -163,4 +183,5 @@ class DeviceSettings(Section, title="Devices"):
             parse_dtype(dtype) or self.dtype,
             parse_attention(attention) or self.attention,
             self.strict,
+            self.xla_cpu_devices,
         )

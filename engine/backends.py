@@ -2,7 +2,8 @@
 
 `build_backend(settings)` is what `python app.py`, the Space, the CLI and the tests call, so they
 all serve the same thing:
-- GENERATION_BACKEND=local (default): a `DevicePool`, one replica per device of PREFERRED_DEVICE;
+- GENERATION_BACKEND=local (default): a `DevicePool`, one replica per device of PREFERRED_DEVICE (with
+  PARALLEL, one replica per group of devices that splits each image: serving.parallel);
 - GENERATION_BACKEND=ray: a `RayBackend` on Ray Serve;
 and, where an instruction editor serves the Edit tab (EDIT_MODEL_ID, or the embedded editor beside
 the embedded model), an `EditRouter` with the editor beside the main backend; where a video model serves
@@ -18,6 +19,7 @@ import logging
 from devices import DeviceManager
 from pipelines import Annotators, GenerationBackend, PipelineOptions, Upscalers, Wildcards
 from serving.editing import EditRouter, default_editor
+from serving.parallel import parallel_pool
 from serving.pool import DevicePool
 from serving.video import VideoRouter, default_video
 
@@ -40,7 +42,7 @@ def build_backend(settings: AppSettings, model: str | None = None, devices: str 
     model = model or settings.pipeline.model_id
     if settings.generation_backend == "ray":
         return _ray(settings, model)
-    backend: GenerationBackend = DevicePool.from_pretrained(model, devices, settings.pipeline, settings.devices)
+    backend: GenerationBackend = _main_pool(settings, model, devices)
     editor = default_editor(model, settings.edit_model_id)
     if editor is not None:
         edits = DevicePool.from_pretrained(editor, devices, settings.pipeline, settings.devices)
@@ -53,6 +55,14 @@ def build_backend(settings: AppSettings, model: str | None = None, devices: str 
 
         backend = ZeroGPUBackend(backend, settings.zero_gpu_duration)
     return backend
+
+
+def _main_pool(settings: AppSettings, model: str, devices: str | None) -> GenerationBackend:
+    """The main model's pool: a replica per device, or with PARALLEL a replica per group of devices (the
+    editor and video models beside it keep a replica per device)."""
+    if settings.devices.parallel is not None:
+        return parallel_pool(model, settings.pipeline, settings.devices, devices)
+    return DevicePool.from_pretrained(model, devices, settings.pipeline, settings.devices)
 
 
 def _ray(settings: AppSettings, model: str) -> GenerationBackend:
@@ -87,7 +97,7 @@ def build_engine(settings: AppSettings, backend: GenerationBackend | None = None
 def standalone_device(settings: AppSettings, backend: GenerationBackend) -> DeviceManager:
     """Where the engine's own model passes run (the Upscale tab's upscalers, map previews' annotators):
     the first replica's device; the CPU where the generations run elsewhere (Ray replicas, ZeroGPU's
-    workers: the main process has no GPU of its own)."""
+    workers: the main process has no GPU of its own; a TPU, whose route compiles the model's own networks only)."""
     remote = settings.generation_backend == "ray" or settings.zero_gpu
-    device = "cpu" if remote else backend.status()[0].device
+    device = "cpu" if remote or backend.status()[0].backend == "tpu" else backend.status()[0].device
     return DeviceManager(options=settings.devices.options_for(device))

@@ -294,6 +294,7 @@ def _check_ray(settings: AppSettings) -> None:
         "PREFERRED_DEVICE": devices.preferred != "auto",
         "PREFERRED_DEVICE_STRICT": devices.strict,
         "CPU_REPLICAS": devices.cpu_replicas is not None,
+        "PARALLEL": devices.parallel is not None,
     }
     unused = [name for name, used in local_only.items() if used]
     if unused:

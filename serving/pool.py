@@ -12,6 +12,8 @@
   judged by the device self-test and, when retired, re-tested in the background until it passes
   (serving/health.py: the rules and why); its part of the work is retried once on a healthy
   replica. Out-of-memory is not a device failure: it is passed on with what finished.
+- Parallel groups (PARALLEL, serving/parallel.py) are replicas too: a group of devices splits each image
+  (context or tensor parallel), and the pool spreads requests over groups as over devices.
 - CPU replicas share the cores: torch's threads are divided between them (process-wide setting).
 """
 
@@ -50,6 +52,9 @@ from serving.health import ProbeFn, Retest, device_probe, run_probe
 
 log = logging.getLogger(__name__)
 
+# how a pool makes its replicas of a model: (source, device managers, options) -> replicas
+Builder = Callable[[str, list[DeviceManager], PipelineOptions], list[Any]]
+
 
 class _Replica:
     def __init__(self, name: str, pipeline: ImagePipeline):
@@ -64,15 +69,23 @@ class _Replica:
 class DevicePool:
     """Replicas of one model, one per device; `generate` spreads a request over the free ones."""
 
-    def __init__(self, pipelines: list[ImagePipeline], probe: ProbeFn = device_probe, retest: Retest | None = None):
+    def __init__(
+        self,
+        pipelines: list[ImagePipeline],
+        probe: ProbeFn = device_probe,
+        retest: Retest | None = None,
+        builder: Builder | None = None,
+    ):
         """`probe`: the health test of a replica (the device self-test); `retest`: when a retired
-        replica is tested again (serving/health.py)."""
+        replica is tested again (serving/health.py); `builder`: how a model switch makes the replicas
+        again (default: one ImagePipeline per device; a pool of parallel groups starts groups,
+        serving/parallel.py)."""
         if not pipelines:
             raise ValueError("a device pool needs at least one replica")
         counts: dict[str, int] = {}
         self._replicas = []
         for p in pipelines:
-            base = str(p.dm.device)
+            base = p.status()[0].name  # the device ("cuda:0", "cpu"), or a parallel group's name
             n = counts[base] = counts.get(base, -1) + 1
             self._replicas.append(_Replica(f"{base}#{n}" if base == "cpu" else base, p))
         self._changed = threading.Condition()
@@ -80,6 +93,7 @@ class DevicePool:
         self._judging = threading.Lock()  # one failure judged at a time: "the last healthy one" stays true
         self._closed = threading.Event()  # stops the re-tests
         self._probe, self._retest = probe, retest or Retest()
+        self._build = builder or _build
 
     # ---------------------------------------------------------------- building
     @classmethod
@@ -118,7 +132,9 @@ class DevicePool:
         rows = []
         for r in self._replicas:
             row = r.pipeline.status()[0]
-            rows.append(dataclasses.replace(row, name=r.name, healthy=r.healthy, error=r.error, busy=r.busy))
+            # a replica's own trouble (a parallel group restarting) shows beside the pool's judgement
+            rows.append(dataclasses.replace(row, name=r.name, healthy=r.healthy and row.healthy,
+                                            error=r.error or row.error, busy=r.busy))  # fmt: skip
         return rows
 
     def close(self) -> None:
@@ -172,10 +188,10 @@ class DevicePool:
                 self._unload()
                 say(0.4, f"loading {model_id}")
                 try:
-                    pipelines = _build(model_id, managers, options)
+                    pipelines = self._build(model_id, managers, options)
                 except Exception as exc:
                     log.error("switch to %s failed (%s); reloading %s", model_id, exc, old)
-                    self._install(_build(old, managers, options))
+                    self._install(self._build(old, managers, options))
                     raise ModelLoadError(f"could not switch to {model_id}: {exc}; {old} is serving again") from exc
                 self._install(pipelines)
                 say(1.0, "ready")

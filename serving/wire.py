@@ -101,4 +101,4 @@ def error_from_wire(data: dict[str, Any]) -> Exception:
     cls = getattr(errors, kind, None)
     if isinstance(cls, type) and issubclass(cls, errors.PipelineError):
         return cls(message)
-    return errors.PipelineError(f"generation failed on a Ray replica ({message}); please try again")
+    return errors.PipelineError(f"generation failed in a replica's process ({message}); please try again")

@@ -1,0 +1,258 @@
+"""PARALLEL: one image across several devices (serving/parallel.py, devices/parallel.py).
+
+Two CPU processes over gloo stand in for two GPUs: a group with Ulysses degree 2 (and tensor parallel
+degree 2) must make the image one process makes, through the engine the app runs; progress and
+previews reach the caller; Stop stops every rank at the same step (the next request still works, so no
+rank was left in a collective); a killed worker fails the running request naming it, and the group is
+restarted and generates again; a family with no context-parallel plan is refused with those that have
+one. Token counts divide by the degree (64 px Flux: 16 tokens; 32 px x 9 frames Wan: 12).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing
+
+from devices import parallel as par
+from engine import AppSettings, build_engine
+from engine.jobs import Caller, Finished, Progress
+from pipelines import GenerationRequest, LoraError, PipelineError
+from serving.parallel import ParallelGroup
+from tests import families
+
+FLUX = dict(prompt="a red circle", width=64, height=64, steps=4, seed=7)  # 16 tokens: 8 per rank
+WAN = dict(prompt="a red circle", width=32, height=32, num_frames=9, steps=3, seed=3)  # 12 tokens: 6 per rank
+
+
+def engine_for(model, out, **env):
+    settings = AppSettings.from_env({"MODEL_ID": str(model), "OUTPUT_DIR": str(out), "RUNTIME": "torch", **env})
+    return build_engine(settings)
+
+
+def pixels(result) -> np.ndarray:
+    frames = result.clips[0] if result.clips else result.images
+    return np.stack([np.asarray(f.convert("RGB"), dtype=np.int16) for f in frames])
+
+
+def max_diff(a, b) -> int:
+    return int(np.abs(pixels(a) - pixels(b)).max())
+
+
+def group_of(engine) -> ParallelGroup:
+    (group,) = engine.backend.replicas
+    assert isinstance(group, ParallelGroup)
+    return group
+
+
+@pytest.fixture(scope="module")
+def flux(tmp_path_factory):
+    return families.build("flux", tmp_path_factory.mktemp("parallel") / "flux")
+
+
+@pytest.fixture(scope="module")
+def one_flux(flux, tmp_path_factory):
+    """The reference: one process, one device, torch."""
+    engine = engine_for(flux, tmp_path_factory.mktemp("one"), PREFERRED_DEVICE="cpu")
+    yield engine
+    engine.backend.close()
+
+
+@pytest.fixture(scope="module")
+def ulysses(flux, tmp_path_factory):
+    """One group of two CPU processes, Ulysses degree 2, shared by the tests below."""
+    engine = engine_for(flux, tmp_path_factory.mktemp("ulysses"), PREFERRED_DEVICE="cpu,cpu", PARALLEL="ulysses:2")
+    yield engine
+    engine.backend.close()
+
+
+# ------------------------------------------------------------------ the setting and the refusals (no processes)
+def test_parallel_setting_parses_and_refuses_in_one_line():
+    assert str(par.parse_parallel("Ulysses:2")) == "ulysses:2"
+    assert par.parse_parallel("off") is None
+    for bad in ("ulysses:1", "pipeline:2", "tensor:x"):
+        with pytest.raises(ValueError, match="ulysses:2, ring:4, tensor:2"):
+            par.parse_parallel(bad)
+
+
+def test_devices_are_cut_into_groups_of_the_degree():
+    plan = par.parse_parallel("ulysses:2")
+    assert par.groups_for(["cuda:0", "cuda:1", "cuda:2", "cuda:3"], plan) == [["cuda:0", "cuda:1"], ["cuda:2", "cuda:3"]]
+    with pytest.raises(ValueError, match="needs a multiple of 2 devices; PREFERRED_DEVICE gives 3"):
+        par.groups_for(["cuda:0", "cuda:1", "cuda:2"], plan)
+    with pytest.raises(ValueError, match="mixes kinds"):
+        par.groups_for(["cuda:0", "cpu"], plan)
+    with pytest.raises(ValueError, match="no backend for MPS"):
+        par.groups_for(["mps", "mps"], plan)
+
+
+def test_ring_on_the_cpu_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match=r"return_lse.*ulysses:2"):
+        par.attention_backend(par.parse_parallel("ring:2"), "cpu")
+    assert par.attention_backend(par.parse_parallel("ring:2"), "cuda") == "_native_cudnn"
+
+
+def test_the_models_that_can_come_from_diffusers_classes():
+    context, tensor = par.able_models("ulysses"), par.able_models("tensor")
+    assert {"FluxTransformer2DModel", "WanTransformer3DModel", "QwenImageTransformer2DModel"} <= set(context)
+    assert "UNet2DConditionModel" not in context and "SD3Transformer2DModel" not in context
+    assert "FluxTransformer2DModel" in tensor and "WanTransformer3DModel" not in tensor
+
+
+ROUNDS = ((True, False), (False, True), (False, False))  # (rank 0's flag, rank 1's flag) per round
+
+
+def _agree(rank: int, port: int, out) -> None:
+    par.join_group("cpu", rank, 2, port)
+    out.put((rank, [par.agree(flags[rank], torch.device("cpu")) for flags in ROUNDS]))
+    par.leave_group()
+
+
+def test_every_rank_gets_the_same_stop_answer():
+    """Stop seen by one rank only: both stop (each rank's should_cancel is this all-reduce)."""
+    ctx = torch.multiprocessing.get_context("spawn")
+    out, port = ctx.Queue(), par.free_port()
+    procs = [ctx.Process(target=_agree, args=(r, port, out)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    answers = dict(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+    assert answers == {0: [True, True, False], 1: [True, True, False]}
+
+
+# ------------------------------------------------------------------ a group of two CPU processes
+def test_ulysses_group_makes_the_image_of_one_process(ulysses, one_flux):
+    group = group_of(ulysses)
+    assert len(set(group.pids)) == 2 and os.getpid() not in group.pids
+    assert group.splits == [[f"tokens split (ulysses 2, ring 1), rank {r} of 2"] for r in (0, 1)]
+    row = ulysses.backend.status()[0]
+    assert row.name == "ulysses:2[cpu,cpu]" and row.healthy and "the whole denoiser" in row.weights
+    request = GenerationRequest(**FLUX)
+    assert max_diff(ulysses.run(request), one_flux.run(request)) <= 1
+
+
+def test_progress_reaches_the_caller(ulysses):
+    """Rank 0's steps, as they happen (previews: the Wan test; Flux's packed latents have none, in one process too)."""
+    steps = []
+    result = ulysses.backend.generate(GenerationRequest(**FLUX), lambda s, t, i: steps.append((s, t)))
+    assert steps[-1] == (FLUX["steps"], FLUX["steps"]) and len(steps) >= FLUX["steps"]
+    assert not result.cancelled and len(result.images) == 1
+
+
+def test_stop_stops_every_rank_and_the_next_request_works(ulysses, one_flux):
+    """The app's Stop (Engine.stop) mid-request: the group answers, cancelled, before the last step; had a
+    rank gone on alone, it would wait in a collective and the next request would never finish."""
+    request = GenerationRequest(**{**FLUX, "steps": 12})
+    job = ulysses.submit(request, Caller(session="s1"))
+    seen = []
+    for event in job.events(timeout=120):
+        if isinstance(event, Progress):
+            seen.append(event.step)
+            if len(seen) == 2:
+                ulysses.stop("s1")
+        if isinstance(event, Finished):
+            assert event.result.cancelled and not event.result.images
+    assert max(seen) < 12
+    again = GenerationRequest(**FLUX)
+    assert max_diff(ulysses.run(again), one_flux.run(again)) <= 1
+
+
+def test_a_killed_worker_fails_the_request_clearly_and_the_group_restarts(ulysses, one_flux):
+    group = group_of(ulysses)
+    victim = group.pids[1]
+    killed = threading.Event()
+
+    def progress(step, total, image):
+        if not killed.is_set():
+            killed.set()
+            os.kill(victim, signal.SIGKILL)
+
+    with pytest.raises(PipelineError, match=rf"rank 1 \(pid {victim}\) was killed by signal 9.*restarted"):
+        ulysses.backend.generate(GenerationRequest(**{**FLUX, "steps": 12}), progress)
+    request = GenerationRequest(**FLUX)
+    result = ulysses.run(request)  # waits for the restarted group
+    assert max_diff(result, one_flux.run(request)) <= 1
+    assert victim not in group.pids and group.restarts == 1
+    row = ulysses.backend.status()[0]
+    assert row.healthy and f"pid {victim}" in row.error and "restarted 1 time" in row.error
+
+
+def test_a_family_without_a_context_parallel_plan_is_refused_naming_those_with_one(tmp_path):
+    sd15 = families.build("sd15", tmp_path / "sd15")
+    with pytest.raises(ValueError, match=r"UNet2DConditionModel has no context-parallel plan.*FluxTransformer2DModel"):
+        engine_for(sd15, tmp_path / "out", PREFERRED_DEVICE="cpu,cpu", PARALLEL="ulysses:2")
+
+
+@pytest.mark.slow
+def test_tensor_parallel_splits_the_weights_and_makes_the_same_image(flux, one_flux, tmp_path):
+    engine = engine_for(flux, tmp_path, PREFERRED_DEVICE="cpu,cpu", PARALLEL="tensor:2")
+    try:
+        group = group_of(engine)
+        transformer = one_flux.backend.replicas[0].diffusers_pipeline.transformer
+        whole = par.local_bytes(transformer)
+        share = par.tensor_share(transformer, 2)  # the plan's layers halved, the rest whole on each rank
+        assert group.rank_weights == [round(share * whole)] * 2, (group.rank_weights, whole, share)
+        assert group.splits == [[f"weights split (tensor 2), rank {r} of 2"] for r in (0, 1)]
+        assert share < 0.8  # the tiny model's embedders are a large part of it; FLUX.1-dev: 0.64
+        request = GenerationRequest(**FLUX)
+        assert max_diff(engine.run(request), one_flux.run(request)) <= 1
+    finally:
+        engine.backend.close()
+
+
+@pytest.mark.slow
+def test_ulysses_group_makes_the_clip_of_one_process_on_wan(tmp_path):
+    wan = families.build_video("wan", tmp_path / "wan")
+    one = engine_for(wan, tmp_path / "one", PREFERRED_DEVICE="cpu")
+    group = engine_for(wan, tmp_path / "group", PREFERRED_DEVICE="cpu,cpu", PARALLEL="ulysses:2", PREVIEW_EVERY="1")
+    try:
+        request = GenerationRequest(**WAN)
+        previews = []
+        mine = group.backend.generate(request, None, None, lambda first, images: previews.append(images))
+        theirs = one.run(request)
+        assert len(mine.clips[0]) == 9
+        assert max_diff(mine, theirs) <= 1
+        assert len(previews) >= WAN["steps"] - 1 and previews[0][0].size[0] > 0  # rank 0's previews came back
+    finally:
+        group.backend.close()
+        one.backend.close()
+
+
+def test_a_group_has_the_methods_of_the_abilities_it_declares():
+    caps = ParallelGroup.capabilities
+    assert caps.previews and caps.count_tokens and callable(ParallelGroup.count_tokens)
+    assert not caps.switch_models  # a pool of groups switches models (DevicePool's builder starts new groups)
+
+
+@pytest.mark.slow
+def test_benchmarks_parity_parallel_reports_the_difference_and_the_overhead(flux, tmp_path, capsys):
+    from benchmarks.__main__ import main as bench_main
+
+    out = tmp_path / "parity.json"
+    argv = ["parity", "--parallel", "ulysses:2", "--model", str(flux), "--device", "cpu,cpu", "--width", "64",
+            "--height", "64", "--steps", "2", "--images", "1", "--repeats", "1", "--json", str(out)]  # fmt: skip
+    assert bench_main(argv) == 0
+    report = json.loads(out.read_text())
+    (row,) = report["images"]
+    assert report["group"] == "ulysses:2[cpu,cpu]" and row["max_abs"] <= 1 and row["overhead"] > 0
+    assert "overhead" in capsys.readouterr().out
+
+
+def test_a_request_error_in_the_workers_comes_back_as_the_same_class(ulysses, one_flux):
+    """Raised inside every rank (a LoRA that is not there), sent as plain data, raised here as the class one
+    process raises, with its message; the group goes on serving (no restart)."""
+    request = GenerationRequest(**FLUX, loras={"no-such-lora": 1.0})  # past the engine's check, to the pipelines
+    with pytest.raises(LoraError, match="unknown LoRA 'no-such-lora'") as one:
+        one_flux.backend.generate(request)
+    restarts = group_of(ulysses).restarts
+    with pytest.raises(LoraError) as group:
+        ulysses.backend.generate(request)
+    assert str(group.value) == str(one.value) and group_of(ulysses).restarts == restarts
+    assert max_diff(ulysses.run(GenerationRequest(**FLUX)), one_flux.run(GenerationRequest(**FLUX))) <= 1
