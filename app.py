@@ -110,9 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     replicas = [r for r in engine.status() if r.role == "main"]  # the editor's row is not a replica of the model
     first = replicas[0]
     log.info(
-        "ready at %s | device %s (%s) x%d | dtype %s | attention %s | model %s",
-        demo.local_url, first.device, first.device_name, len(replicas), first.dtype,
-        first.attention, engine.model_info().model_name,
+        "ready at %s | device %s (%s) x%d | replicas %s | dtype %s | attention %s | model %s",
+        demo.local_url, first.device, first.device_name, len(replicas), ", ".join(r.name for r in replicas),
+        first.dtype, first.attention, engine.model_info().model_name,
     )  # fmt: skip
     demo.block_thread()
 

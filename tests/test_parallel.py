@@ -256,3 +256,56 @@ def test_a_request_error_in_the_workers_comes_back_as_the_same_class(ulysses, on
         ulysses.backend.generate(request)
     assert str(group.value) == str(one.value) and group_of(ulysses).restarts == restarts
     assert max_diff(ulysses.run(GenerationRequest(**FLUX)), one_flux.run(GenerationRequest(**FLUX))) <= 1
+
+
+APP_PAYLOAD = {"prompt": "a red circle", "width": 64, "height": 64, "steps": 4, "seed": 7, "cfg_scale": 3.5}
+
+
+def _api_pixels(base: str) -> np.ndarray:
+    import base64
+    import io
+
+    import httpx
+    from PIL import Image
+
+    response = httpx.post(f"{base}/sdapi/v1/txt2img", json=APP_PAYLOAD, timeout=300)
+    assert response.status_code == 200, response.text[-2000:]
+    (encoded,) = response.json()["images"]
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(encoded))).convert("RGB"), dtype=np.int16)
+
+
+@pytest.mark.slow  # `python app.py` with a group of two workers: ~40 s here
+def test_python_app_py_serves_a_group_that_makes_the_image_of_one_process(flux, tmp_path):
+    """The entry point as a user runs it (spawned workers re-import app.py's main module): its A1111 API
+    gives the image the same API gives on one process."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.app_server import free_port, running_app
+
+    port, log = free_port(), tmp_path / "app.log"
+    env = {
+        **os.environ, "MODEL_ID": str(flux), "PREFERRED_DEVICE": "cpu,cpu", "PARALLEL": "ulysses:2", "RUNTIME": "torch",
+        "EDIT_MODEL_ID": "none", "VIDEO_MODEL_ID": "none", "OUTPUT_DIR": str(tmp_path / "out"),
+        "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
+    }  # fmt: skip
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with log.open("w") as sink:
+        process = subprocess.Popen([sys.executable, "app.py"], cwd=root, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while "ready at " not in log.read_text(errors="replace"):
+            assert process.poll() is None, log.read_text(errors="replace")[-4000:]
+            assert time.monotonic() < deadline, log.read_text(errors="replace")[-4000:]
+            time.sleep(0.5)
+        grouped = _api_pixels(f"http://127.0.0.1:{port}")
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    one_env = {"PREFERRED_DEVICE": "cpu", "RUNTIME": "torch", "EDIT_MODEL_ID": "none", "VIDEO_MODEL_ID": "none"}
+    with running_app(flux, tmp_path / "one", env=one_env) as (demo, _):
+        alone = _api_pixels(demo.local_url.rstrip("/"))
+    (ready,) = [line for line in log.read_text(errors="replace").splitlines() if "ready at " in line]
+    assert "replicas ulysses:2[cpu,cpu]" in ready, ready  # one replica: the group of two processes
+    assert int(np.abs(grouped - alone).max()) <= 1
