@@ -65,15 +65,6 @@ def _from_file(exc: Exception, env: Any) -> str:
     return f" (from {env.sources[name]})" if name in env.sources else ""
 
 
-def stand_in_for_tpu(devices: int) -> None:
-    """XLA_CPU_DEVICES=N: JAX's CPU device stands in for N TPU chips (docs/devices.md, TPU). JAX reads its
-    variables when it starts, so they go into this process's environment here, before anything imports it."""
-    if devices:
-        from devices.xla import stand_in_environment
-
-        os.environ.update(stand_in_environment(devices, os.environ))
-
-
 def serve(engine: Any, settings: Any, **launch_options: Any) -> Any:
     """The UI launched for `engine` (not blocking), and the HTTP APIs mounted beside Gradio's routes on
     the same port where HTTP_API serves them (they check their own callers: webapi.access)."""
@@ -92,7 +83,9 @@ def serve(engine: Any, settings: Any, **launch_options: Any) -> Any:
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings, args = check_settings(argv)
-    stand_in_for_tpu(settings.devices.xla_cpu_devices)
+    from devices.xla import use_stand_in  # XLA_CPU_DEVICES: JAX's CPU stands in for TPU chips (docs/devices.md)
+
+    use_stand_in(settings.devices.xla_cpu_devices, os.environ)  # before anything imports JAX
     for noisy in ("httpx", "diffusers", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from engine import build_engine

@@ -30,7 +30,7 @@ from config.settings_file import layered, update_file
 
 from .manager import DeviceFallbackWarning, DeviceManager
 from .options import DeviceSettings, parse_preferred
-from .xla import stand_in_environment
+from .xla import use_stand_in
 
 VERBS = ("info", "test", "benchmark", "optimize", "set")
 log = logging.getLogger(__name__)
@@ -200,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_set(args, layers.path)
         env = layers.values
         settings = DeviceSettings.from_env(env)
-        if settings.xla_cpu_devices:  # JAX reads its variables when it starts: set before anything imports it
-            os.environ.update(stand_in_environment(settings.xla_cpu_devices, os.environ))
+        use_stand_in(settings.xla_cpu_devices, os.environ)  # before anything imports JAX
         if args.verb == "optimize":
             return cmd_optimize(args, settings, env, layers.path)
         return {"info": cmd_info, "test": cmd_test, "benchmark": cmd_benchmark}[args.verb](args, settings, env)

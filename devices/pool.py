@@ -11,6 +11,8 @@ fallback with a warning); a list names devices exactly, so an unusable one is an
 
 from __future__ import annotations
 
+import os
+
 from . import backends
 from .options import VALID_DEVICES, VALID_LISTS, parse_device
 
@@ -39,6 +41,12 @@ def _best_backend() -> str:
     return next(
         kind for kind in backends.PRIORITY if kind not in backends.ASKED_ONLY and backends.probe(kind).available
     )
+
+
+def cpu_threads_each(workers: int) -> int:
+    """torch's intra-op threads for each of `workers` CPU replicas or group workers sharing this machine: the
+    cores divided between them (at least one)."""
+    return max(1, (os.cpu_count() or 1) // workers)
 
 
 def devices_for(preferred: str, cpu_replicas: int | None = None) -> list[str | None]:

@@ -26,7 +26,7 @@ entry point asks; `stand_in_environment` gives the variables JAX must find befor
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,13 @@ def stand_in_environment(device_count: int, env: Mapping[str, str]) -> dict[str,
         "XLA_FLAGS": host_xla_flags(device_count, True, env.get("XLA_FLAGS", "")),
         "PJRT_NPROC": env.get("PJRT_NPROC") or host_threads(device_count),
     }
+
+
+def use_stand_in(device_count: int, environ: MutableMapping[str, str]) -> None:
+    """XLA_CPU_DEVICES=N at an entry point (`app.py`, `python -m devices`): puts `stand_in_environment` into
+    `environ` (the process's), before anything imports JAX, which reads it once when it starts; 0: nothing."""
+    if device_count:
+        environ.update(stand_in_environment(device_count, environ))
 
 
 def call_env() -> Any:

@@ -41,7 +41,7 @@ import torch.multiprocessing as mp
 from devices import DeviceManager
 from devices import parallel as par
 from devices.options import DeviceOptions, DeviceSettings
-from devices.pool import devices_for
+from devices.pool import cpu_threads_each, devices_for
 from pipelines import (
     CancelFn,
     Capabilities,
@@ -54,6 +54,7 @@ from pipelines import (
 from pipelines.schema.errors import ModelLoadError, PipelineError
 from pipelines.schema.request import GenerationRequest, GenerationResult, RequestLimits
 from serving import wire
+from serving.pool import DevicePool
 
 log = logging.getLogger(__name__)
 
@@ -532,7 +533,7 @@ def group_specs(source: str, options: PipelineOptions, settings: DeviceSettings,
     for group in groups:
         par.attention_backend(plan, par.kind_of(group[0]))  # ring where it cannot run: refused before any load
     cpu_workers = sum(len(g) for g in groups if par.kind_of(g[0]) == "cpu")
-    threads = max(1, (os.cpu_count() or 1) // cpu_workers) if cpu_workers else None
+    threads = cpu_threads_each(cpu_workers) if cpu_workers else None
     return [GroupSpec(source, tuple(g), plan, options, settings, threads) for g in groups]
 
 
@@ -543,8 +544,6 @@ def _all_if_auto(text: str) -> str:
 
 def parallel_pool(source: str, options: PipelineOptions, settings: DeviceSettings, devices: str | None = None):
     """A DevicePool whose replicas are parallel groups (one group when the degree covers every device)."""
-    from serving.pool import DevicePool
-
     specs = group_specs(source, options, settings, devices)
 
     def build(model: str, _managers: list, opts: PipelineOptions) -> list[ParallelGroup]:

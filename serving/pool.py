@@ -23,7 +23,6 @@ import copy
 import dataclasses
 import gc
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ import torch
 
 from devices import DeviceManager
 from devices.options import DeviceOptions, DeviceSettings
-from devices.pool import devices_for
+from devices.pool import cpu_threads_each, devices_for
 from pipelines import (
     CancelFn,
     Capabilities,
@@ -433,6 +432,6 @@ def share_cpu_threads(managers: list[DeviceManager]) -> None:
     """CPU replicas divide the cores: torch's intra-op threads per replica = cores // replicas."""
     cpu = sum(dm.backend == "cpu" for dm in managers)
     if cpu > 1:
-        threads = max(1, (os.cpu_count() or 1) // cpu)
+        threads = cpu_threads_each(cpu)
         torch.set_num_threads(threads)
         log.info("%d CPU replicas: %d torch thread(s) each", cpu, threads)
