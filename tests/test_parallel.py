@@ -197,10 +197,10 @@ def test_tensor_parallel_splits_the_weights_and_makes_the_same_image(flux, one_f
         group = group_of(engine)
         transformer = one_flux.backend.replicas[0].diffusers_pipeline.transformer
         whole = par.local_bytes(transformer)
-        share = par.tensor_share(transformer, 2)  # the plan's layers halved, the rest whole on each rank
+        share = par.tensor_share(transformer, 2)  # every Linear halved (the plan's and the rest), norms whole
         assert group.rank_weights == [round(share * whole)] * 2, (group.rank_weights, whole, share)
         assert group.splits == [[f"weights split (tensor 2), rank {r} of 2"] for r in (0, 1)]
-        assert share < 0.8  # the tiny model's embedders are a large part of it; FLUX.1-dev: 0.64
+        assert share <= 0.6  # the issue's goal; diffusers' plan alone left 0.76 of this model (FLUX.1-dev 0.64)
         request = GenerationRequest(**FLUX)
         assert max_diff(engine.run(request), one_flux.run(request)) <= 1
     finally:
