@@ -51,7 +51,7 @@ from pipelines import (
     ProgressFn,
     ReplicaStatus,
 )
-from pipelines.schema.errors import ModelLoadError, PipelineError
+from pipelines.schema.errors import LoraError, ModelLoadError, PipelineError
 from pipelines.schema.request import GenerationRequest, GenerationResult, RequestLimits
 from serving import wire
 from serving.pool import DevicePool
@@ -62,6 +62,13 @@ CANCEL_TICK = 0.1  # seconds between looks at the caller's should_cancel while t
 STUCK_AFTER = 30.0  # seconds the other ranks get to answer once one rank failed, before the group is killed
 CLOSE_WAIT = 10.0  # seconds a worker gets to leave its group when the app closes it
 DENOISERS = ("transformer", "transformer_2", "unet")  # diffusers' component names for the denoiser(s)
+# diffusers refuses an adapter on a model it split ("the adapter layers are not covered by the model's `_tp_plan`"),
+# so a tensor group is told before any rank tries; context parallel keeps every weight whole and serves LoRAs
+WHY_NO_LORAS = (
+    "LoRAs cannot be used with tensor parallel: the denoiser's weights are split over the devices and diffusers "
+    "cannot add LoRA layers to a split model; PARALLEL=ulysses:N keeps every weight whole and serves LoRAs "
+    "(the same images as one device)"
+)
 
 
 @dataclass(frozen=True)
@@ -319,7 +326,8 @@ class ParallelGroup:
     # ---------------------------------------------------------------- the replica face DevicePool uses
     def model_info(self) -> ModelInfo:
         """Rank 0's, asked each time (LoRAs and embeddings added since are listed, as by one pipeline)."""
-        return self._ask("model_info", None)
+        info = self._ask("model_info", None)
+        return info if self.spec.plan.context else dataclasses.replace(info, lora_supported=False)
 
     @property
     def limits(self) -> RequestLimits:
@@ -381,6 +389,8 @@ class ParallelGroup:
         item_range: tuple[int, int] | None = None,
     ) -> GenerationResult:
         """Every rank runs the request; rank 0's progress, previews and result come back."""
+        if request.loras and not self.spec.plan.context:
+            raise LoraError(f"PARALLEL={self.spec.plan}: {WHY_NO_LORAS}")
         workers = self._take()
         try:
             workers.cancel.clear()

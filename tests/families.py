@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -394,6 +395,24 @@ FAMILIES: dict[str, Family] = {
 
 # Qwen-Image-Edit's Qwen2.5-VL encoder makes each of its tests take 15-70 s on 2 cores: the slow tier.
 SLOW_FAMILIES = {"qwen-image-edit"}
+
+
+def save_denoiser_lora(raw: Any, folder: Path, name: str) -> None:
+    """A non-zero peft LoRA on the denoiser's attention of `raw` (a diffusers pipeline), saved the way diffusers
+    saves them (`folder`/`name`.safetensors); the pipeline is left as it was."""
+    from peft import LoraConfig
+    from peft.utils import get_peft_model_state_dict
+
+    kind = "unet" if "unet" in raw.components else "transformer"
+    model = getattr(raw, kind)
+    torch.manual_seed(0)
+    model.add_adapter(
+        LoraConfig(r=4, lora_alpha=16, target_modules=["to_q", "to_k", "to_v"], init_lora_weights=False),
+        adapter_name="tmp",
+    )
+    layers = get_peft_model_state_dict(model, adapter_name="tmp")
+    model.delete_adapters("tmp")
+    type(raw).save_lora_weights(folder, **{f"{kind}_lora_layers": layers}, weight_name=f"{name}.safetensors")
 
 
 def params(names) -> list:

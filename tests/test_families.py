@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -322,24 +321,6 @@ def test_long_prompt_is_reported_cut(family_root, name):
 
 
 # --------------------------------------------------------------------------- LoRA
-def _save_denoiser_lora(pipe, folder, name: str) -> None:
-    """A non-zero peft LoRA on the denoiser's attention, saved the way diffusers saves them."""
-    from peft import LoraConfig
-    from peft.utils import get_peft_model_state_dict
-
-    raw = pipe.diffusers_pipeline
-    kind = "unet" if "unet" in raw.components else "transformer"
-    model = getattr(raw, kind)
-    torch.manual_seed(0)
-    model.add_adapter(
-        LoraConfig(r=4, lora_alpha=16, target_modules=["to_q", "to_k", "to_v"], init_lora_weights=False),
-        adapter_name="tmp",
-    )
-    layers = get_peft_model_state_dict(model, adapter_name="tmp")
-    model.delete_adapters("tmp")
-    type(raw).save_lora_weights(folder, **{f"{kind}_lora_layers": layers}, weight_name=f"{name}.safetensors")
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_lora_on_the_denoiser_or_clear_refusal(family_root, tmp_path_factory, name):
     folder = tmp_path_factory.mktemp(f"lora-{name}")
@@ -350,7 +331,7 @@ def test_lora_on_the_denoiser_or_clear_refusal(family_root, tmp_path_factory, na
             pipe.generate(request(name, loras={"style": 1.0}))
         return
     base = pipe.generate(request(name)).images[0]
-    _save_denoiser_lora(pipe, folder, "style")
+    families.save_denoiser_lora(pipe.diffusers_pipeline, folder, "style")
     styled = pipe.generate(request(name, loras={"style": 1.0}))
     assert styled.metadata[0]["loras"] == {"style": 1.0}
     assert np.abs(pixels(styled.images[0]) - pixels(base)).max() > 1, "the LoRA changed nothing"

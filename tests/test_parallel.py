@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing
+from diffusers import FluxTransformer2DModel
 
 from devices import parallel as par
 from engine import AppSettings, build_engine
@@ -57,17 +58,25 @@ def flux(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def one_flux(flux, tmp_path_factory):
+def lora_dir(tmp_path_factory):
+    """The LoRA folder of the engines below (a LoRA saved into it later is listed by both)."""
+    return tmp_path_factory.mktemp("loras")
+
+
+@pytest.fixture(scope="module")
+def one_flux(flux, lora_dir, tmp_path_factory):
     """The reference: one process, one device, torch."""
-    engine = engine_for(flux, tmp_path_factory.mktemp("one"), PREFERRED_DEVICE="cpu")
+    engine = engine_for(flux, tmp_path_factory.mktemp("one"), PREFERRED_DEVICE="cpu", LORA_DIR=str(lora_dir))
     yield engine
     engine.backend.close()
 
 
 @pytest.fixture(scope="module")
-def ulysses(flux, tmp_path_factory):
+def ulysses(flux, lora_dir, tmp_path_factory):
     """One group of two CPU processes, Ulysses degree 2, shared by the tests below."""
-    engine = engine_for(flux, tmp_path_factory.mktemp("ulysses"), PREFERRED_DEVICE="cpu,cpu", PARALLEL="ulysses:2")
+    engine = engine_for(
+        flux, tmp_path_factory.mktemp("ulysses"), PREFERRED_DEVICE="cpu,cpu", PARALLEL="ulysses:2", LORA_DIR=str(lora_dir)
+    )
     yield engine
     engine.backend.close()
 
@@ -138,6 +147,15 @@ def test_ulysses_group_makes_the_image_of_one_process(ulysses, one_flux):
     assert max_diff(ulysses.run(request), one_flux.run(request)) <= 1
 
 
+def test_a_lora_on_a_ulysses_group_gives_the_image_of_one_process(ulysses, one_flux, lora_dir):
+    """Context parallel keeps the weights whole: each rank loads the request's LoRA as one process does."""
+    families.save_denoiser_lora(one_flux.backend.replicas[0].diffusers_pipeline, lora_dir, "style")
+    styled = GenerationRequest(**FLUX, loras={"style": 1.0})
+    theirs, plain = one_flux.run(styled), one_flux.run(GenerationRequest(**FLUX))
+    assert max_diff(theirs, plain) > 2  # the LoRA changes the image (4/255 at 4 steps)
+    assert max_diff(ulysses.run(styled), theirs) <= 1
+
+
 def test_progress_reaches_the_caller(ulysses):
     """Rank 0's steps, as they happen (previews: the Wan test; Flux's packed latents have none, in one process too)."""
     steps = []
@@ -195,7 +213,7 @@ def test_tensor_parallel_splits_the_weights_and_makes_the_same_image(flux, one_f
     engine = engine_for(flux, tmp_path, PREFERRED_DEVICE="cpu,cpu", PARALLEL="tensor:2")
     try:
         group = group_of(engine)
-        transformer = one_flux.backend.replicas[0].diffusers_pipeline.transformer
+        transformer = FluxTransformer2DModel.from_pretrained(flux / "transformer")  # as loaded (one_flux's may hold LoRAs)
         whole = par.local_bytes(transformer)
         share = par.tensor_share(transformer, 2)  # every Linear halved (the plan's and the rest), norms whole
         assert group.rank_weights == [round(share * whole)] * 2, (group.rank_weights, whole, share)
@@ -203,6 +221,9 @@ def test_tensor_parallel_splits_the_weights_and_makes_the_same_image(flux, one_f
         assert share <= 0.6  # the issue's goal; diffusers' plan alone left 0.76 of this model (FLUX.1-dev 0.64)
         request = GenerationRequest(**FLUX)
         assert max_diff(engine.run(request), one_flux.run(request)) <= 1
+        with pytest.raises(LoraError, match=r"PARALLEL=tensor:2: LoRAs cannot be used with tensor parallel.*ulysses"):
+            engine.run(GenerationRequest(**FLUX, loras={"outline": 1.0}))  # a listed LoRA: refused before loading
+        assert not engine.backend.model_info().lora_supported
     finally:
         engine.backend.close()
 
