@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import socket
 import statistics
 import tempfile
 import time
@@ -35,6 +34,7 @@ import httpx
 
 import app
 from benchmarks.measure import wall_of_threads
+from devices.parallel import free_port
 from engine import AppSettings, build_engine
 from pipelines import GenerationRequest
 
@@ -62,10 +62,7 @@ class App:
     times: dict[str, list[float]] = field(default_factory=dict)
 
     def start(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        settings = AppSettings.from_env({**self.env, "GRADIO_SERVER_PORT": str(port), "OUTPUT_DIR": tempfile.mkdtemp()})
+        settings = AppSettings.from_env({**self.env, "GRADIO_SERVER_PORT": str(free_port()), "OUTPUT_DIR": tempfile.mkdtemp()})
         self.engine = build_engine(settings)
         self.demo = app.serve(self.engine, settings, quiet=True)
         self.client = httpx.Client(base_url=self.demo.local_url.rstrip("/"), timeout=600)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import tempfile
 import time
@@ -24,6 +23,7 @@ from typing import Any
 import httpx
 
 import app
+from devices.parallel import free_port
 from engine import AppSettings, build_engine
 from pipelines import DEFAULT_MODEL, GenerationRequest
 
@@ -54,10 +54,7 @@ def through_api(client: httpx.Client, prompt: dict[str, Any]) -> float:
 
 
 def measure(model: Path, steps: int, size: int, runs: int) -> dict[str, Any]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {"MODEL_ID": str(model), "OUTPUT_DIR": tempfile.mkdtemp(), "GRADIO_SERVER_PORT": str(port)}
+    env = {"MODEL_ID": str(model), "OUTPUT_DIR": tempfile.mkdtemp(), "GRADIO_SERVER_PORT": str(free_port())}
     settings = AppSettings.from_env(env)
     engine = build_engine(settings)
     demo = app.serve(engine, settings, quiet=True)

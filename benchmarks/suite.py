@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import torch
 
 from devices import DeviceManager
 from devices.manager import dtype_name
+from devices.parallel import free_port
 from pipelines import GenerationRequest, ImagePipeline
 
 from .measure import alternate, summary, timed
@@ -184,18 +184,12 @@ def _run_dtypes(pipeline: ImagePipeline, request: GenerationRequest, candidates:
 
 
 # ---------------------------------------------------------------------- 5. start-up
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def startup(model: str, device: str | None, timeout: float = 300) -> dict[str, Any]:
     """Model load seconds in this process, and `python app.py` launch -> page answers (HTTP 200)."""
     import httpx
 
     seconds = ImagePipeline.from_pretrained(model, DeviceManager(device)).load_seconds
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "MODEL_ID": model, "GRADIO_ANALYTICS_ENABLED": "False"}
     start = time.perf_counter()
     proc = subprocess.Popen(

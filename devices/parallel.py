@@ -145,7 +145,8 @@ def groups_for(devices: list[str], plan: ParallelPlan) -> list[list[str]]:
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now, for a group's rendezvous (the group's processes are local)."""
+    """A TCP port free on 127.0.0.1 now: a group's rendezvous (its processes are local), and the servers the
+    tests and benchmarks start."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

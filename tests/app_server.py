@@ -9,20 +9,14 @@ test that is about another backend (Ray, a hand-made pool) passes its own.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import app
+from devices.parallel import free_port
 from engine import AppSettings, build_engine
 from pipelines.run.options import DEFAULT_LORA_DIR, DEFAULT_MODEL
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def embedded_model_available() -> bool:
