@@ -2,7 +2,7 @@
 
     python -m benchmarks.api_speed [--configs torch,openvino,openvino-int8,openvino-w8a8] [--models tiny-shapes,tiny-shapes-fast]
                                    [--images 1,4] [--repeats 5] [--json PATH]
-    python -m benchmarks.api_speed --pool [--configs torch,openvino] [--repeats 5]   # PREFERRED_DEVICE=cpu,cpu
+    python -m benchmarks.api_speed --pool [--configs torch,openvino,torch-processes] [--repeats 5]   # PREFERRED_DEVICE=cpu,cpu
 
 Each (model, config) is an app built as `python app.py` builds it (settings from an environment mapping:
 MODEL_ID, RUNTIME, OPENVINO_WEIGHTS; the engine; `app.serve` on a free 127.0.0.1 port), all built first
@@ -43,6 +43,8 @@ CONFIGS = {
     "openvino": {"RUNTIME": "openvino"},
     "openvino-int8": {"RUNTIME": "openvino", "OPENVINO_WEIGHTS": "int8"},
     "openvino-w8a8": {"RUNTIME": "openvino", "OPENVINO_WEIGHTS": "w8a8"},
+    "torch-processes": {"RUNTIME": "torch", "REPLICA_PROCESSES": "on"},  # --pool: each replica in its own process
+    "openvino-processes": {"RUNTIME": "openvino", "REPLICA_PROCESSES": "on"},
 }
 # Warm-up requests per batch size: the first shapes, and w8a8's calibration (20 denoiser calls: 5 requests of a
 # 4-step model; pipelines/weights/openvino_w8a8.py).

@@ -1,7 +1,7 @@
 """Device options: what the user asked for, from arguments or the device settings.
 
 `DeviceSettings` declares the device variables (PREFERRED_DEVICE, PREFERRED_DEVICE_STRICT,
-CPU_REPLICAS, PARALLEL, TORCH_DTYPE, DIFFUSERS_ATTENTION_TYPE, XLA_CPU_DEVICES: docs/settings.md lists them,
+CPU_REPLICAS, PARALLEL, REPLICA_PROCESSES, TORCH_DTYPE, DIFFUSERS_ATTENTION_TYPE, XLA_CPU_DEVICES: docs/settings.md lists them,
 generated from it). Nothing here reads the environment: an entry point reads the section once
 (`DeviceSettings.from_env(os.environ)`) and passes it down; `DeviceOptions` is one device's share.
 """
@@ -158,6 +158,11 @@ class DeviceSettings(Section, title="Devices"):
         "one image across several devices: ulysses:N or ring:N (context parallel: the tokens split) or tensor:N "
         "(the weights split), N devices of PREFERRED_DEVICE per group; off = one device per image (docs/parallel.md)",
         shown="off",
+    )  # fmt: skip
+    replica_processes: Flag = setting(
+        "REPLICA_PROCESSES", False,
+        "on: each replica of the device pool runs in a process of its own, started and supervised by the app; "
+        "CPU replicas then run at once instead of taking turns on Python's GIL (docs/scale-out.md)",
     )  # fmt: skip
     dtype: Dtype = setting("TORCH_DTYPE", None, "the dtype, instead of the device's table (below)", shown="per device")
     attention: Annotated[Literal[ATTENTION_TYPES] | None, Lower] = setting(

@@ -19,7 +19,7 @@ import logging
 from devices import DeviceManager
 from pipelines import Annotators, GenerationBackend, PipelineOptions, Upscalers, Wildcards
 from serving.editing import EditRouter, default_editor
-from serving.parallel import parallel_pool
+from serving.parallel import parallel_pool, process_pool
 from serving.pool import DevicePool
 from serving.video import VideoRouter, default_video
 
@@ -58,10 +58,13 @@ def build_backend(settings: AppSettings, model: str | None = None, devices: str 
 
 
 def _main_pool(settings: AppSettings, model: str, devices: str | None) -> GenerationBackend:
-    """The main model's pool: a replica per device, or with PARALLEL a replica per group of devices (the
-    editor and video models beside it keep a replica per device)."""
+    """The main model's pool: a replica per device (REPLICA_PROCESSES: each in a process of its own), or with
+    PARALLEL a replica per group of devices (the editor and video models beside it keep a replica per device,
+    in the app's process)."""
     if settings.devices.parallel is not None:
         return parallel_pool(model, settings.pipeline, settings.devices, devices)
+    if settings.devices.replica_processes:
+        return process_pool(model, settings.pipeline, settings.devices, devices)
     return DevicePool.from_pretrained(model, devices, settings.pipeline, settings.devices)
 
 

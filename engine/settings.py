@@ -295,6 +295,7 @@ def _check_ray(settings: AppSettings) -> None:
         "PREFERRED_DEVICE_STRICT": devices.strict,
         "CPU_REPLICAS": devices.cpu_replicas is not None,
         "PARALLEL": devices.parallel is not None,
+        "REPLICA_PROCESSES": devices.replica_processes,
     }
     unused = [name for name, used in local_only.items() if used]
     if unused:

@@ -1,4 +1,5 @@
-"""ParallelGroup: several devices acting as one replica, one image split over them (PARALLEL).
+"""ParallelGroup: several devices acting as one replica, one image split over them (PARALLEL); and
+a replica in a process of its own (REPLICA_PROCESSES: a "group" of one device, nothing split).
 
 Owns the group's processes and everything that crosses to them; devices/parallel.py owns the device
 side (collectives, the attention backends, which models can, the CPU work-arounds).
@@ -19,6 +20,10 @@ side (collectives, the attention backends, which models can, the CPU work-around
   or a rank failing while the others hang, fails the running request naming the rank, pid and exit
   code; the group is killed and restarted in the background (the status row says so) and the next
   request waits for it.
+- A replica in its own process (`process_pool`, REPLICA_PROCESSES=on): the same worker, supervision
+  and wire with one device and no plan: no torch.distributed group, nothing split. It exists for the
+  CPU pool: replicas in one interpreter take turns on Python's GIL between their kernels (the sampler,
+  hooks, the UNet's own Python), replicas in processes run at once (docs/scale-out.md).
 - To DevicePool a group is a replica: `generate(request, progress, should_cancel, preview, item_range)`,
   `dm`, `status`, `close`, `model_info`, `count_tokens`, `limits`, `options`, `model_id`; a pool of
   groups (`parallel_pool`) spreads requests over groups as over devices (4 GPUs, degree 2 = 2 groups).
@@ -77,14 +82,26 @@ class GroupSpec:
 
     source: str
     devices: tuple[str, ...]
-    plan: par.ParallelPlan
+    plan: par.ParallelPlan | None  # None: one device in a process of its own, nothing split
     options: PipelineOptions
     device_settings: DeviceSettings
     threads: int | None = None  # torch's CPU threads per worker (the cores divided), None: torch's default
 
     @property
     def name(self) -> str:
+        if self.plan is None:  # named as an in-process replica is ("cpu", "cuda:1"; the pool numbers CPU ones)
+            return self.devices[0]
         return f"{self.plan.mode}:{len(self.devices)}[{','.join(self.devices)}]"
+
+    @property
+    def title(self) -> str:
+        """What messages call it: "parallel group ulysses:2[cuda:0,cuda:1]", "replica process cpu"."""
+        return f"replica process {self.name}" if self.plan is None else f"parallel group {self.name}"
+
+    @property
+    def splits_weights(self) -> bool:
+        """Tensor parallel: every rank holds part of the denoiser's weights."""
+        return self.plan is not None and not self.plan.context
 
 
 class WorkerDied(PipelineError):
@@ -119,15 +136,18 @@ def _load(spec: GroupSpec, rank: int, port: int) -> tuple[Any, torch.device, dic
     local = "cpu" if kind == "cpu" else f"{kind}:0"
     if spec.threads:
         torch.set_num_threads(spec.threads)
-    par.join_group(kind, rank, len(spec.devices), port)
+    if spec.plan is not None:
+        par.join_group(kind, rank, len(spec.devices), port)
     dm = DeviceManager(options=DeviceOptions.for_device(local, spec.device_settings))
-    pipeline = ImagePipeline.from_pretrained(spec.source, dm, worker_options(spec.options))
+    options = spec.options if spec.plan is None else worker_options(spec.options)
+    pipeline = ImagePipeline.from_pretrained(spec.source, dm, options)
     components = pipeline.diffusers_pipeline.components
     denoisers = [components[n] for n in DENOISERS if components.get(n) is not None]
-    if not denoisers:
-        raise ValueError(f"PARALLEL={spec.plan}: {type(pipeline.diffusers_pipeline).__name__} has no denoiser to split")
-    for model in denoisers:
-        par.enable(model, spec.plan, dm.backend, len(spec.devices))
+    if spec.plan is not None:
+        if not denoisers:
+            raise ValueError(f"PARALLEL={spec.plan}: {type(pipeline.diffusers_pipeline).__name__} has no denoiser to split")
+        for model in denoisers:
+            par.enable(model, spec.plan, dm.backend, len(spec.devices))
     report = {
         "rank": rank,
         "pid": os.getpid(),
@@ -149,8 +169,8 @@ def worker(rank: int, spec: GroupSpec, port: int, conn: Connection, queries: Con
     if queries is not None:
         threading.Thread(target=_answer, args=(pipeline, queries), name="group-queries", daemon=True).start()
 
-    def should_cancel() -> bool:
-        return par.agree(cancel.is_set(), device)
+    def should_cancel() -> bool:  # a group agrees (every rank stops at the same step); a process alone just looks
+        return par.agree(cancel.is_set(), device) if spec.plan is not None else cancel.is_set()
 
     while True:
         try:
@@ -161,7 +181,8 @@ def worker(rank: int, spec: GroupSpec, port: int, conn: Connection, queries: Con
             break
         _, request, item_range, previews = message
         conn.send(_run(pipeline, rank, conn, wire.request_from_wire(request), item_range, previews, should_cancel))
-    par.leave_group()
+    if spec.plan is not None:
+        par.leave_group()
 
 
 def _run(pipeline, rank, conn, request, item_range, previews, should_cancel) -> tuple[str, Any]:
@@ -251,7 +272,8 @@ class ParallelGroup:
             ours, theirs = ctx.Pipe()
             ask, answer = ctx.Pipe() if rank == 0 else (None, None)
             args = (rank, self.spec, port, theirs, answer, cancel)
-            process = ctx.Process(target=worker, args=args, name=f"{self.spec.plan.mode}-rank{rank}", daemon=True)
+            mode = self.spec.plan.mode if self.spec.plan is not None else "replica"
+            process = ctx.Process(target=worker, args=args, name=f"{mode}-rank{rank}", daemon=True)
             process.start()
             theirs.close()
             if answer is not None:
@@ -273,7 +295,7 @@ class ParallelGroup:
             _kill(workers)
             raise _as_load_error(wire.error_from_wire(errors[0]), self.spec)
         workers.reports = [replies[r][1] for r in range(len(processes))]
-        log.info("parallel group %s ready: pids %s", self.name, [p.pid for p in processes])
+        log.info("%s ready: pids %s", self.spec.title, [p.pid for p in processes])
         return workers
 
     def close(self) -> None:
@@ -292,9 +314,9 @@ class ParallelGroup:
             self.restarts += 1
             self._broken = False
             self.note = f"restarted {self.restarts} time(s); last after: {reason}"
-            log.warning("parallel group %s restarted after: %s", self.name, reason)
+            log.warning("%s restarted after: %s", self.spec.title, reason)
         except Exception as exc:
-            log.exception("parallel group %s could not restart", self.name)
+            log.exception("%s could not restart", self.spec.title)
             self._broken = True  # the next request tries again
             self.note = f"could not restart after: {reason}: {type(exc).__name__}: {exc}"
         finally:
@@ -313,21 +335,21 @@ class ParallelGroup:
             self._lock.release()  # a restart began between the wait and the lock: wait for it
         if self._closed:
             self._lock.release()
-            raise PipelineError(f"parallel group {self.name} is closed")
+            raise PipelineError(f"{self.spec.title} is closed")
         gone = [rank for rank, p in enumerate(self._workers.processes) if not p.is_alive()]
         if gone or self._broken:
-            why = str(_died(self.name, gone[0], self._workers.processes[gone[0]], "while idle")) if gone else self.note
+            why = str(_died(self.spec.title, gone[0], self._workers.processes[gone[0]], "while idle")) if gone else self.note
             self._restart(str(why))
         if self._broken:
             self._lock.release()
-            raise PipelineError(f"parallel group {self.name}: {self.note}")
+            raise PipelineError(f"{self.spec.title}: {self.note}")
         return self._workers
 
     # ---------------------------------------------------------------- the replica face DevicePool uses
     def model_info(self) -> ModelInfo:
         """Rank 0's, asked each time (LoRAs and embeddings added since are listed, as by one pipeline)."""
         info = self._ask("model_info", None)
-        return info if self.spec.plan.context else dataclasses.replace(info, lora_supported=False)
+        return dataclasses.replace(info, lora_supported=False) if self.spec.splits_weights else info
 
     @property
     def limits(self) -> RequestLimits:
@@ -377,7 +399,9 @@ class ParallelGroup:
 
     def _weights_text(self) -> str:
         per_rank = ", ".join(f"{b / 2**20:.1f} MiB" for b in self.rank_weights)
-        share = f"1/{len(self.spec.devices)} of the denoiser" if not self.spec.plan.context else "the whole denoiser"
+        if self.spec.plan is None:
+            return f"the whole denoiser in process {self.pids[0]} ({per_rank})"
+        share = f"1/{len(self.spec.devices)} of the denoiser" if self.spec.splits_weights else "the whole denoiser"
         return f"{self.spec.plan}: {share} on each device ({per_rank})"
 
     def generate(
@@ -389,7 +413,7 @@ class ParallelGroup:
         item_range: tuple[int, int] | None = None,
     ) -> GenerationResult:
         """Every rank runs the request; rank 0's progress, previews and result come back."""
-        if request.loras and not self.spec.plan.context:
+        if request.loras and self.spec.splits_weights:
             raise LoraError(f"PARALLEL={self.spec.plan}: {WHY_NO_LORAS}")
         workers = self._take()
         try:
@@ -418,8 +442,8 @@ class ParallelGroup:
         for rank, process in enumerate(workers.processes):
             process.join(1.0)
             if process.exitcode is not None:
-                return _died(self.name, rank, process)
-        return WorkerDied(f"parallel group {self.name}: a worker's pipe broke ({exc}); the group is restarting")
+                return _died(self.spec.title, rank, process)
+        return WorkerDied(f"{self.spec.title}: a worker's pipe broke ({exc}); it is restarting")
 
     def _gather(self, workers: _Workers, progress, should_cancel, preview, when: str = "during the request") -> dict[int, tuple[str, Any]]:
         """Every rank's answer, streaming rank 0's progress and previews. Waits on the pipes and the
@@ -438,12 +462,12 @@ class ParallelGroup:
                 pipe = workers.pipes[rank]
                 if rank not in pending or (item is not pipe and not pipe.poll()):
                     if rank in pending:  # the sentinel, nothing left to read: the process is gone
-                        raise _died(self.name, rank, workers.processes[rank], when)
+                        raise _died(self.spec.title, rank, workers.processes[rank], when)
                     continue
                 try:
                     kind, data = pipe.recv()
                 except EOFError:  # it died while sending
-                    raise _died(self.name, rank, workers.processes[rank], when) from None
+                    raise _died(self.spec.title, rank, workers.processes[rank], when) from None
                 if self._streamed(kind, data, progress, preview):
                     continue
                 replies[rank] = (kind, data)
@@ -453,7 +477,7 @@ class ParallelGroup:
             if should_cancel is not None and not workers.cancel.is_set() and should_cancel():
                 workers.cancel.set()
             if failed_at is not None and pending and time.monotonic() - failed_at > STUCK_AFTER:
-                raise _Broken(_stuck(self.name, replies, pending))
+                raise _Broken(_stuck(self.spec.title, replies, pending))
         return replies
 
     def _streamed(self, kind: str, data: Any, progress: ProgressFn | None, preview: PreviewFn | None) -> bool:
@@ -480,18 +504,18 @@ def _outcome(replies: dict[int, tuple[str, Any]]) -> GenerationResult:
     return wire.result_from_wire(data)
 
 
-def _died(name: str, rank: int, process: Any, when: str = "during the request") -> WorkerDied:
+def _died(title: str, rank: int, process: Any, when: str = "during the request") -> WorkerDied:
     process.join(1.0)
     code = process.exitcode
     how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
-    then = "" if when == "while starting" else "; the group is being restarted, try again"
-    return WorkerDied(f"parallel group {name}: rank {rank} (pid {process.pid}) {how} {when}{then}")
+    then = "" if when == "while starting" else "; it is being restarted, try again"
+    return WorkerDied(f"{title}: rank {rank} (pid {process.pid}) {how} {when}{then}")
 
 
-def _stuck(name: str, replies: dict[int, tuple[str, Any]], pending: set[int]) -> Exception:
+def _stuck(title: str, replies: dict[int, tuple[str, Any]], pending: set[int]) -> Exception:
     """The first failed rank's error (its own class), saying the others were left waiting."""
     rank, data = next((r, d) for r, (k, d) in sorted(replies.items()) if k == "error")
-    note = (f"{data['message']} (rank {rank} of parallel group {name}; rank(s) {sorted(pending)} did not finish "
+    note = (f"{data['message']} (rank {rank} of {title}; rank(s) {sorted(pending)} did not finish "
             f"within {STUCK_AFTER:g} s, left waiting in a collective: the group is being restarted, try again)")  # fmt: skip
     return wire.error_from_wire({**data, "message": note})
 
@@ -500,7 +524,7 @@ def _as_load_error(exc: Exception, spec: GroupSpec) -> Exception:
     """A failure to start as ModelLoadError naming the group; a refusal (ValueError) as it is."""
     if isinstance(exc, ValueError):
         return exc
-    return ModelLoadError(f"parallel group {spec.name} could not start {spec.source}: {exc}")
+    return ModelLoadError(f"{spec.title} could not start {spec.source}: {exc}")
 
 
 def _kill(workers: _Workers) -> None:
@@ -545,6 +569,20 @@ def group_specs(source: str, options: PipelineOptions, settings: DeviceSettings,
     cpu_workers = sum(len(g) for g in groups if par.kind_of(g[0]) == "cpu")
     threads = cpu_threads_each(cpu_workers) if cpu_workers else None
     return [GroupSpec(source, tuple(g), plan, options, settings, threads) for g in groups]
+
+
+def process_pool(source: str, options: PipelineOptions, settings: DeviceSettings, devices: str | None = None):
+    """A DevicePool whose replicas each run in a process of their own (REPLICA_PROCESSES=on), one per
+    device of PREFERRED_DEVICE (or `devices`), the CPU's cores divided among the CPU ones."""
+    listed = [str(d) for d in devices_for(devices if devices is not None else settings.preferred, settings.cpu_replicas)]
+    cpus = sum(par.kind_of(d) == "cpu" for d in listed)
+    threads = cpu_threads_each(cpus) if cpus else None
+    specs = [GroupSpec(source, (device,), None, options, settings, threads) for device in listed]
+
+    def build(model: str, _managers: list, opts: PipelineOptions) -> list[ParallelGroup]:
+        return _start_groups([dataclasses.replace(s, source=model, options=opts) for s in specs])
+
+    return DevicePool(_start_groups(specs), builder=build)
 
 
 def _all_if_auto(text: str) -> str:

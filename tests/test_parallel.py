@@ -24,7 +24,7 @@ from diffusers import FluxTransformer2DModel
 from devices import parallel as par
 from engine import AppSettings, build_engine
 from engine.jobs import Caller, Finished, Progress
-from pipelines import GenerationRequest, LoraError, PipelineError
+from pipelines import DEFAULT_MODEL, GenerationRequest, LoraError, PipelineError
 from serving.parallel import ParallelGroup
 from tests import families
 
@@ -330,3 +330,49 @@ def test_python_app_py_serves_a_group_that_makes_the_image_of_one_process(flux, 
     (ready,) = [line for line in log.read_text(errors="replace").splitlines() if "ready at " in line]
     assert "replicas ulysses:2[cpu,cpu]" in ready, ready  # one replica: the group of two processes
     assert int(np.abs(grouped - alone).max()) <= 1
+
+
+# ------------------------------------------------------------------ REPLICA_PROCESSES: the pool's replicas in processes
+@pytest.mark.slow  # two spawned replicas of the embedded model: ~25 s here
+def test_replicas_in_processes_make_the_in_process_images_stop_and_survive_a_kill(tmp_path):
+    """PREFERRED_DEVICE=cpu,cpu REPLICA_PROCESSES=on: each replica a process of its own (no GIL between them);
+    a 2-image request is split over both and gives one in-process replica's images; Stop stops it; a killed
+    replica fails the request naming its pid (as a group's worker does) and is restarted."""
+    alone = dict(EDIT_MODEL_ID="none", VIDEO_MODEL_ID="none")
+    pool = engine_for(DEFAULT_MODEL, tmp_path / "pool", PREFERRED_DEVICE="cpu,cpu", REPLICA_PROCESSES="on", **alone)
+    one = engine_for(DEFAULT_MODEL, tmp_path / "one", PREFERRED_DEVICE="cpu", **alone)
+    try:
+        replicas = pool.backend.replicas
+        assert all(isinstance(r, ParallelGroup) for r in replicas) and len(replicas) == 2
+        pids = [r.pids[0] for r in replicas]
+        assert len(set(pids)) == 2 and os.getpid() not in pids
+        rows = pool.backend.status()
+        assert [r.name for r in rows] == ["cpu#0", "cpu#1"] and all(f"in process {p}" in r.weights for r, p in zip(rows, pids, strict=True))
+        request = GenerationRequest(prompt="a red circle on a blue background", num_images=2, steps=8, seed=5)
+        assert max_diff(pool.run(request), one.run(request)) <= 1
+
+        job = pool.submit(GenerationRequest(prompt="a red circle", steps=30, seed=1), Caller(session="s1"))
+        seen = []
+        for event in job.events(timeout=120):
+            if isinstance(event, Progress):
+                seen.append(event.step)
+                if len(seen) == 2:
+                    pool.stop("s1")
+            if isinstance(event, Finished):
+                assert event.result.cancelled
+        assert max(seen) < 30
+
+        killed = threading.Event()
+
+        def progress(step, total, image):
+            if not killed.is_set():
+                killed.set()
+                os.kill(pids[0], signal.SIGKILL)
+
+        with pytest.raises(PipelineError, match=rf"rank 0 \(pid {pids[0]}\) was killed by signal 9.*restarted"):
+            pool.backend.generate(request, progress)
+        assert max_diff(pool.run(request), one.run(request)) <= 1  # both replicas again (the killed one restarted)
+        assert replicas[0].restarts == 1 and pids[0] not in replicas[0].pids
+    finally:
+        pool.backend.close()
+        one.backend.close()
