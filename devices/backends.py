@@ -29,10 +29,10 @@ INDEXED = ("cuda", "rocm", "npu", "tpu", "xpu")  # backends with several devices
 # | backend | why not automatic |
 # |---|---|
 # | vulkan | experimental: torch's Vulkan backend (mobile-oriented, built only from source with USE_VULKAN=1) lacks ops diffusers needs (group norm, SDPA, many views and in-place ops); asking for it runs what it can and fails on the first missing op |
-# | tpu | the TPU route (pipelines.run.xla_route) runs the UNet families only (SD 1.x/2.x, SDXL) and refuses per-request LoRAs, step caches, ControlNet, IP-Adapter: chosen by itself, a TPU VM would refuse the models and features the CPU serves |
+# | tpu | the TPU route (pipelines.run.xla_route) runs the UNet families only (SD 1.x/2.x, SDXL) and refuses step caches, ControlNet, IP-Adapter and regional Attention: chosen by itself, a TPU VM would refuse the models and features the CPU serves |
 ASKED_ONLY = {
     "tpu": "not chosen automatically: the TPU route runs the UNet families (SD 1.x/2.x, SDXL) and refuses "
-    "per-request LoRAs, step caches, ControlNet and IP-Adapter (docs/devices.md); PREFERRED_DEVICE=tpu to use it",
+    "step caches, ControlNet, IP-Adapter and regional Attention (docs/devices.md); PREFERRED_DEVICE=tpu to use it",
     "vulkan": "experimental, not chosen automatically: torch's Vulkan backend lacks ops diffusers needs "
     "(group norm, scaled_dot_product_attention, in-place views); PREFERRED_DEVICE=vulkan to try it",
 }

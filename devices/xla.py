@@ -9,8 +9,10 @@ never needs them, and `jax_devices_summary` answers "not installed" in the main 
 
 What runs where: the UNet and the VAE decoder are `torchax.compile`d (one XLA program each, compiled
 on the first call and reused: the cached call); the text encoder and the scheduler's arithmetic run
-op by op on JAX arrays (small). The initial noise is drawn on the CPU from per-image CPU generators,
-exactly as diffusers' `randn_tensor` draws it, so a seed gives the CPU's image start on every device.
+op by op on JAX arrays (small); the compiled UNet takes CPU tensors too (the app's schedulers keep
+their timesteps on the CPU: pipelines.run.xla_route), moved to JAX before the call. The initial noise
+is drawn on the CPU from per-image CPU generators, exactly as diffusers' `randn_tensor` draws it, so a
+seed gives the CPU's image start on every device.
 
 Data parallel: with a `Mesh` of N devices the weights are replicated on every device and the
 latents' batch dimension is sharded (NamedSharding(mesh, P("data"))); XLA partitions the compiled
@@ -175,7 +177,26 @@ def to_jax(pipe: Any) -> JaxPipeline:
         pipe.unet = torchax.compile(pipe.unet, CompileOptions(jax_jit_kwargs=static))
         pipe.vae = torchax.compile(pipe.vae, CompileOptions(methods_to_compile=["decode"], jax_jit_kwargs=static))
     _drop_decode_generator(pipe.vae)
+    # an instance attribute: JittableModule calls self.forward (shard_batch wraps this one in turn)
+    pipe.unet.forward = _cpu_inputs_to_jax(pipe.unet.forward, env)
     return JaxPipeline(pipe, env)
+
+
+def _cpu_inputs_to_jax(call: Any, env: Any) -> Any:
+    """`call` (a compiled module's) with its CPU tensor arguments moved to JAX first: the jitted program
+    takes JAX tensors only (torchax asserts), and the route keeps the scheduler's timesteps on the CPU
+    (pipelines.run.xla_route.cpu_timesteps), so the UNet's `timestep` arrives there. A 0-d tensor: the copy
+    is a few bytes per step."""
+    import torch
+
+    def moved(value: Any) -> Any:
+        return value.to("jax") if isinstance(value, torch.Tensor) and value.device.type == "cpu" else value
+
+    def on_jax(*args: Any, **kwargs: Any) -> Any:
+        with env:
+            return call(*[moved(a) for a in args], **{k: moved(v) for k, v in kwargs.items()})
+
+    return on_jax
 
 
 def _drop_decode_generator(vae: Any) -> None:
@@ -288,3 +309,16 @@ def generate(jp: JaxPipeline, prompts: list[str], seeds: list[int], **call: Any)
 def xla_environment(env: Mapping[str, str]) -> dict[str, str]:
     """JAX's own variables that shaped an XLA run (the check reports them), from the entry point's `env`."""
     return {name: env.get(name, "") for name in ("XLA_FLAGS", "JAX_PLATFORMS")}
+
+
+def add_to_weight(base: Any, delta: Any) -> Any:
+    """`base` (a JAX weight of a compiled module, torchax's view) plus `delta` (a numpy array of its shape), as a
+    new JAX weight placed as `base` is (one device, or replicated over the mesh); `base` itself is left as
+    it is, so putting it back restores the weight bit for bit (pipelines.run.xla_route.PatchedLoras)."""
+    import jax
+    import jax.numpy as jnp
+    from torchax.interop import jax_view, torch_view
+
+    weight = jax_view(base)
+    added = jax.device_put(jnp.asarray(delta, dtype=jnp.float32), weight.sharding)
+    return torch_view((weight.astype(jnp.float32) + added).astype(weight.dtype))

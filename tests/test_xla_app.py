@@ -6,10 +6,15 @@ EDIT_MODEL_ID=none, VIDEO_MODEL_ID=none) in .venv-tpu (tests/xla_venv.py builds 
   to the app in this process, RUNTIME=torch) within 2/255;
 - the 2-chip mesh (a batch of 2: sharded) gives what each image alone gives (a batch of 1: not
   divisible, so it runs whole on each chip, the 1-device program);
+- what the route once refused gives the CPU's images within 2/255 too (64 px, 4 steps: a few seconds
+  each): samplers DDIM and LCM (their step indexes the scheduler's CPU tensors with the timestep, kept on
+  the CPU there), an inpaint through the A1111 img2img API (diffusers' inpainting twin; with DDIM) and a
+  `<lora:outline:0.8>` (patched into the compiled UNet's weights), after which a plain request gets the
+  model's own weights back (the same images as before it);
 - the browser sees an image, and the status panel says tpu.
-The first request's and a cached request's times against CPU torch are printed and saved in
-test-artifacts/xla-app.json. JAX's compile cache lives in .venv-tpu/jax-cache (a kept venv skips XLA's
-compile).
+The first request's and a cached request's times against CPU torch, and the once-refused requests'
+differences and times, are printed and saved in test-artifacts/xla-app.json. JAX's compile cache lives
+in .venv-tpu/jax-cache (a kept venv skips XLA's compile).
 """
 
 from __future__ import annotations
@@ -56,6 +61,25 @@ def txt2img(base: str, **fields) -> tuple[np.ndarray, float]:
     assert response.status_code == 200, response.text[-2000:]
     images = [np.asarray(Image.open(io.BytesIO(base64.b64decode(b))).convert("RGB")) for b in response.json()["images"]]
     return np.stack(images), took
+
+
+def b64(image: Image.Image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def inpaint(base: str, **fields) -> np.ndarray:
+    """The A1111 img2img API's inpaint of a blue picture with a red square, its middle masked, as uint8 (N, H, W, 3)."""
+    picture = Image.new("RGB", (64, 64), (30, 60, 200))
+    picture.paste((220, 30, 30), (8, 8, 40, 40))
+    mask = Image.new("L", (64, 64), 0)
+    mask.paste(255, (16, 16, 48, 48))
+    body = {**PAYLOAD, "init_images": [b64(picture)], "mask": b64(mask), "denoising_strength": 0.9, **fields}
+    response = httpx.post(f"{base}/sdapi/v1/img2img", json=body, timeout=600)
+    assert response.status_code == 200, response.text[-2000:]
+    images = [np.asarray(Image.open(io.BytesIO(base64.b64decode(b))).convert("RGB")) for b in response.json()["images"]]
+    return np.stack(images)
 
 
 def _wait_ready(process: subprocess.Popen, log: Path) -> float:
@@ -122,6 +146,44 @@ def measured(tpu_app, cpu_base, request) -> dict:
     return report
 
 
+@pytest.fixture(scope="module")
+def once_refused(tpu_app, cpu_base, measured, request) -> dict:
+    """Max |TPU - CPU| (/255) of what the route once refused: two samplers and an inpaint (timesteps now on the
+    CPU; a batch of 2: the sharded programs `measured` compiled; the inpaint's VAE encoder op by op) and a
+    LoRA (patched into the compiled UNet's weights), and whether the next plain request gets the model's
+    own weights back (bit-equal images)."""
+    base = tpu_app[0]
+    diffs, took = {}, {}
+    for sampler in ("DDIM", "LCM"):
+        started = time.perf_counter()
+        tpu, _ = txt2img(base, batch_size=2, steps=4, sampler_name=sampler)
+        took[sampler] = round(time.perf_counter() - started, 2)
+        cpu, _ = txt2img(cpu_base, batch_size=2, steps=4, sampler_name=sampler)
+        diffs[sampler] = float(np.abs(tpu.astype(float) - cpu).max())
+    started = time.perf_counter()
+    tpu = inpaint(base, steps=4, sampler_name="DDIM")
+    took["inpaint"] = round(time.perf_counter() - started, 2)
+    diffs["inpaint"] = float(np.abs(tpu.astype(float) - inpaint(cpu_base, steps=4, sampler_name="DDIM")).max())
+    plain, _ = txt2img(base, batch_size=2, steps=4)
+    started = time.perf_counter()
+    tpu, _ = txt2img(base, batch_size=2, steps=4, prompt=f"{PAYLOAD['prompt']} <lora:outline:0.8>")
+    took["lora"] = round(time.perf_counter() - started, 2)
+    cpu, _ = txt2img(cpu_base, batch_size=2, steps=4, prompt=f"{PAYLOAD['prompt']} <lora:outline:0.8>")
+    diffs["lora"] = float(np.abs(tpu.astype(float) - cpu).max())
+    restored = bool(np.array_equal(txt2img(base, batch_size=2, steps=4)[0], plain))  # the model's own weights back
+    report = {
+        **json.loads(ARTIFACT.read_text()),
+        "once_refused_max_abs_vs_cpu_fp32": diffs,
+        "once_refused_tpu_s": took,
+        "weights_restored_after_lora": restored,
+    }
+    ARTIFACT.write_text(json.dumps(report, indent=2) + "\n")  # beside `measured`'s figures (it ran first)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"\nXLA app, once refused: max |diff| vs CPU fp32 {diffs}, TPU request seconds {took}")
+    return {"diffs": diffs, "restored": restored}
+
+
 def test_the_app_starts_on_the_tpu_route(tpu_app):
     _base, log, _wall = tpu_app
     text = log.read_text(errors="replace")
@@ -132,6 +194,14 @@ def test_the_app_starts_on_the_tpu_route(tpu_app):
 def test_api_images_are_cpu_fp32_images(measured):
     assert measured["max_abs_vs_cpu_fp32"] <= 2.0, measured
     assert measured["first_equals_cached"], measured
+
+
+def test_ddim_lcm_inpaint_and_a_lora_give_cpu_fp32_images(once_refused):
+    assert max(once_refused["diffs"].values()) <= 2.0, once_refused
+
+
+def test_a_request_after_a_lora_runs_the_models_own_weights(once_refused):
+    assert once_refused["restored"], once_refused
 
 
 def test_a_two_chip_mesh_gives_the_one_device_images(measured):

@@ -26,7 +26,7 @@ def check_task(p: Any, request: GenerationRequest) -> None:
     if p.xla is not None:  # the TPU route (pipelines.run.xla_route)
         from pipelines.run.xla_route import request_refusal
 
-        why = request_refusal(request, request.sampler or p.scheduler_name)
+        why = request_refusal(request)
         if why:
             raise UnsupportedTaskError(f"{p.model_name} on {p.dm.device}: {why}")
     if request.hires is not None:  # RequestError naming the hires field (the engine asked this at submit too)

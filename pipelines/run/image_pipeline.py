@@ -325,11 +325,7 @@ class ImagePipeline:
 
     # ------------------------------------------------------------------ LoRA
     def load_lora(self, path: str | Path, name: str | None = None, allow_outside: bool = False) -> str:
-        if self.xla is not None:
-            from pipelines.run.xla_route import refuse_lora_load
-
-            refuse_lora_load()
-        with self._lock:
+        with self._lock:  # on the TPU route, a PatchedLoras (pipelines.run.xla_route): read for weight patching
             return self.loras.load(path, name, allow_outside)
 
     def unload_lora(self, name: str) -> None:
@@ -377,6 +373,8 @@ class ImagePipeline:
             return results.unchanged(self, request, item_range)
         overrides = dict(few.scheduler_options) if few else None
         scheduler = samplers.build(self.own_scheduler, request.sampler, overrides) if request.sampler else None
+        if scheduler is not None and self.xla is not None:
+            scheduler = self.xla.scheduler(scheduler)  # the TPU route keeps timesteps on the CPU (xla_route)
         count_now = count if count is not None else request.total_images
 
         def report(step: int, total: int, image: int) -> None:

@@ -142,9 +142,9 @@ def wrap(
 
 def to_tpu(self: Any) -> None:
     """The TPU route (pipelines.run.xla_route, imported here only: it needs JAX): the set-up pipeline moved to
-    JAX and compiled, or ModelLoadError with what the route cannot run. LoRAs cannot be switched there, nor
-    step caches added, nor images inpainted (xla_route says why): the model's abilities say so, and the UI
-    hides them."""
+    JAX and compiled, or ModelLoadError with what the route cannot run. Step caches cannot be added there
+    (xla_route says why): the model's abilities say so, and the UI hides them; LoRAs are patched into the
+    compiled UNet's weights per request (xla_route.PatchedLoras)."""
     from pipelines.run import xla_route
 
     why = xla_route.load_refusal(self.pipe, self.dm, self.base_loras, self.memory_savers)
@@ -153,8 +153,10 @@ def to_tpu(self: Any) -> None:
     if self.recipe is not None and any(lora.fuse for lora in self.recipe.loras):
         self.pipe.unload_lora_weights()  # the fused weights stay; peft's emptied wrappers would break the compile
     self.xla = xla_route.install(self.pipe, self.dm)
+    self.pipe.scheduler = self.xla.scheduler(self.pipe.scheduler)  # its timesteps on the CPU (xla_route says why)
+    self.loras = xla_route.PatchedLoras(self.xla, self.dm, self.loras.lora_dir)  # LoRAs patched into the weights
     self.twins.shared = {"unet": self.pipe.unet, "vae": self.pipe.vae}
-    self.traits = dataclasses.replace(self.traits, lora=False, step_cache=False, inpaint="")
+    self.traits = dataclasses.replace(self.traits, step_cache=False)
     self.default_step_cache = None
 
 
@@ -382,15 +384,6 @@ def _trait_changes(traits: Any, recipe: Recipe) -> dict[str, Any]:
     return changes
 
 
-def _not_offered(self: Any) -> tuple[str, ...]:
-    """Samplers the device cannot run (the TPU route's: pipelines.run.xla_route.NO_TPU_SAMPLERS)."""
-    if self.xla is None:
-        return ()
-    from pipelines.run.xla_route import NO_TPU_SAMPLERS
-
-    return NO_TPU_SAMPLERS
-
-
 def describe(self: Any) -> ModelInfo:
     """`ImagePipeline.model_info`: the loaded model's defaults and limits, as the UI and the API
     enforce them (the vocabulary's and recipe's defaults over diffusers' signature defaults)."""
@@ -409,7 +402,7 @@ def describe(self: Any) -> ModelInfo:
         default_steps=self.default_steps,
         default_guidance=self.default_guidance,
         scheduler=self.scheduler_name,
-        samplers=tuple(s.name for s in samplers.offered(self.own_scheduler) if s.name not in _not_offered(self)),
+        samplers=tuple(s.name for s in samplers.offered(self.own_scheduler)),
         min_steps=samplers.minima(self.own_scheduler),
         loras=tuple(sorted(self.loras.available())),
         embeddings={n: {"vectors": e.vectors, "shape": e.width} for n, e in self.embeddings.loaded.items()},

@@ -6,9 +6,14 @@ devices/xla.py). Imported only when a model loads on `tpu`, so `import pipelines
 How a request runs there (docs/devices.md, "TPU"): the UNet and the VAE decoder are `torchax.compile`d
 (one XLA program per input shape, compiled on first use: each new batch size or image size compiles
 once, then the cached program runs); the text encoder, the VAE encoder (image-to-image, inpaint) and
-the scheduler's arithmetic run op by op on JAX arrays; the initial noise is drawn on the CPU from the
-request's CPU generators (diffusers' `randn_tensor`), so a seed gives the CPU's image. The whole request
-runs inside torchax's environment (`context`), previews and progress included.
+the scheduler's arithmetic on the latents run op by op on JAX arrays; the scheduler's timesteps stay on
+the CPU (`cpu_timesteps`, diffusers' own choice for torch_xla), so its step indexes its CPU tensors with
+a CPU timestep and only the UNet's timestep input crosses to JAX (devices.xla). The initial noise is
+drawn on the CPU from the request's CPU generators (diffusers' `randn_tensor`), so a seed gives the
+CPU's image. The whole request runs inside torchax's environment (`context`), previews and progress
+included. Every offered sampler (DDIM, PLMS, LCM, TCD and DDPM included) and inpainting (diffusers'
+inpainting twin over the model's 4-channel UNet) run, within 1/255 of CPU float32 on the embedded model
+(1 chip and a 2-chip mesh; docs/devices.md has the table).
 
 Several chips: `PREFERRED_DEVICE=tpu` serves ONE replica over a mesh of every visible chip, its batch
 sharded (devices.xla.shard_batch); `tpu:0` is one chip. Why one replica, not a pool of one per chip:
@@ -16,19 +21,26 @@ the compiled programs and the weights' placement are the mesh's, so one load and
 every chip, where a pool would compile and hold a copy per chip, and torchax's environment is one
 per process. A batch that does not divide by the chips runs replicated (same images, no speed-up).
 
+LoRAs per request (the API's, the LoRA tab's) run by weight patching (`PatchedLoras`, as A1111 and
+Forge do): the LoRA's delta is added into the UNet weights the compiled program takes as inputs, and the
+model's own weights are put back for the next request without it (no recompile; within 1/255 of CPU
+peft, the model's own images back bit for bit). Read: UNet LoRAs in diffusers/peft form without alphas
+or peft metadata; other files are refused when loaded, with what they hold.
+
 Refused here, with the reason (`load_refusal`, `request_refusal`): families without a UNet and an
 AutoencoderKL (only the UNet families are compiled), a pool of single chips other than the first,
-weight offload, a recipe's LoRAs that are not fused, and per request LoRAs, step caches, ControlNet,
-IP-Adapter and regional Attention: each changes modules inside the compiled UNet, whose program was
-traced once with the weights as its inputs (peft's adapter layers or a hook added later would be
-silently left out of it, or served stale). Also refused, for what torchax cannot run op by op:
-5 samplers (NO_TPU_SAMPLERS) and inpainting (WHY_INPAINT). A recipe's fused LoRAs run: they are in the
+weight offload, a recipe's LoRAs that are not fused (peft's adapter layers, loaded before the compile),
+and step caches, ControlNet, IP-Adapter and regional Attention: each changes modules inside the
+compiled UNet, whose program was traced once with the weights as its inputs (a hook or module added
+later would be silently left out of it, or served stale). A recipe's fused LoRAs run: they are in the
 weights before the compile (peft's emptied wrappers are removed first, in pipelines.run.model_setup).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,21 +49,12 @@ from devices.manager import OFFLOAD_SAVERS
 from pipelines.sampling.step_cache import NONE as NO_STEP_CACHE
 from pipelines.schema.errors import LoraError
 from pipelines.schema.request import GenerationRequest
+from pipelines.weights.lora import LoraManager
 
 log = logging.getLogger(__name__)
 
 WHY_COMPILED = "the TPU route runs a UNet compiled once by torchax with its weights as inputs"
-# Samplers whose step indexes a CPU tensor of the scheduler (alphas_cumprod) with the JAX timestep, which torchax
-# cannot do ("'Tensor' object has no attribute '_env'", measured on every offered sampler of the embedded model);
-# the other 16 (DPM++, DPM2, Euler, Heun, LMS, UniPC, DEIS and their Karras forms) run.
-NO_TPU_SAMPLERS = ("DDIM", "PLMS", "LCM", "TCD", "DDPMScheduler")
-WHY_SAMPLER = "its step indexes a CPU tensor of the scheduler with a JAX timestep, which torchax cannot do"
-# diffusers' inpainting pipeline over a plain (4-channel) UNet blends with `torch.tensor([noise_timestep])` of a JAX
-# scalar, which torchax cannot build ("Tensor.item() cannot be called on meta tensors")
-WHY_INPAINT = "diffusers' inpainting pipeline builds torch.tensor([timestep]) from a JAX scalar, which torchax cannot"
 REQUEST_REFUSALS = {
-    "loras": f"LoRAs cannot be switched per request on tpu: {WHY_COMPILED}; peft's adapter layers added "
-    "later are not in that program (fuse a LoRA into the model with a recipe's `fuse: true` instead)",
     "step_cache": f"step caches skip blocks inside the denoiser, and {WHY_COMPILED}",
     "controlnet": f"ControlNet adds residuals inside the denoiser, and {WHY_COMPILED}; not available on tpu",
     "ip_adapter": f"IP-Adapter swaps the denoiser's attention processors, and {WHY_COMPILED}; not available on tpu",
@@ -70,6 +73,10 @@ class XlaRoute:
     def context(self) -> Any:
         """What a request runs inside: torchax's environment (thread-local: entered by the request's thread)."""
         return self.jax_pipe.env
+
+    def scheduler(self, scheduler: Any) -> Any:
+        """A scheduler a request runs with (the model's at load, a sampler's per request), its timesteps on the CPU."""
+        return cpu_timesteps(scheduler)
 
     def describe(self) -> str:
         """For the status panel's compile line."""
@@ -98,7 +105,11 @@ def load_refusal(pipe: Any, dm: Any, base_loras: dict[str, float], savers: list[
     if offloaded:
         return f"{', '.join(sorted(offloaded))} moves weights per call; the compiled programs take them on the device"
     if base_loras:
-        return f"the recipe's LoRAs {sorted(base_loras)} are not fused: {REQUEST_REFUSALS['loras']}"
+        return (
+            f"the recipe's LoRAs {sorted(base_loras)} are not fused: peft's adapter layers in the UNet are not "
+            f"in the program torchax compiles ({WHY_COMPILED}); fuse them with the recipe's `fuse: true`, or "
+            "name them per request (patched into the weights)"
+        )
     return None
 
 
@@ -117,16 +128,12 @@ def install(pipe: Any, dm: Any) -> XlaRoute:
     return route
 
 
-def request_refusal(request: GenerationRequest, sampler: str) -> str | None:
-    """Why this request cannot run on the TPU route, or None (checked with the request's other refusals);
-    `sampler`: the one it runs with (its own, else the model's)."""
-    if sampler in NO_TPU_SAMPLERS:
-        return f"the sampler {sampler} cannot run on tpu: {WHY_SAMPLER}; choose DPM++ 2M, Euler a, UniPC or another"
-    if request.inpaint is not None:
-        return f"inpaint cannot run on tpu yet: {WHY_INPAINT}"
+def request_refusal(request: GenerationRequest) -> str | None:
+    """Why this request cannot run on the TPU route, or None (checked with the request's other refusals).
+    Every sampler the UNet families offer runs on the route (their timesteps on the CPU: `cpu_timesteps`),
+    inpaint and LoRAs too."""
     regions = request.regions
     asked = {
-        "loras": bool(request.loras),
         "step_cache": request.step_cache not in (None, NO_STEP_CACHE),
         "controlnet": bool(request.controlnet),
         "ip_adapter": bool(request.ip_adapter),
@@ -135,6 +142,115 @@ def request_refusal(request: GenerationRequest, sampler: str) -> str | None:
     return next((REQUEST_REFUSALS[name] for name, on in asked.items() if on), None)
 
 
-def refuse_lora_load() -> None:
-    """A LoRA loaded into a pipeline on the TPU route (the LoRA tab, the API): LoraError with the reason."""
-    raise LoraError(REQUEST_REFUSALS["loras"])
+def cpu_timesteps(scheduler: Any) -> Any:
+    """`scheduler` (the model's, or a request's sampler) with its timesteps on the CPU, whatever device the
+    pipeline asks for: diffusers' own choice for XLA (its pipelines pass `timestep_device = "cpu"` when
+    torch_xla imports, which it never does here). The step then indexes the scheduler's CPU tensors
+    (alphas_cumprod, sigmas) with a CPU timestep, which torchax cannot do with a JAX one (DDIM, PLMS, LCM,
+    TCD, DDPM: "'Tensor' object has no attribute '_env'"), and the inpaint pipeline's
+    `torch.tensor([timestep])` builds from a CPU scalar (of a JAX one: "Tensor.item() cannot be called on
+    meta tensors"). Only the UNet's input crosses to JAX (devices.xla.to_jax). Wrapped on the instance: the
+    class, and the schedulers the app builds from its config, are left as they are."""
+    own = scheduler.set_timesteps
+
+    @functools.wraps(own)  # keeps the signature diffusers reads (`timesteps`, `sigmas` accepted or not)
+    def set_timesteps(*args: Any, device: Any = None, **kwargs: Any) -> Any:
+        return own(*args, device="cpu", **kwargs)
+
+    scheduler.set_timesteps = set_timesteps
+    return scheduler
+
+
+class PatchedLoras(LoraManager):
+    """LoRAs on the TPU route by weight patching, as A1111 and Forge do: each LoRA is read once into CPU
+    deltas (lora_B @ lora_A per layer); `activate` puts into the compiled UNet's weights (the inputs of its
+    program, `params`) the model's own weights plus each active LoRA's delta times its scale, and the
+    model's own weights back when none is active. Nothing inside the program changes, so nothing
+    recompiles, and the weights kept from load come back bit for bit (JAX arrays are never changed in
+    place). Only UNet LoRAs in diffusers/peft form without alphas (`unet.<layer>.lora_A/lora_B.weight`,
+    the form of the app's own in models/loras) are read; others are refused when loaded (`lora_deltas`)."""
+
+    def __init__(self, route: XlaRoute, dm: Any, lora_dir: Any):
+        super().__init__(route.jax_pipe.pipe, dm, lora_dir)
+        self.unet = route.jax_pipe.pipe.unet
+        self.base = dict(self.unet.params)  # as loaded (and placed on the mesh): what a request without LoRAs runs
+        self.deltas: dict[str, dict[str, Any]] = {}  # per LoRA: weight name -> delta at scale 1 (numpy float32)
+        self.active: dict[str, float] = {}
+        self.patched: set[str] = set()  # weights that differ from `base` now
+
+    def load(self, path: Any, name: str | None = None, allow_outside: bool = False) -> str:
+        resolved = self._check_path(self.resolve(path), allow_outside)
+        if not resolved.is_file():
+            raise LoraError(f"LoRA file not found: {resolved.name}")
+        name = name or resolved.stem
+        self.deltas[name] = lora_deltas(resolved, self.base)
+        self._loaded[name] = resolved
+        self.active.pop(name, None)  # a reloaded file: patched again at its next activation
+        log.info("LoRA %s read from %s for weight patching (%d layers)", name, resolved, len(self.deltas[name]))
+        return name
+
+    def unload(self, name: str) -> None:
+        if name not in self._loaded:
+            raise LoraError(f"LoRA {name!r} is not loaded (loaded: {', '.join(self._loaded) or 'none'})")
+        self.activate({n: s for n, s in self.active.items() if n != name})
+        del self._loaded[name], self.deltas[name]
+
+    def activate(self, scales: dict[str, float]) -> None:
+        """The UNet's weights for exactly these LoRAs at these scales (reading each from LORA_DIR on first use)."""
+        available = self.available()
+        for name in scales:
+            if name not in self._loaded:
+                if name not in available:
+                    known = sorted({*available, *self._loaded})
+                    raise LoraError(f"loras: unknown LoRA {name!r}; available: {', '.join(known) or 'none'}")
+                self.load(available[name], name=name)
+        if scales == self.active:
+            return
+        wanted = {w for lora in scales for w in self.deltas[lora]}
+        # weight by weight, `patched` kept true: should one fail, the next activation still finds every one
+        for weight in self.patched - wanted:
+            self.unet.params[weight] = self.base[weight]
+            self.patched.discard(weight)
+        for weight in wanted:
+            delta = sum(self.deltas[lora][weight] * scale for lora, scale in scales.items() if weight in self.deltas[lora])
+            self.unet.params[weight] = xla.add_to_weight(self.base[weight], delta)
+            self.patched.add(weight)
+        self.active = dict(scales)
+
+
+def lora_deltas(path: Any, weights: dict[str, Any]) -> dict[str, Any]:
+    """{UNet weight name: lora_B @ lora_A in the weight's shape} of a diffusers/peft-form LoRA file (numpy
+    float32), or LoraError saying what it holds that weight patching does not read."""
+    import numpy as np
+    from safetensors import safe_open
+
+    # numpy, not torch: a request reads a LoRA inside torchax's environment, which takes over torch's ops
+    with safe_open(str(path), framework="np") as f:
+        tensors = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118  (safe_open is not iterable)
+        metadata = f.metadata() or {}
+    why = _unread(tensors, metadata)
+    if why:
+        raise LoraError(f"{path.name} cannot be patched into the weights on tpu: {why}")
+    deltas = {}
+    for key in (k for k in tensors if k.endswith(".lora_A.weight")):
+        layer = key[len("unet.") : -len(".lora_A.weight")]
+        down = tensors[key].astype(np.float32).reshape(tensors[key].shape[0], -1)  # (rank, in x kernel)
+        up = tensors[f"unet.{layer}.lora_B.weight"].astype(np.float32).reshape(-1, down.shape[0])  # (out, rank)
+        weight = f"{layer}.weight"
+        shape = tuple(weights[weight].shape) if weight in weights else (0,)
+        if shape[0] != up.shape[0] or math.prod(shape[1:]) != down.shape[1]:
+            raise LoraError(f"{path.name} is not a LoRA for this model: no layer {layer} of its shape")
+        deltas[weight] = (up @ down).reshape(shape)
+    return deltas
+
+
+def _unread(tensors: dict[str, Any], metadata: dict[str, str]) -> str | None:
+    """What in a LoRA file weight patching does not read (alphas change the scale per layer, DoRA and
+    biases are not a plain delta, text encoder parts would patch an op-by-op module), or None."""
+    if "lora_adapter_metadata" in metadata:
+        return "its peft metadata (lora_alpha, rank and alpha patterns) is not read on tpu"
+    odd = [k for k in tensors if not k.startswith("unet.") or not k.endswith((".lora_A.weight", ".lora_B.weight"))]
+    if odd:
+        return f"only UNet lora_A/lora_B weights are read (it has {odd[0]!r}: alphas, DoRA, a text encoder or kohya names)"
+    unpaired = [k for k in tensors if k.endswith(".lora_A.weight") and k.replace("lora_A", "lora_B") not in tensors]
+    return f"{unpaired[0]} has no lora_B" if unpaired else None
