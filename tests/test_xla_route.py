@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from devices import DeviceManager
@@ -99,19 +100,70 @@ def _unet_weights() -> dict:
     return load_file(str(ROOT / "models" / "tiny-shapes" / "unet" / "diffusion_pytorch_model.safetensors"))
 
 
-def test_a_loras_deltas_for_weight_patching_have_the_unets_shapes():
+def _fused_change(lora: Path) -> dict:
+    """What diffusers' own `fuse_lora` adds to each UNet weight of the embedded model on the CPU (the reference)."""
+    from diffusers import StableDiffusionPipeline
+
+    pipe = StableDiffusionPipeline.from_pretrained(str(ROOT / "models" / "tiny-shapes"))
+    before = {k: v.clone() for k, v in pipe.unet.state_dict().items()}
+    pipe.load_lora_weights(str(lora))
+    pipe.fuse_lora(lora_scale=1.0)
+    pipe.unload_lora_weights()  # the fused weights stay
+    after = pipe.unet.state_dict()
+    return {k: (after[k] - before[k]).numpy() for k in before if not torch.equal(after[k], before[k])}
+
+
+def _forms(tmp_path: Path) -> dict[str, Path]:
+    """The app's LoRA as diffusers saves it, in kohya's form with alphas (twice the rank: scale 2), and with peft
+    metadata giving lora_alpha half the rank (scale 0.5)."""
+    from diffusers import StableDiffusionPipeline
+    from diffusers.utils import convert_state_dict_to_kohya
+    from peft import LoraConfig
+    from safetensors.torch import load_file, save_file
+
+    plain = LORAS / "outline.safetensors"
+    tensors = load_file(str(plain))
+    rank = next(v.shape[0] for k, v in tensors.items() if k.endswith("lora_A.weight"))
+    kohya = convert_state_dict_to_kohya(tensors)
+    save_file({k: torch.tensor(2.0 * rank) if k.endswith(".alpha") else v for k, v in kohya.items()}, tmp_path / "kohya.safetensors")
+    unet = {k[len("unet.") :]: v for k, v in tensors.items()}
+    layers = sorted({k.rsplit(".lora_", 1)[0] for k in unet})
+    metadata = LoraConfig(r=rank, lora_alpha=rank / 2, target_modules=layers).to_dict()  # as diffusers' training scripts save it
+    StableDiffusionPipeline.save_lora_weights(tmp_path, unet_lora_layers=unet, unet_lora_adapter_metadata=metadata,
+                                              weight_name="peft.safetensors")  # fmt: skip
+    return {"diffusers": plain, "kohya": tmp_path / "kohya.safetensors", "peft metadata": tmp_path / "peft.safetensors"}
+
+
+def test_weight_patching_adds_what_diffusers_fuses_for_each_lora_form(tmp_path):
+    """The deltas patched into the TPU's compiled UNet are the weights diffusers' `fuse_lora` makes on the CPU, for
+    a LoRA as diffusers saves it, in kohya's form with alphas and with peft metadata (each scale differs)."""
+    from diffusers import StableDiffusionPipeline
+
     weights = _unet_weights()
-    deltas = xla_route.lora_deltas(LORAS / "outline.safetensors", weights)
-    assert len(deltas) == 92 and all(deltas[name].shape == weights[name].shape for name in deltas)
+    sizes = []
+    for form, path in _forms(tmp_path).items():
+        deltas = xla_route.lora_deltas(path, weights, StableDiffusionPipeline.lora_state_dict)
+        fused = _fused_change(path)
+        assert sorted(deltas) == sorted(fused), form
+        for name, delta in deltas.items():
+            assert delta.shape == weights[name].shape
+            np.testing.assert_allclose(delta, fused[name], atol=2e-6, err_msg=f"{form}: {name}")
+        sizes.append(max(float(np.abs(d).max()) for d in deltas.values()))
+    assert sizes[1] > 1.9 * sizes[0] and sizes[2] < 0.6 * sizes[0]  # kohya's alphas and peft's lora_alpha are applied
 
 
 def test_what_weight_patching_does_not_read_is_refused_with_the_reason(tmp_path):
+    from diffusers import StableDiffusionPipeline
     from safetensors.numpy import load_file, save_file
 
+    read = StableDiffusionPipeline.lora_state_dict
     tensors = load_file(str(LORAS / "outline.safetensors"))
     save_file({**tensors, "text_encoder.x.lora_A.weight": np.zeros((4, 4), np.float32)}, tmp_path / "te.safetensors")
-    with pytest.raises(LoraError, match="only UNet lora_A/lora_B weights are read"):
-        xla_route.lora_deltas(tmp_path / "te.safetensors", _unet_weights())
-    save_file(tensors, tmp_path / "meta.safetensors", metadata={"lora_adapter_metadata": "{}"})
-    with pytest.raises(LoraError, match="peft metadata"):
-        xla_route.lora_deltas(tmp_path / "meta.safetensors", _unet_weights())
+    with pytest.raises(LoraError, match=r"only the UNet's LoRA layers are read.*text_encoder"):
+        xla_route.lora_deltas(tmp_path / "te.safetensors", _unet_weights(), read)
+    unet = {k[len("unet.") :]: v for k, v in load_file(str(LORAS / "outline.safetensors")).items()}
+    metadata = {"r": 4, "lora_alpha": 4, "alpha_pattern": {"down_blocks.0": 8}, "rank_pattern": {}}  # refused before peft reads it
+    StableDiffusionPipeline.save_lora_weights(tmp_path, unet_lora_layers={k: torch.from_numpy(v) for k, v in unet.items()},
+                                              unet_lora_adapter_metadata=metadata, weight_name="pattern.safetensors")  # fmt: skip
+    with pytest.raises(LoraError, match="alpha_pattern"):
+        xla_route.lora_deltas(tmp_path / "pattern.safetensors", _unet_weights(), read)

@@ -24,8 +24,9 @@ per process. A batch that does not divide by the chips runs replicated (same ima
 LoRAs per request (the API's, the LoRA tab's) run by weight patching (`PatchedLoras`, as A1111 and
 Forge do): the LoRA's delta is added into the UNet weights the compiled program takes as inputs, and the
 model's own weights are put back for the next request without it (no recompile; within 1/255 of CPU
-peft, the model's own images back bit for bit). Read: UNet LoRAs in diffusers/peft form without alphas
-or peft metadata; other files are refused when loaded, with what they hold.
+peft, the model's own images back bit for bit). Read: the UNet's LoRA layers in any form diffusers reads
+(diffusers/peft, kohya/A1111 with alphas); text encoder parts, DoRA and per-layer patterns are refused
+when loaded, with what they hold.
 
 Refused here, with the reason (`load_refusal`, `request_refusal`): families without a UNet and an
 AutoencoderKL (only the UNet families are compiled), a pool of single chips other than the first,
@@ -38,6 +39,7 @@ weights before the compile (peft's emptied wrappers are removed first, in pipeli
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
 import math
@@ -167,8 +169,9 @@ class PatchedLoras(LoraManager):
     program, `params`) the model's own weights plus each active LoRA's delta times its scale, and the
     model's own weights back when none is active. Nothing inside the program changes, so nothing
     recompiles, and the weights kept from load come back bit for bit (JAX arrays are never changed in
-    place). Only UNet LoRAs in diffusers/peft form without alphas (`unet.<layer>.lora_A/lora_B.weight`,
-    the form of the app's own in models/loras) are read; others are refused when loaded (`lora_deltas`)."""
+    place). The UNet's part of a LoRA in any form diffusers reads is read (diffusers/peft, kohya/A1111 with
+    their alphas, peft metadata's lora_alpha and r); text encoder parts, DoRA and per-layer rank or alpha
+    patterns are refused when loaded, saying which (`lora_deltas`)."""
 
     def __init__(self, route: XlaRoute, dm: Any, lora_dir: Any):
         super().__init__(route.jax_pipe.pipe, dm, lora_dir)
@@ -183,7 +186,7 @@ class PatchedLoras(LoraManager):
         if not resolved.is_file():
             raise LoraError(f"LoRA file not found: {resolved.name}")
         name = name or resolved.stem
-        self.deltas[name] = lora_deltas(resolved, self.base)
+        self.deltas[name] = lora_deltas(resolved, self.base, type(self.pipe).lora_state_dict)
         self._loaded[name] = resolved
         self.active.pop(name, None)  # a reloaded file: patched again at its next activation
         log.info("LoRA %s read from %s for weight patching (%d layers)", name, resolved, len(self.deltas[name]))
@@ -218,39 +221,70 @@ class PatchedLoras(LoraManager):
         self.active = dict(scales)
 
 
-def lora_deltas(path: Any, weights: dict[str, Any]) -> dict[str, Any]:
-    """{UNet weight name: lora_B @ lora_A in the weight's shape} of a diffusers/peft-form LoRA file (numpy
-    float32), or LoraError saying what it holds that weight patching does not read."""
-    import numpy as np
-    from safetensors import safe_open
+def lora_deltas(path: Any, weights: dict[str, Any], loader: Any) -> dict[str, Any]:
+    """{UNet weight name: its delta at scale 1, (lora_alpha / r) * lora_B @ lora_A in the weight's shape} of a LoRA
+    file in any form diffusers reads (`loader`: the pipeline class's `lora_state_dict`, which converts kohya's and
+    A1111's names and gives their `.alpha`s; peft metadata gives lora_alpha and r), as numpy float32; or
+    LoraError saying what it holds that weight patching does not read. The scale is peft's, so a patched
+    weight is the one `fuse_lora` makes on the CPU."""
+    from diffusers.utils import convert_unet_state_dict_to_peft
 
-    # numpy, not torch: a request reads a LoRA inside torchax's environment, which takes over torch's ops
-    with safe_open(str(path), framework="np") as f:
-        tensors = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118  (safe_open is not iterable)
-        metadata = f.metadata() or {}
-    why = _unread(tensors, metadata)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lora-read") as outside:
+        # torchax's environment is thread-local and a request reads its LoRAs inside it; diffusers' conversion
+        # runs on plain CPU tensors, so in a thread of its own
+        state, alphas, metadata = outside.submit(_read, loader, path).result()
+    pairs = convert_unet_state_dict_to_peft({k[len("unet.") :]: v for k, v in state.items() if k.startswith("unet.")})
+    alpha_of = _alphas_by_layer(alphas)
+    why = _unread(state, pairs, metadata)
     if why:
         raise LoraError(f"{path.name} cannot be patched into the weights on tpu: {why}")
     deltas = {}
-    for key in (k for k in tensors if k.endswith(".lora_A.weight")):
-        layer = key[len("unet.") : -len(".lora_A.weight")]
-        down = tensors[key].astype(np.float32).reshape(tensors[key].shape[0], -1)  # (rank, in x kernel)
-        up = tensors[f"unet.{layer}.lora_B.weight"].astype(np.float32).reshape(-1, down.shape[0])  # (out, rank)
+    for key in (k for k in pairs if k.endswith(".lora_A.weight")):
+        layer = key[: -len(".lora_A.weight")]
+        down = pairs[key].reshape(pairs[key].shape[0], -1)  # (rank, in x kernel)
+        up = pairs[f"{layer}.lora_B.weight"].reshape(-1, down.shape[0])  # (out, rank)
         weight = f"{layer}.weight"
         shape = tuple(weights[weight].shape) if weight in weights else (0,)
         if shape[0] != up.shape[0] or math.prod(shape[1:]) != down.shape[1]:
             raise LoraError(f"{path.name} is not a LoRA for this model: no layer {layer} of its shape")
-        deltas[weight] = (up @ down).reshape(shape)
+        rank = float(metadata.get("unet.r", down.shape[0]))
+        alpha = alpha_of.get(layer, float(metadata.get("unet.lora_alpha", rank)))
+        deltas[weight] = ((alpha / rank) * (up @ down)).reshape(shape)
     return deltas
 
 
-def _unread(tensors: dict[str, Any], metadata: dict[str, str]) -> str | None:
-    """What in a LoRA file weight patching does not read (alphas change the scale per layer, DoRA and
-    biases are not a plain delta, text encoder parts would patch an op-by-op module), or None."""
-    if "lora_adapter_metadata" in metadata:
-        return "its peft metadata (lora_alpha, rank and alpha patterns) is not read on tpu"
-    odd = [k for k in tensors if not k.startswith("unet.") or not k.endswith((".lora_A.weight", ".lora_B.weight"))]
-    if odd:
-        return f"only UNet lora_A/lora_B weights are read (it has {odd[0]!r}: alphas, DoRA, a text encoder or kohya names)"
-    unpaired = [k for k in tensors if k.endswith(".lora_A.weight") and k.replace("lora_A", "lora_B") not in tensors]
+def _alphas_by_layer(alphas: dict[str, float]) -> dict[str, float]:
+    """kohya's alphas by the UNet layer they scale, in peft's names: diffusers keys them by the layer
+    (`unet.<layer>.alpha`) or by its down weight in the old attention-processor names
+    (`unet.<...>.processor.to_k_lora.down.weight.alpha`), which peft's conversion renames as it renames the weights."""
+    from diffusers.utils import convert_unet_state_dict_to_peft
+
+    by_layer = {}
+    for key, alpha in alphas.items():
+        if key.startswith("unet."):
+            (renamed,) = convert_unet_state_dict_to_peft({key[len("unet.") : -len(".alpha")]: None})
+            by_layer[renamed.removesuffix(".lora_A.weight")] = alpha
+    return by_layer
+
+
+def _read(loader: Any, path: Any) -> tuple[dict[str, Any], dict[str, float], dict[str, Any]]:
+    """The file through diffusers (`loader`), its tensors as numpy float32, alphas and metadata as dicts."""
+    state, alphas, metadata = loader(str(path), return_lora_metadata=True)
+    arrays = {key: value.float().numpy() for key, value in state.items()}
+    return arrays, {k: float(v) for k, v in (alphas or {}).items()}, dict(metadata or {})
+
+
+def _unread(state: dict[str, Any], pairs: dict[str, Any], metadata: dict[str, Any]) -> str | None:
+    """What in a LoRA (`state` as diffusers read it, `pairs` its UNet part in peft's names) weight patching does
+    not read (per-layer rank or alpha patterns, DoRA's magnitudes, biases: not one plain delta per weight;
+    text encoder parts: they would patch a module outside the compiled UNet), or None."""
+    if metadata.get("unet.alpha_pattern") or metadata.get("unet.rank_pattern"):
+        return "its peft metadata sets ranks or alphas per layer (rank_pattern, alpha_pattern), which is not read on tpu"
+    others = [k for k in state if not k.startswith("unet.")]
+    if others:
+        return f"only the UNet's LoRA layers are read (it has {others[0]!r}, a text encoder's)"
+    odd = [k for k in pairs if not k.endswith((".lora_A.weight", ".lora_B.weight"))]
+    if odd or not pairs:
+        return f"only the UNet's LoRA pairs are read (it has {odd[0]!r}: DoRA's or a bias)" if odd else "it has no UNet layers"
+    unpaired = [k for k in pairs if k.endswith(".lora_A.weight") and k.replace("lora_A", "lora_B") not in pairs]
     return f"{unpaired[0]} has no lora_B" if unpaired else None
