@@ -1,5 +1,6 @@
-"""ParallelGroup: several devices acting as one replica, one image split over them (PARALLEL); and
-a replica in a process of its own (REPLICA_PROCESSES: a "group" of one device, nothing split).
+"""ParallelGroup: a replica in processes of its own: several devices splitting one image (PARALLEL), or one.
+
+A group of one device with nothing split is a replica in a process of its own (REPLICA_PROCESSES).
 
 Owns the group's processes and everything that crosses to them; devices/parallel.py owns the device
 side (collectives, the attention backends, which models can, the CPU work-arounds).
