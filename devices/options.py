@@ -162,7 +162,8 @@ class DeviceSettings(Section, title="Devices"):
     replica_processes: Flag = setting(
         "REPLICA_PROCESSES", False,
         "on: each replica of the device pool runs in a process of its own, started and supervised by the app; "
-        "CPU replicas then run at once instead of taking turns on Python's GIL (docs/scale-out.md)",
+        "CPU replicas then run at once instead of taking turns on Python's GIL (docs/scale-out.md); cpu, cuda, rocm, "
+        "npu, xpu (a PARALLEL group runs in processes already)",
     )  # fmt: skip
     dtype: Dtype = setting("TORCH_DTYPE", None, "the dtype, instead of the device's table (below)", shown="per device")
     attention: Annotated[Literal[ATTENTION_TYPES] | None, Lower] = setting(

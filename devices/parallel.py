@@ -237,11 +237,13 @@ def enable(model: Any, plan: ParallelPlan, kind: str, world: int) -> None:
     """Shard `model` (a diffusers denoiser, in a process of a joined group) over the group."""
     from diffusers import ContextParallelConfig, TensorParallelConfig
 
+    from .manager import DEVICE_TYPES  # here: the manager's module imports this one's settings
+
     check_model(model, plan)
     degree = plan.degree or world
     mesh = None
     if plan.mode == "tensor":
-        mesh = torch.distributed.device_mesh.init_device_mesh(kind, (degree,), mesh_dim_names=("tp",))
+        mesh = torch.distributed.device_mesh.init_device_mesh(DEVICE_TYPES.get(kind, kind), (degree,), mesh_dim_names=("tp",))
         config: Any = TensorParallelConfig(mesh=mesh)
     else:
         model.set_attention_backend(attention_backend(plan, kind))
@@ -309,9 +311,16 @@ def tensor_share(model: Any, degree: int) -> float:
         module, kind = name.rsplit(".", 1)
         styles = [style for glob, style in plan.items() if fnmatch.fnmatchcase(module, glob)]
         # a row-wise layer splits its weight's inputs and keeps its bias whole; a column-wise one splits both
-        if module in rest or (styles and (kind == "weight" or str(styles[0]).startswith("colwise"))):
+        if module in rest or (styles and (kind == "weight" or _column_wise(styles[0]))):
             sharded += size
     return (total - sharded + sharded / degree) / total if total else 1.0
+
+
+def _column_wise(style: Any) -> bool:
+    """A plan's style that splits a layer's outputs (its bias with them): "colwise" or a packed column-wise one."""
+    from diffusers.hooks.tensor_parallel import PackedColwiseParallel
+
+    return style == "colwise" or isinstance(style, PackedColwiseParallel)
 
 
 def applied(model: Any) -> str:

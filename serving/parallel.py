@@ -577,6 +577,12 @@ def process_pool(source: str, options: PipelineOptions, settings: DeviceSettings
     """A DevicePool whose replicas each run in a process of their own (REPLICA_PROCESSES=on), one per
     device of PREFERRED_DEVICE (or `devices`), the CPU's cores divided among the CPU ones."""
     listed = [str(d) for d in devices_for(devices if devices is not None else settings.preferred, settings.cpu_replicas)]
+    odd = sorted({par.kind_of(d) for d in listed} - set(par.COLLECTIVES))
+    if odd:  # a worker is shown its own device by the kind's visibility variable (devices.parallel.COLLECTIVES)
+        raise ValueError(
+            f"REPLICA_PROCESSES=on runs replicas of {', '.join(par.COLLECTIVES)} in processes of their own, not of "
+            f"{', '.join(odd)} ({'; '.join(par.NO_GROUP.get(k, 'unknown') for k in odd)}); unset REPLICA_PROCESSES"
+        )
     cpus = sum(par.kind_of(d) == "cpu" for d in listed)
     threads = cpu_threads_each(cpus) if cpus else None
     specs = [GroupSpec(source, (device,), None, options, settings, threads) for device in listed]
@@ -605,7 +611,8 @@ def parallel_pool(source: str, options: PipelineOptions, settings: DeviceSetting
 def _start_groups(specs: list[GroupSpec]) -> list[ParallelGroup]:
     """Every group (or replica process) started at once, each loading while the others do (one after the
     other, 8 GPUs' groups would take 8 loads); the first failure is raised, the started ones closed."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="start-group") as starting:
+    at_once = max(1, min(len(specs), os.cpu_count() or 1))  # loads at once: each takes its model's host memory
+    with concurrent.futures.ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="start-group") as starting:
         futures = [starting.submit(ParallelGroup, spec) for spec in specs]
         concurrent.futures.wait(futures)
     failed = next((f.exception() for f in futures if f.exception() is not None), None)

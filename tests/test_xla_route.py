@@ -10,14 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from devices import DeviceManager
 from devices.options import DeviceOptions, DeviceSettings
 from devices.xla import stand_in_environment
 from pipelines.run import xla_route
 from pipelines.schema.errors import LoraError
-from pipelines.schema.inpaint import Inpaint
 from pipelines.schema.request import GenerationRequest
 
 PROMPT = "a red circle on a blue background"
@@ -59,14 +57,6 @@ def test_requests_that_change_the_compiled_unet_are_refused_with_the_reason(fiel
 
 def test_a_plain_request_runs():
     assert xla_route.request_refusal(GenerationRequest(prompt=PROMPT, num_images=2, sampler="Euler a")) is None
-
-
-@pytest.mark.parametrize("sampler", ["DDIM", "PLMS", "LCM", "TCD", "DDPMScheduler"])
-def test_samplers_once_refused_and_inpaint_run(sampler):
-    mask = Image.new("L", (64, 64), 255)
-    inpaint = GenerationRequest(prompt=PROMPT, init_images=[Image.new("RGB", (64, 64))], inpaint=Inpaint(mask=mask))
-    assert xla_route.request_refusal(GenerationRequest(prompt=PROMPT, sampler=sampler)) is None
-    assert xla_route.request_refusal(inpaint) is None
 
 
 def test_the_route_keeps_a_schedulers_timesteps_on_the_cpu_with_its_signature():
@@ -142,7 +132,7 @@ def test_weight_patching_adds_what_diffusers_fuses_for_each_lora_form(tmp_path):
     weights = _unet_weights()
     sizes = []
     for form, path in _forms(tmp_path).items():
-        deltas = xla_route.lora_deltas(path, weights, StableDiffusionPipeline.lora_state_dict)
+        deltas = {k: pair.delta() for k, pair in xla_route.lora_layers(path, weights, StableDiffusionPipeline.lora_state_dict).items()}
         fused = _fused_change(path)
         assert sorted(deltas) == sorted(fused), form
         for name, delta in deltas.items():
@@ -160,10 +150,63 @@ def test_what_weight_patching_does_not_read_is_refused_with_the_reason(tmp_path)
     tensors = load_file(str(LORAS / "outline.safetensors"))
     save_file({**tensors, "text_encoder.x.lora_A.weight": np.zeros((4, 4), np.float32)}, tmp_path / "te.safetensors")
     with pytest.raises(LoraError, match=r"only the UNet's LoRA layers are read.*text_encoder"):
-        xla_route.lora_deltas(tmp_path / "te.safetensors", _unet_weights(), read)
+        xla_route.lora_layers(tmp_path / "te.safetensors", _unet_weights(), read)
     unet = {k[len("unet.") :]: v for k, v in load_file(str(LORAS / "outline.safetensors")).items()}
     metadata = {"r": 4, "lora_alpha": 4, "alpha_pattern": {"down_blocks.0": 8}, "rank_pattern": {}}  # refused before peft reads it
     StableDiffusionPipeline.save_lora_weights(tmp_path, unet_lora_layers={k: torch.from_numpy(v) for k, v in unet.items()},
                                               unet_lora_adapter_metadata=metadata, weight_name="pattern.safetensors")  # fmt: skip
     with pytest.raises(LoraError, match="alpha_pattern"):
-        xla_route.lora_deltas(tmp_path / "pattern.safetensors", _unet_weights(), read)
+        xla_route.lora_layers(tmp_path / "pattern.safetensors", _unet_weights(), read)
+
+
+class _Unet:
+    def __init__(self, params: dict):
+        self.params = dict(params)
+
+
+class _RoutePipe:  # what PatchedLoras reads of the route's pipeline: the compiled UNet's weight inputs, the LoRA reader
+    lora_state_dict = staticmethod(__import__("diffusers").StableDiffusionPipeline.lora_state_dict)
+
+    def __init__(self, params: dict):
+        self.unet = _Unet(params)
+
+
+def _patched(monkeypatch, fail_at: int | None = None) -> xla_route.PatchedLoras:
+    """PatchedLoras over the embedded UNet's weights as numpy arrays, `devices.xla.add_to_weight` as numpy's
+    addition (raising at call `fail_at`, as a device out of memory would)."""
+    from types import SimpleNamespace
+
+    calls = []
+
+    def add(base, delta):
+        calls.append(1)
+        if fail_at is not None and len(calls) == fail_at:
+            raise RuntimeError("RESOURCE_EXHAUSTED")
+        return base + delta
+
+    monkeypatch.setattr(xla_route.xla, "add_to_weight", add)
+    route = SimpleNamespace(jax_pipe=SimpleNamespace(pipe=_RoutePipe(_unet_weights())))
+    return xla_route.PatchedLoras(route, None, LORAS)
+
+
+def test_patched_loras_put_the_models_own_weights_back_after_a_lora_a_failure_or_a_re_read(monkeypatch):
+    loras = _patched(monkeypatch)
+    params, base = loras.unet.params, loras.base
+    loras.activate({"outline": 0.5})
+    changed = [w for w in params if params[w] is not base[w]]
+    assert len(changed) == 92
+    pair = loras.layers["outline"][changed[0]]
+    np.testing.assert_allclose(params[changed[0]], base[changed[0]] + 0.5 * pair.delta(), rtol=1e-6)
+    loras.activate({})
+    assert all(params[w] is base[w] for w in params)  # the same arrays: bit for bit
+
+    loras.activate({"outline": 1.0})
+    loras.load(LORAS / "outline.safetensors", name="outline")  # re-read while its weights are in
+    loras.activate({})
+    assert all(params[w] is base[w] for w in params)
+
+    failing = _patched(monkeypatch, fail_at=3)
+    with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):
+        failing.activate({"outline": 1.0})  # two weights patched, then the device fails
+    failing.activate({})  # the request after: none of that LoRA may stay
+    assert all(failing.unet.params[w] is failing.base[w] for w in failing.unet.params)

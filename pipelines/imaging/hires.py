@@ -248,12 +248,10 @@ def _use_sampler(self: Any, name: str | None) -> Any:
     """Swap in the second pass's sampler; returns the scheduler to put back (None: nothing swapped)."""
     if not name:
         return None
-    from pipelines.sampling import samplers
-
     current = self.pipe.scheduler
     if self._own_scheduler is None:
         self._own_scheduler = current  # what the model offers must not follow this request's swap
-    self.twins.use_scheduler(samplers.build(self._own_scheduler, name))
+    self.twins.use_scheduler(self.build_sampler(name))
     return current
 
 

@@ -257,6 +257,12 @@ class ImagePipeline:
         """Defaults and limits of the loaded model, as the UI and the API enforce them."""
         return model_setup.describe(self)
 
+    def build_sampler(self, name: str, overrides: dict[str, Any] | None = None) -> Any:
+        """The sampler `name` built from the model's own scheduler, for a request or its hires pass (on the TPU
+        route its timesteps kept on the CPU: pipelines.run.xla_route.cpu_timesteps)."""
+        scheduler = samplers.build(self.own_scheduler, name, overrides)
+        return scheduler if self.xla is None else self.xla.scheduler(scheduler)
+
     @property
     def own_scheduler(self) -> Any:
         """The model's own scheduler, also while a request runs with another sampler swapped in: what
@@ -372,9 +378,7 @@ class ImagePipeline:
         ):
             return results.unchanged(self, request, item_range)
         overrides = dict(few.scheduler_options) if few else None
-        scheduler = samplers.build(self.own_scheduler, request.sampler, overrides) if request.sampler else None
-        if scheduler is not None and self.xla is not None:
-            scheduler = self.xla.scheduler(scheduler)  # the TPU route keeps timesteps on the CPU (xla_route)
+        scheduler = self.build_sampler(request.sampler, overrides) if request.sampler else None
         count_now = count if count is not None else request.total_images
 
         def report(step: int, total: int, image: int) -> None:

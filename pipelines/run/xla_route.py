@@ -163,22 +163,36 @@ def cpu_timesteps(scheduler: Any) -> Any:
     return scheduler
 
 
+@dataclass(frozen=True)
+class LowRank:
+    """One layer of a LoRA, kept as read (its two small matrices, not their product: a full delta per layer
+    would hold as much as the UNet's weights per LoRA): the delta at scale 1 is `scale * up @ down`."""
+
+    up: Any  # (out, rank), numpy float32
+    down: Any  # (rank, in x kernel)
+    scale: float  # lora_alpha / r, as peft scales it
+    shape: tuple[int, ...]  # the weight's
+
+    def delta(self) -> Any:
+        return (self.scale * (self.up @ self.down)).reshape(self.shape)
+
+
 class PatchedLoras(LoraManager):
-    """LoRAs on the TPU route by weight patching, as A1111 and Forge do: each LoRA is read once into CPU
-    deltas (lora_B @ lora_A per layer); `activate` puts into the compiled UNet's weights (the inputs of its
+    """LoRAs on the TPU route by weight patching, as A1111 and Forge do: each LoRA is read once into its
+    layers' low-rank pairs (`LowRank`, on the CPU); `activate` puts into the compiled UNet's weights (the inputs of its
     program, `params`) the model's own weights plus each active LoRA's delta times its scale, and the
     model's own weights back when none is active. Nothing inside the program changes, so nothing
     recompiles, and the weights kept from load come back bit for bit (JAX arrays are never changed in
     place). The UNet's part of a LoRA in any form diffusers reads is read (diffusers/peft, kohya/A1111 with
     their alphas, peft metadata's lora_alpha and r); text encoder parts, DoRA and per-layer rank or alpha
-    patterns are refused when loaded, saying which (`lora_deltas`)."""
+    patterns are refused when loaded, saying which (`lora_layers`)."""
 
     def __init__(self, route: XlaRoute, dm: Any, lora_dir: Any):
         super().__init__(route.jax_pipe.pipe, dm, lora_dir)
         self.unet = route.jax_pipe.pipe.unet
         self.base = dict(self.unet.params)  # as loaded (and placed on the mesh): what a request without LoRAs runs
-        self.deltas: dict[str, dict[str, Any]] = {}  # per LoRA: weight name -> delta at scale 1 (numpy float32)
-        self.active: dict[str, float] = {}
+        self.layers: dict[str, dict[str, LowRank]] = {}  # per LoRA: weight name -> its pair
+        self.active: dict[str, float] | None = {}  # None: unknown (a patch failed midway, or an active LoRA was re-read)
         self.patched: set[str] = set()  # weights that differ from `base` now
 
     def load(self, path: Any, name: str | None = None, allow_outside: bool = False) -> str:
@@ -186,17 +200,18 @@ class PatchedLoras(LoraManager):
         if not resolved.is_file():
             raise LoraError(f"LoRA file not found: {resolved.name}")
         name = name or resolved.stem
-        self.deltas[name] = lora_deltas(resolved, self.base, type(self.pipe).lora_state_dict)
+        self.layers[name] = lora_layers(resolved, self.base, type(self.pipe).lora_state_dict)
         self._loaded[name] = resolved
-        self.active.pop(name, None)  # a reloaded file: patched again at its next activation
-        log.info("LoRA %s read from %s for weight patching (%d layers)", name, resolved, len(self.deltas[name]))
+        if self.active is not None and name in self.active:
+            self.active = None  # its old weights are patched in: the next activation sets every one again
+        log.info("LoRA %s read from %s for weight patching (%d layers)", name, resolved, len(self.layers[name]))
         return name
 
     def unload(self, name: str) -> None:
         if name not in self._loaded:
             raise LoraError(f"LoRA {name!r} is not loaded (loaded: {', '.join(self._loaded) or 'none'})")
-        self.activate({n: s for n, s in self.active.items() if n != name})
-        del self._loaded[name], self.deltas[name]
+        self.activate({n: s for n, s in (self.active or {}).items() if n != name})
+        del self._loaded[name], self.layers[name]
 
     def activate(self, scales: dict[str, float]) -> None:
         """The UNet's weights for exactly these LoRAs at these scales (reading each from LORA_DIR on first use)."""
@@ -209,20 +224,20 @@ class PatchedLoras(LoraManager):
                 self.load(available[name], name=name)
         if scales == self.active:
             return
-        wanted = {w for lora in scales for w in self.deltas[lora]}
-        # weight by weight, `patched` kept true: should one fail, the next activation still finds every one
+        self.active = None  # until every weight is set: should one fail, the next activation sets them all
+        wanted = {w for lora in scales for w in self.layers[lora]}
         for weight in self.patched - wanted:
             self.unet.params[weight] = self.base[weight]
             self.patched.discard(weight)
         for weight in wanted:
-            delta = sum(self.deltas[lora][weight] * scale for lora, scale in scales.items() if weight in self.deltas[lora])
-            self.unet.params[weight] = xla.add_to_weight(self.base[weight], delta)
+            pairs = [(self.layers[lora][weight], scale) for lora, scale in scales.items() if weight in self.layers[lora]]
+            self.unet.params[weight] = xla.add_to_weight(self.base[weight], sum(p.delta() * scale for p, scale in pairs))
             self.patched.add(weight)
         self.active = dict(scales)
 
 
-def lora_deltas(path: Any, weights: dict[str, Any], loader: Any) -> dict[str, Any]:
-    """{UNet weight name: its delta at scale 1, (lora_alpha / r) * lora_B @ lora_A in the weight's shape} of a LoRA
+def lora_layers(path: Any, weights: dict[str, Any], loader: Any) -> dict[str, LowRank]:
+    """{UNet weight name: its LoRA pair, whose delta at scale 1 is (lora_alpha / r) * lora_B @ lora_A} of a LoRA
     file in any form diffusers reads (`loader`: the pipeline class's `lora_state_dict`, which converts kohya's and
     A1111's names and gives their `.alpha`s; peft metadata gives lora_alpha and r), as numpy float32; or
     LoraError saying what it holds that weight patching does not read. The scale is peft's, so a patched
@@ -238,7 +253,7 @@ def lora_deltas(path: Any, weights: dict[str, Any], loader: Any) -> dict[str, An
     why = _unread(state, pairs, metadata)
     if why:
         raise LoraError(f"{path.name} cannot be patched into the weights on tpu: {why}")
-    deltas = {}
+    layers = {}
     for key in (k for k in pairs if k.endswith(".lora_A.weight")):
         layer = key[: -len(".lora_A.weight")]
         down = pairs[key].reshape(pairs[key].shape[0], -1)  # (rank, in x kernel)
@@ -249,8 +264,8 @@ def lora_deltas(path: Any, weights: dict[str, Any], loader: Any) -> dict[str, An
             raise LoraError(f"{path.name} is not a LoRA for this model: no layer {layer} of its shape")
         rank = float(metadata.get("unet.r", down.shape[0]))
         alpha = alpha_of.get(layer, float(metadata.get("unet.lora_alpha", rank)))
-        deltas[weight] = ((alpha / rank) * (up @ down)).reshape(shape)
-    return deltas
+        layers[weight] = LowRank(up, down, alpha / rank, shape)
+    return layers
 
 
 def _alphas_by_layer(alphas: dict[str, float]) -> dict[str, float]:
