@@ -233,17 +233,16 @@ def check_model(model: Any, plan: ParallelPlan) -> None:
         )
 
 
-def enable(model: Any, plan: ParallelPlan, kind: str, world: int) -> None:
-    """Shard `model` (a diffusers denoiser, in a process of a joined group) over the group."""
+def enable(model: Any, plan: ParallelPlan, kind: str, world: int, device_type: str) -> None:
+    """Shard `model` (a diffusers denoiser, in a process of a joined group) over the group; `device_type`: torch's
+    name of the device kind (`cuda` on ROCm), for the tensor-parallel mesh."""
     from diffusers import ContextParallelConfig, TensorParallelConfig
-
-    from .manager import DEVICE_TYPES  # here: the manager's module imports this one's settings
 
     check_model(model, plan)
     degree = plan.degree or world
     mesh = None
     if plan.mode == "tensor":
-        mesh = torch.distributed.device_mesh.init_device_mesh(DEVICE_TYPES.get(kind, kind), (degree,), mesh_dim_names=("tp",))
+        mesh = torch.distributed.device_mesh.init_device_mesh(device_type, (degree,), mesh_dim_names=("tp",))
         config: Any = TensorParallelConfig(mesh=mesh)
     else:
         model.set_attention_backend(attention_backend(plan, kind))

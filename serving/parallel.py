@@ -149,7 +149,7 @@ def _load(spec: GroupSpec, rank: int, port: int) -> tuple[Any, torch.device, dic
         if not denoisers:
             raise ValueError(f"PARALLEL={spec.plan}: {type(pipeline.diffusers_pipeline).__name__} has no denoiser to split")
         for model in denoisers:
-            par.enable(model, spec.plan, dm.backend, len(spec.devices))
+            par.enable(model, spec.plan, dm.backend, len(spec.devices), dm.device.type)  # ROCm's type is cuda
     report = {
         "rank": rank,
         "pid": os.getpid(),
