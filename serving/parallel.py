@@ -585,12 +585,7 @@ def process_pool(source: str, options: PipelineOptions, settings: DeviceSettings
         )
     cpus = sum(par.kind_of(d) == "cpu" for d in listed)
     threads = cpu_threads_each(cpus) if cpus else None
-    specs = [GroupSpec(source, (device,), None, options, settings, threads) for device in listed]
-
-    def build(model: str, _managers: list, opts: PipelineOptions) -> list[ParallelGroup]:
-        return _start_groups([dataclasses.replace(s, source=model, options=opts) for s in specs])
-
-    return DevicePool(_start_groups(specs), builder=build)
+    return _pool_of([GroupSpec(source, (device,), None, options, settings, threads) for device in listed])
 
 
 def _all_if_auto(text: str) -> str:
@@ -600,7 +595,11 @@ def _all_if_auto(text: str) -> str:
 
 def parallel_pool(source: str, options: PipelineOptions, settings: DeviceSettings, devices: str | None = None):
     """A DevicePool whose replicas are parallel groups (one group when the degree covers every device)."""
-    specs = group_specs(source, options, settings, devices)
+    return _pool_of(group_specs(source, options, settings, devices))
+
+
+def _pool_of(specs: list[GroupSpec]) -> DevicePool:
+    """A DevicePool of `specs` started; a model switch starts the same specs with the new model and options."""
 
     def build(model: str, _managers: list, opts: PipelineOptions) -> list[ParallelGroup]:
         return _start_groups([dataclasses.replace(s, source=model, options=opts) for s in specs])

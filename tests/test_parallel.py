@@ -46,6 +46,21 @@ def max_diff(a, b) -> int:
     return int(np.abs(pixels(a) - pixels(b)).max())
 
 
+def stopped_after_two_steps(engine, request):
+    """The app's Stop (Engine.stop) after the request's second progress event: the steps seen, and the result."""
+    job = engine.submit(request, Caller(session="s1"))
+    seen, result = [], None
+    for event in job.events(timeout=120):
+        if isinstance(event, Progress):
+            seen.append(event.step)
+            if len(seen) == 2:
+                engine.stop("s1")
+        if isinstance(event, Finished):
+            result = event.result
+    assert result is not None, "the job ended without a result"
+    return seen, result
+
+
 def group_of(engine) -> ParallelGroup:
     (group,) = engine.backend.replicas
     assert isinstance(group, ParallelGroup)
@@ -167,16 +182,8 @@ def test_progress_reaches_the_caller(ulysses):
 def test_stop_stops_every_rank_and_the_next_request_works(ulysses, one_flux):
     """The app's Stop (Engine.stop) mid-request: the group answers, cancelled, before the last step; had a
     rank gone on alone, it would wait in a collective and the next request would never finish."""
-    request = GenerationRequest(**{**FLUX, "steps": 12})
-    job = ulysses.submit(request, Caller(session="s1"))
-    seen = []
-    for event in job.events(timeout=120):
-        if isinstance(event, Progress):
-            seen.append(event.step)
-            if len(seen) == 2:
-                ulysses.stop("s1")
-        if isinstance(event, Finished):
-            assert event.result.cancelled and not event.result.images
+    seen, result = stopped_after_two_steps(ulysses, GenerationRequest(**{**FLUX, "steps": 12}))
+    assert result.cancelled and not result.images
     assert max(seen) < 12
     again = GenerationRequest(**FLUX)
     assert max_diff(ulysses.run(again), one_flux.run(again)) <= 1
@@ -351,15 +358,8 @@ def test_replicas_in_processes_make_the_in_process_images_stop_and_survive_a_kil
         request = GenerationRequest(prompt="a red circle on a blue background", num_images=2, steps=8, seed=5)
         assert max_diff(pool.run(request), one.run(request)) <= 1
 
-        job = pool.submit(GenerationRequest(prompt="a red circle", steps=30, seed=1), Caller(session="s1"))
-        seen = []
-        for event in job.events(timeout=120):
-            if isinstance(event, Progress):
-                seen.append(event.step)
-                if len(seen) == 2:
-                    pool.stop("s1")
-            if isinstance(event, Finished):
-                assert event.result.cancelled
+        seen, result = stopped_after_two_steps(pool, GenerationRequest(prompt="a red circle", steps=30, seed=1))
+        assert result.cancelled
         assert max(seen) < 30
 
         killed = threading.Event()

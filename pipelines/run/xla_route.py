@@ -215,13 +215,7 @@ class PatchedLoras(LoraManager):
 
     def activate(self, scales: dict[str, float]) -> None:
         """The UNet's weights for exactly these LoRAs at these scales (reading each from LORA_DIR on first use)."""
-        available = self.available()
-        for name in scales:
-            if name not in self._loaded:
-                if name not in available:
-                    known = sorted({*available, *self._loaded})
-                    raise LoraError(f"loras: unknown LoRA {name!r}; available: {', '.join(known) or 'none'}")
-                self.load(available[name], name=name)
+        self.load_named(scales)
         if scales == self.active:
             return
         self.active = None  # until every weight is set: should one fail, the next activation sets them all

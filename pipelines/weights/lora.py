@@ -8,6 +8,7 @@ not fit the model is refused with a clear error and leaves the pipeline as it wa
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,15 +123,19 @@ class LoraManager:
             parts.append(f"{name}={scale:g}@{path}:{stat.st_size if stat else 0}:{stat.st_mtime_ns if stat else 0}")
         return ";".join(parts)
 
-    def activate(self, scales: dict[str, float]) -> None:
-        """Make exactly these adapters active with these scales (loading from LORA_DIR on demand)."""
+    def load_named(self, names: Iterable[str]) -> None:
+        """Load each of `names` not loaded yet from LORA_DIR; LoraError naming what is available for one that is not there."""
         available = self.available()
-        for name in scales:
+        for name in names:
             if name not in self._loaded:
                 if name not in available:
                     known = sorted({*available, *self._loaded})
                     raise LoraError(f"loras: unknown LoRA {name!r}; available: {', '.join(known) or 'none'}")
                 self.load(available[name], name=name)
+
+    def activate(self, scales: dict[str, float]) -> None:
+        """Make exactly these adapters active with these scales (loading from LORA_DIR on demand)."""
+        self.load_named(scales)
         if not self._loaded:
             return
         if scales:
