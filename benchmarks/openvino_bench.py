@@ -2,13 +2,16 @@
 
     python -m benchmarks speed --runtime openvino --steps 20 --json openvino.json
     python -m benchmarks speed --runtime openvino --no-peer        # without optimum-intel
+    python -m benchmarks speed --runtime openvino --model tiny-shapes-fast   # the few-step case (LCM, 4 steps)
 
 One process measures torch eager (`plain`), OpenVINO's first load (conversion into a fresh cache:
 `openvino`) and its cached load (`openvino-cached`, a restart) at 1 image, then torch and cached
 OpenVINO at 4 images (benchmarks.speed's medians of --repeats after a warm-up; peak memory sampled
 the same way for both). The peer, optimum-intel's OVStableDiffusionPipeline exported from the same
 folder, runs in a venv of its own (benchmarks/requirements-openvino-peer.txt, built on first use in
---peer-venv) through benchmarks/openvino_peer.py, with the same steps, size, batches and repeats.
+--peer-venv) through benchmarks/openvino_peer.py, with the same steps, guidance, size, batches and repeats.
+A recipe (`--model tiny-shapes-fast`) is first saved as a plain folder that both load (`plain_folder`):
+its LoRAs fused, its sampler's scheduler, its steps and guidance in vocabulary.json.
 """
 
 from __future__ import annotations
@@ -56,13 +59,46 @@ def build_peer(venv: Path) -> Path:
     return python
 
 
-def peer(args: argparse.Namespace, steps: int, size: int) -> dict[str, Any]:
+def plain_folder(model: str, root: Path) -> str:
+    """`model` itself, or for a recipe a folder under `root` that ours and the peer load alike: the recipe's
+    source with its LoRAs fused at their scales, its sampler's scheduler, and the source's vocabulary.json
+    with the recipe's defaults (steps, guidance) over it."""
+    from diffusers import DiffusionPipeline
+
+    from pipelines.run.model_setup import read_vocabulary
+    from pipelines.sampling import samplers
+    from pipelines.weights import recipes
+
+    found = recipes.find(model)
+    if found is None:
+        return model
+    recipe = recipes.load(found)
+    source = recipe.resolve(recipe.source)
+    pipe = DiffusionPipeline.from_pretrained(source)
+    names = [f"lora{i}" for i in range(len(recipe.loras))]
+    for name, lora in zip(names, recipe.loras, strict=True):
+        pipe.load_lora_weights(recipe.resolve(lora.path), adapter_name=name)
+    if names:
+        pipe.set_adapters(names, [lora.scale for lora in recipe.loras])
+        pipe.fuse_lora(adapter_names=names)
+        pipe.unload_lora_weights()
+    if sampler := recipe.defaults.get("sampler"):
+        pipe.scheduler = samplers.build(pipe.scheduler, sampler)
+    out = root / recipe.name
+    pipe.save_pretrained(out)
+    vocabulary = {**read_vocabulary(source), **recipe.ui_vocabulary()}
+    (out / "vocabulary.json").write_text(json.dumps(vocabulary, indent=1) + "\n")
+    return str(out)
+
+
+def peer(args: argparse.Namespace, steps: int, size: int, guidance: float) -> dict[str, Any]:
     """The peer's JSON line (export and cached-load seconds, images/s per batch, peak RSS)."""
     python = build_peer(Path(args.peer_venv) if args.peer_venv else PEER_VENV)
     with tempfile.TemporaryDirectory(prefix="openvino-peer-") as out:
         command = [
             str(python), str(PEER_SCRIPT), "--model", str(args.model), "--out", out, "--steps", str(steps),
             "--batches", ",".join(map(str, BATCHES)), "--size", str(size), "--repeats", str(args.repeats),
+            "--guidance", str(guidance),
         ]  # fmt: skip
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
         done = subprocess.run(command, check=True, env=env, stdout=subprocess.PIPE, text=True)
@@ -129,6 +165,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f"load s: torch {s['torch_load_s']:.1f}, OpenVINO first (converting) {s['first_load_s']:.1f}, "
         f"cached {s['cached_load_s']:.1f}"
         + (f"; optimum-intel export {peer_row['export_s']:.1f}, cached {peer_row['cached_load_s']:.1f}" if peer_row else ""),
+        *([f"optimum-intel's scheduler: {peer_row.get('scheduler')}"] if peer_row else []),
     ]  # fmt: skip
     memory = s["peak_memory"]
     if memory["torch"] and memory["openvino"]:
@@ -164,12 +201,15 @@ def main(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
 
-    vocabulary = read_vocabulary(args.model)
-    steps = args.steps or int(vocabulary.get("default_steps", 20))
-    args.steps = steps
-    reports = ours(args)
-    size = native_size(Path(args.model))
-    peer_row = None if args.no_peer else peer(args, steps, size)
+    with tempfile.TemporaryDirectory(prefix="openvino-bench-") as root:
+        args.model = plain_folder(args.model, Path(root))
+        vocabulary = read_vocabulary(args.model)
+        steps = args.steps or int(vocabulary.get("default_steps", 20))
+        args.steps = steps
+        reports = ours(args)
+        size = native_size(Path(args.model))
+        guidance = float(vocabulary.get("default_guidance_scale", 4.0))  # what benchmarks.suite's requests use
+        peer_row = None if args.no_peer else peer(args, steps, size, guidance)
     figures = summary(reports, peer_row)
     print(format_summary(figures))
     if args.json:

@@ -24,7 +24,6 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("OPENVINO_TELEMETRY_DISABLE", "1")  # hint only; no network anyway
 
 PROMPT = "a red circle on a blue background"
-GUIDANCE = 7.5
 
 
 def _versions():
@@ -110,6 +109,7 @@ def _parser():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="CPU")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--guidance", type=float, default=4.0, help="as the app's request (1: no CFG, one UNet call a step)")
     return ap
 
 
@@ -148,7 +148,7 @@ def _images_per_s(pipe, args, n):
     def call():
         g = torch.Generator("cpu").manual_seed(args.seed)
         return pipe(PROMPT, num_images_per_prompt=n, height=args.size, width=args.size,
-                    num_inference_steps=args.steps, guidance_scale=GUIDANCE, generator=g).images  # fmt: skip
+                    num_inference_steps=args.steps, guidance_scale=args.guidance, generator=g).images  # fmt: skip
 
     imgs = call()  # warm-up
     if len(imgs) != n or any(im.size != (args.size, args.size) for im in imgs):
@@ -174,6 +174,7 @@ def main():
         peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
     result = {
         "versions": _versions(),
+        "scheduler": type(pipe.scheduler).__name__,  # the folder's (a recipe's sampler: LCMScheduler)
         "export_s": round(export_s, 3),
         "cached_load_s": round(cached_load_s, 3),
         "images_per_s": {k: round(v, 3) for k, v in ips.items()},

@@ -211,3 +211,26 @@ def test_the_suite_writes_its_json_under_openvino(tiny_model_dir, tmp_path):
     r = json.loads(out.read_text())["results"]
     assert r["roofline"]["runtime"] == "openvino" and r["roofline"]["unet_gflop_per_step"] > 0
     assert r["dtype"]["runtime"] == "torch" and set(r["dtype"]["dtypes"]) == {"float32", "bfloat16"}
+
+
+def test_a_recipe_is_benchmarked_as_one_folder_that_draws_what_the_app_draws(tmp_path):
+    """`speed --runtime openvino --model tiny-shapes-fast` (issue 58's few-step peer case): ours and optimum-intel
+    load one plain folder made from the recipe. It has the recipe's LCM scheduler, 4 steps and guidance 1, and
+    its images are the app's own for the recipe, so the two runtimes are timed on the same work."""
+    from benchmarks.openvino_bench import plain_folder
+    from benchmarks.suite import as_array
+    from devices import DeviceManager
+    from pipelines import GenerationRequest, ImagePipeline
+    from pipelines.run.model_setup import read_vocabulary
+
+    folder = plain_folder("tiny-shapes-fast", tmp_path)
+    vocabulary = read_vocabulary(folder)
+    assert (vocabulary["default_steps"], vocabulary["default_guidance_scale"]) == (4, 1.0)
+    request = GenerationRequest(prompt="a red circle on a blue background", steps=4, guidance_scale=1.0, seed=3)
+    images = []
+    for source in (folder, "tiny-shapes-fast"):
+        pipeline = ImagePipeline.from_pretrained(source, DeviceManager("cpu"))
+        assert type(pipeline.pipe.scheduler).__name__ == "LCMScheduler"
+        images.append(as_array(pipeline.generate(request).images))
+        pipeline.close()
+    assert abs(images[0] - images[1]).max() <= 2 / 255

@@ -319,29 +319,6 @@ def test_a_replica_falls_back_to_the_old_model_only_while_its_switch_is_under_wa
         load(broken, str(tiny_model_dir), DeviceManager("cpu"), None, lambda: True)
 
 
-def test_a_model_switch_reaches_every_replica_and_a_failed_one_keeps_the_old_model(backend, tiny_model_dir, tmp_path):
-    from pipelines import ModelLoadError
-    from serving.editing import EMBEDDED_T2I
-
-    info = backend.load_model(str(EMBEDDED_T2I))
-    assert (info.model_name, info.default_width, info.default_height) == ("tiny-shapes", 64, 64)
-    results = run_together(backend, [5, 6])  # both replicas at once: each serves the new model
-    assert {r.metadata[0]["model"] for r in results.values()} == {"tiny-shapes"}
-    assert len({r.metadata[0]["replica"] for r in results.values()}) == 2
-    broken = broken_model(tmp_path / "broken")
-    with pytest.raises(ModelLoadError, match=r"could not switch to .*broken.*tiny-shapes is serving again"):
-        backend.load_model(str(broken))
-    assert backend.model_info().model_name == "tiny-shapes"
-    results = run_together(backend, [7, 8])
-    assert {r.metadata[0]["model"] for r in results.values()} == {"tiny-shapes"}
-    assert len({r.metadata[0]["replica"] for r in results.values()}) == 2
-    # The next switch succeeds (the failed deploy's errors are not read) and settles: a replica that
-    # restarts now fails instead of falling back. (One switch for both: each redeploy costs ~30-60 s here.)
-    assert backend.load_model(str(tiny_model_dir)).model_name == tiny_model_dir.name
-    assert ray.get(backend.board.settled.remote(backend.app_args["deploy_id"]))
-    assert backend.generate(request()).metadata[0]["model"] == tiny_model_dir.name
-
-
 def test_an_xyz_plot_runs_its_cells_on_both_replicas(backend, local):
     """A plot's cells are requests to the engine: Ray's two replicas take two at once; each cell is the
     in-process image of the same request."""
@@ -357,3 +334,25 @@ def test_an_xyz_plot_runs_its_cells_on_both_replicas(backend, local):
     assert len({result.results[c.at].metadata[0]["replica"] for c in cells}) == 2
     for cell in cells:
         assert_same(result.results[cell.at], local.generate(cell.request))
+
+
+def test_a_model_switch_reaches_every_replica_and_a_failed_one_keeps_the_old_model(backend, tiny_model_dir, tmp_path):
+    """Last in the module: it leaves the replicas on another model. (Three redeploys, ~30-60 s each here.)"""
+    from pipelines import ModelLoadError
+    from serving.editing import EMBEDDED_T2I
+
+    broken = broken_model(tmp_path / "broken")
+    with pytest.raises(ModelLoadError, match=rf"could not switch to .*broken.*{tiny_model_dir.name} is serving again"):
+        backend.load_model(str(broken))
+    assert backend.model_info().model_name == tiny_model_dir.name
+    results = run_together(backend, [7, 8])
+    assert {r.metadata[0]["model"] for r in results.values()} == {tiny_model_dir.name}
+    assert len({r.metadata[0]["replica"] for r in results.values()}) == 2
+    # The next switch succeeds (the failed deploy's errors are not read), reaches both replicas and settles:
+    # a replica that restarts now fails instead of falling back.
+    info = backend.load_model(str(EMBEDDED_T2I))
+    assert (info.model_name, info.default_width, info.default_height) == ("tiny-shapes", 64, 64)
+    assert ray.get(backend.board.settled.remote(backend.app_args["deploy_id"]))
+    results = run_together(backend, [5, 6])  # both replicas at once: each serves the new model
+    assert {r.metadata[0]["model"] for r in results.values()} == {"tiny-shapes"}
+    assert len({r.metadata[0]["replica"] for r in results.values()}) == 2
