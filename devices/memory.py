@@ -66,6 +66,21 @@ def _proc_status_kb(field: str) -> int | None:
     return None
 
 
+def tensor_bytes(t: Any) -> int:
+    """Bytes a tensor really stores: a tensor subclass (torchao) by its inner tensors, a GGUF
+    parameter by its uint8 blocks, anything else by numel x element size."""
+    flatten = getattr(type(t), "__tensor_flatten__", None)
+    if flatten is not None and type(t).__name__ not in ("Parameter", "Tensor", "GGUFParameter"):
+        names, _ = t.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(t, n)) for n in names if getattr(t, n, None) is not None)
+    return t.numel() * t.element_size()
+
+
+def module_bytes(module: torch.nn.Module) -> int:
+    """A module's parameters' bytes as stored (quantized ones included: `tensor_bytes`)."""
+    return sum(tensor_bytes(p) for p in module.parameters())
+
+
 def device_memory(backend: str, device: torch.device) -> dict[str, int | None]:
     """allocated/reserved/peak/total/free for one device."""
     if backend == "tpu":

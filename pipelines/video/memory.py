@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 from devices.manager import OFFLOAD_SAVERS
-from devices.memory import human_bytes
+from devices.memory import human_bytes, module_bytes
 from pipelines.schema.fields import RequestError
 
 TOKEN_ATTENTION = 11.25  # floats a token per unit of D in a block's attention half: q, k, v, their rotary copies, out
@@ -212,19 +212,15 @@ def _group_share(module: Any, leaf: bool) -> float:
     outside its block lists and two blocks (one running, the next copied); by leaf, two of its largest leaves."""
     if not isinstance(module, torch.nn.Module):
         return 0.0
-    total = _param_bytes(module) or 1
+    total = module_bytes(module) or 1
     if leaf:
         leaves = [m for m in module.modules() if not list(m.children())]
-        return min(1.0, 2 * max(map(_param_bytes, leaves), default=0) / total)
+        return min(1.0, 2 * max(map(module_bytes, leaves), default=0) / total)
     blocks = [b for child in module.children() if isinstance(child, (torch.nn.ModuleList, torch.nn.Sequential)) for b in child]
     if not blocks:
         return 1.0  # no block list (a text encoder's stack is one module): diffusers moves it whole
-    sizes = [_param_bytes(block) for block in blocks]
+    sizes = [module_bytes(block) for block in blocks]
     return min(1.0, (total - sum(sizes) + 2 * max(sizes)) / total)
-
-
-def _param_bytes(module: torch.nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for p in module.parameters())
 
 
 def tokens(shape: VideoShape, clip: Clip) -> int:

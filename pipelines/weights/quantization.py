@@ -304,19 +304,11 @@ def applied(pipe: Any) -> dict[str, str]:
     return dict(getattr(pipe, "_quantization", {}) or {})
 
 
-def tensor_bytes(t: Any) -> int:
-    """Bytes a tensor really stores: a tensor subclass (torchao) by its inner tensors, a GGUF
-    parameter by its uint8 blocks, anything else by numel x element size."""
-    flatten = getattr(type(t), "__tensor_flatten__", None)
-    if flatten is not None and type(t).__name__ not in ("Parameter", "Tensor", "GGUFParameter"):
-        names, _ = t.__tensor_flatten__()
-        return sum(tensor_bytes(getattr(t, n)) for n in names if getattr(t, n, None) is not None)
-    return t.numel() * t.element_size()
-
-
 def component_bytes(pipe: Any) -> dict[str, int]:
     """component -> bytes of its parameters and buffers, quantized ones by their real storage."""
     import torch
+
+    from devices.memory import tensor_bytes  # torch: imported when asked, as the module's other runtime parts
 
     out = {}
     for name, component in (getattr(pipe, "components", {}) or {}).items():
