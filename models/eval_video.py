@@ -326,9 +326,10 @@ def load_generator(model: str | Path, steps: int, guidance: float = GUIDANCE) ->
     from diffusers import WanPipeline
 
     import pipelines.video.packed_vae  # noqa: F401  (the embedded model's VAE class, named by its module)
+    from pipelines.run.model_setup import read_vocabulary
 
     pipe = WanPipeline.from_pretrained(str(model))
-    vocabulary = json.loads(Path(model, "vocabulary.json").read_text()) if Path(model, "vocabulary.json").exists() else {}
+    vocabulary = read_vocabulary(str(model))
     text = {"max_sequence_length": vocabulary["max_sequence_length"]} if "max_sequence_length" in vocabulary else {}
     pipe.to("cuda" if torch.cuda.is_available() else "cpu")
     pipe.set_progress_bar_config(disable=True)

@@ -4,7 +4,6 @@ moving-shapes world (models.train.video_world), over the embedded image model's 
 as a Wan VAE's, 4 frames and 8x8 pixels per latent (pipelines.video.packed_vae: no video VAE to train).
 
     python -m models.train.train video [--steps N]       # transformer + text encoder on the packed latents (10000)
-    python -m models.train.train video-tune [--steps N]  # then every noise level, from the exported weights (4000)
     python -m models.train.train video-export            # the diffusers folder models/tiny-shapes-video/
 
 It is a Wan 2.2 TI2V-style model (`expand_timesteps`): each latent token carries its own timestep,
@@ -55,10 +54,6 @@ CFG_DROPOUT = 0.1
 BATCH = 16
 LR = 1e-3
 FLOW_SHIFT = 3.0  # the sampler's shift (UniPC flow sigmas), as Wan's 480p recipes
-# video-tune: the shifted noise levels put sigma < 0.3 in 2.5 % of the steps, and the low noise levels are where
-# a shape's outline is drawn; the tuning stage draws half of each batch's levels uniformly instead
-TUNE_LR = 3e-4
-UNIFORM_SHARE = 0.5
 
 
 def make_vae():
@@ -134,25 +129,13 @@ def text_embeddings(encoder, tok, prompts: list[str]) -> torch.Tensor:
     return F.pad(states, (0, 0, 0, MAX_SEQUENCE - states.shape[1]))
 
 
-def noise_levels(b: int, gen: torch.Generator, uniform_share: float = 0.0) -> torch.Tensor:
-    """Logit-normal levels shifted as the sampler shifts (FLOW_SHIFT: without the shift, sigma > 0.9 is 1 % of
-    the steps), and for `uniform_share` of the batch uniform ones in [0.02, 1] (no draws when it is 0)."""
-    u = torch.sigmoid(torch.randn(b, generator=gen))
-    sigma = FLOW_SHIFT * u / (1 + (FLOW_SHIFT - 1) * u)
-    if uniform_share <= 0:
-        return sigma
-    flat = 0.02 + 0.98 * torch.rand(b, generator=gen)
-    return torch.where(torch.rand(b, generator=gen) < uniform_share, flat, sigma)
-
-
-def flow_step(
-    transformer, latents: torch.Tensor, text: torch.Tensor, gen: torch.Generator, uniform_share: float = 0.0
-) -> torch.Tensor:
+def flow_step(transformer, latents: torch.Tensor, text: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """One flow-matching loss: x_t = (1 - s) x0 + s noise, target noise - x0; per-token timesteps, the first
     latent frame clean (timestep 0, no loss) for I2V_SHARE of the clips."""
     b, _, f, h, w = latents.shape
     noise = torch.randn(latents.shape, generator=gen)
-    sigma = noise_levels(b, gen, uniform_share).view(b, 1, 1, 1, 1)
+    u = torch.sigmoid(torch.randn(b, generator=gen))  # logit-normal, shifted as the sampler shifts (FLOW_SHIFT): without
+    sigma = (FLOW_SHIFT * u / (1 + (FLOW_SHIFT - 1) * u)).view(b, 1, 1, 1, 1)  # the shift, sigma > 0.9 is 1 % of steps
     mask = torch.ones(b, 1, f, h, w)
     given = torch.rand(b, generator=gen) < I2V_SHARE
     mask[given, :, 0] = 0.0
@@ -164,25 +147,12 @@ def flow_step(
     return err.sum() / (mask.sum() * latents.shape[1])
 
 
-def load_exported(transformer, encoder, folder: Path = VIDEO_OUT) -> None:
-    """The weights of an exported folder into freshly made modules (video-tune starts from them)."""
-    from diffusers import WanTransformer3DModel
-    from transformers import UMT5EncoderModel
-
-    transformer.load_state_dict(WanTransformer3DModel.from_pretrained(folder / "transformer").state_dict())
-    encoder.load_state_dict(UMT5EncoderModel.from_pretrained(folder / "text_encoder").state_dict())
-
-
-def train_video(steps: int, tune: bool = False) -> None:
-    """The `video` stage, or with `tune` the `video-tune` stage: from the exported weights, at TUNE_LR, with
-    UNIFORM_SHARE of the noise levels uniform (its own run folder, which video-export then prefers)."""
-    out = RUNS / ("video-tune" if tune else "video")
+def train_video(steps: int) -> None:
+    out = RUNS / "video"
     data = encode_dataset(make_vae())
     latents = (data["latents"] - data["mean"].view(1, -1, 1, 1, 1)) / data["std"].view(1, -1, 1, 1, 1)
     tok = tokenizer()
     transformer, encoder = make_transformer(), make_text_encoder(len(tok))
-    if tune:
-        load_exported(transformer, encoder)
     params = [*transformer.parameters(), *encoder.parameters()]
     opt = torch.optim.AdamW(params, lr=LR, weight_decay=0.01)
     ema = EMA(params, decay=0.998)
@@ -199,9 +169,8 @@ def train_video(steps: int, tune: bool = False) -> None:
         index = torch.randint(0, len(latents), (BATCH,), generator=gen)
         prompts = ["" if torch.rand(1, generator=gen).item() < CFG_DROPOUT else data["prompts"][i] for i in index]
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, TUNE_LR if tune else LR)
-        text = text_embeddings(encoder, tok, prompts)
-        loss = flow_step(transformer, latents[index], text, gen, UNIFORM_SHARE if tune else 0.0)
+            group["lr"] = lr_at(step, steps, LR)
+        loss = flow_step(transformer, latents[index], text_embeddings(encoder, tok, prompts), gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -224,7 +193,7 @@ def export_video(_steps: int | None = None, out: Path = VIDEO_OUT) -> None:
     vae.register_to_config(latents_mean=data["mean"].tolist(), latents_std=data["std"].tolist())
     tok = tokenizer()
     transformer, encoder = make_transformer(), make_text_encoder(len(tok))
-    ckpt = load_checkpoint(RUNS / "video-tune" / "ckpt.pt") or load_checkpoint(RUNS / "video" / "ckpt.pt")
+    ckpt = load_checkpoint(RUNS / "video" / "ckpt.pt")
     params = [*transformer.parameters(), *encoder.parameters()]
     with torch.no_grad():
         for p, s in zip(params, ckpt["ema"], strict=True):
