@@ -58,6 +58,8 @@ def test_a_clip_through_the_api_plays_as_asked_and_keeps_its_parameters(client):
     assert any(f.endswith(".png") for f in files)  # the poster, for History
     frames = np.stack([np.asarray(f, dtype=np.int16) for f in read_frames(played)])
     assert np.abs(np.diff(frames, axis=0)).mean() > 0.5  # a clip, not one picture repeated
+    seen = score_clip(read_frames(played), Ask("red", "circle", "blue", "left"))  # what the user asked to watch
+    assert seen.direction_right and seen.color_right == seen.background_right == 17, seen
 
 
 def test_image_to_video_starts_from_the_given_frame(client, tmp_path):
