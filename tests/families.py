@@ -498,6 +498,27 @@ def ltx(path: Path, timestep_decode: bool = False) -> None:
     ).save_pretrained(path, safe_serialization=True)  # fmt: skip
 
 
+def cogvideox(path: Path) -> None:
+    """CogVideoX (THUDM; diffusers' tests' config): T5 (226 tokens, as the real models), its 3-D VAE (4 frames and
+    8x8 pixels per latent), a transformer over text and video tokens together, v-prediction DDIM."""
+    from diffusers import AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXPipeline, CogVideoXTransformer3DModel
+
+    transformer = CogVideoXTransformer3DModel(
+        num_attention_heads=4, attention_head_dim=8, in_channels=4, out_channels=4, time_embed_dim=2, text_embed_dim=32,
+        num_layers=1, sample_width=4, sample_height=4, sample_frames=9, patch_size=2, temporal_compression_ratio=4,
+        max_text_seq_length=226,
+    )  # fmt: skip
+    vae = AutoencoderKLCogVideoX(
+        in_channels=3, out_channels=3, down_block_types=("CogVideoXDownBlock3D",) * 4,
+        up_block_types=("CogVideoXUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8), latent_channels=4,
+        layers_per_block=1, norm_num_groups=2, temporal_compression_ratio=4,
+    )  # fmt: skip
+    CogVideoXPipeline(
+        tokenizer=t5_tokenizer(), text_encoder=t5_encoder(), vae=vae.eval(), transformer=transformer,
+        scheduler=CogVideoXDDIMScheduler(prediction_type="v_prediction", timestep_spacing="trailing"),
+    ).save_pretrained(path, safe_serialization=True)  # fmt: skip
+
+
 VIDEO_FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -506,6 +527,7 @@ VIDEO_FAMILIES: dict[str, Family] = {
         Family("wan2.2-ti2v", "WanPipeline", lambda p: wan(p, ti2v=True)),
         Family("ltx", "LTXPipeline", ltx),
         Family("ltx-0.9.1", "LTXPipeline", lambda p: ltx(p, timestep_decode=True)),
+        Family("cogvideox", "CogVideoXPipeline", cogvideox),
     )
 }
 

@@ -52,6 +52,9 @@ def test_the_families_abilities_are_read_from_the_pipelines(family_root):
     assert ltx.image_to_video == "LTXImageToVideoPipeline"
     assert a14b.two_experts and not wan.two_experts
     assert load(family_root, "wan").traits.size_step == 16  # 8x8 pixels per latent x patch 2
+    cog = load(family_root, "cogvideox")  # its image-to-video is another checkpoint (CogVideoX-5b-I2V)
+    assert (cog.clips.frame_step, cog.clips.image_to_video, cog.clips.fps_conditioned) == (4, "", False)
+    assert cog.traits.size_step == 16
 
 
 @pytest.mark.parametrize("name", ["wan2.2-ti2v", "ltx"])
@@ -72,6 +75,8 @@ def test_a_first_frame_makes_image_to_video_on_the_same_weights(family_root, nam
         ("ltx", {"num_frames": 7}, "num_frames", "5 or 9"),
         ("wan", {"num_frames": 300}, "num_frames", "out of range"),
         ("wan", {"num_frames": 9, "init_images": [Image.new("RGB", (32, 32))]}, "init_images", "no image-to-video"),
+        ("cogvideox", {"num_frames": 8}, "num_frames", "5 or 9"),
+        ("cogvideox", {"num_frames": 9, "init_images": [Image.new("RGB", (32, 32))]}, "init_images", "no image-to-video"),
         ("wan", {"num_frames": 9, "guidance_scale_2": 3.0}, "guidance_scale_2", "one expert"),
         ("wan", {"num_frames": 9, "decode_timestep": 0.05}, "decode_timestep", "decodes without a timestep"),
         ("ltx", {"num_frames": 9, "decode_noise_scale": 0.025}, "decode_noise_scale", "decodes without a timestep"),

@@ -77,10 +77,12 @@ def needed(pipe: ImagePipeline, frames: int, side: int) -> int:
     return memory.estimate(*checks.clip_memory(pipe, request)).needed
 
 
-def test_the_estimate_grows_with_frames_and_size_as_measured(wan_path):
+@pytest.mark.parametrize("name", ["wan", "cogvideox"])  # CogVideoX: its decoder's chunks and scale (memory.DECODERS)
+def test_the_estimate_grows_with_frames_and_size_as_measured(family_root, name):
+    path = families.build_video(name, family_root / name)
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
     run = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(wan_path), json.dumps(POINTS)],
+        [sys.executable, "-c", MEASURE, str(path), json.dumps(POINTS)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]

@@ -58,6 +58,10 @@ TOKEN_TIMESTEP = 13.0  # a per-token timestep (expand_timesteps): its embedding 
 MATH_SCORES = 2.3  # score matrices alive at once per head on the math path (the scores and their softmax)
 DECODE_3D = (65.0, 12.75)  # floats a pixel a frame in a 3-D decoder's chunk: fixed, per channel into its last conv
 DECODE_2D = 5.9  # floats a pixel a frame per channel into a 2-D (frame by frame) decoder's last conv
+# VAE class -> (its decoder's floats a pixel over the constants above, a short clip costs a whole chunk). CogVideoX's
+# decoder keeps conv caches and re-normalises on the upsampled latent at every level: measured on the tiny copy
+# (tests/families.py), 5-33 frames at 64-128 px, its peak is flat from 5 to 9 frames and 1.8x the 3-D constants'
+DECODERS = {"AutoencoderKLCogVideoX": (1.8, True)}
 OUTPUT_WHOLE, OUTPUT_TILED = 1.3, 4.7  # float32 RGB copies of the whole clip at the decode's end, whole / tiled
 TEXT_TOKENS = 512  # the prompt's tokens where the model names none: Wan's max_sequence_length (LTX's is 128)
 # pipelines whose guidance pass is batched with the prompt's (torch.cat([latents] * 2), diffusers 0.42.1); the
@@ -91,6 +95,8 @@ class VideoShape:
     vae_unpatch: int  # output pixels per position of that convolution: its channels over RGB (LTX's 4x4 patch: 16)
     vae_3d: bool  # the decoder's convolutions are 3-D (a causal video VAE)
     decode_frames: int | None  # frames decoded at once (None: the whole clip)
+    decode_scale: float  # the decoder's floats a pixel against the 3-D or 2-D constants (DECODERS)
+    decode_whole_chunk: bool  # a clip shorter than decode_frames still costs a whole chunk (DECODERS)
     tile: tuple[int, int] | None  # (height, width) of the VAE's tiles, where it tiles
 
 
@@ -166,6 +172,8 @@ def read_shape(pipe: Any, frame_step: int, spatial: int, text_tokens: int | None
         vae_unpatch=max(1, conv.out_channels // 3),
         vae_3d=isinstance(conv, torch.nn.Conv3d),
         decode_frames=_decode_frames(vae, frame_step),
+        decode_scale=DECODERS.get(type(vae).__name__, (1.0, False))[0],
+        decode_whole_chunk=DECODERS.get(type(vae).__name__, (1.0, False))[1],
         tile=(tile, vae.tile_sample_min_width) if tile else None,
     )
 
@@ -179,14 +187,17 @@ def _last_conv(vae: Any) -> torch.nn.Conv2d | torch.nn.Conv3d:
 
 
 def _decode_frames(vae: Any, frame_step: int) -> int | None:
-    """Frames the VAE decodes at once: Wan's causal VAE loops over latent frames (AutoencoderKLWan._decode), the
+    """Frames the VAE decodes at once: Wan's causal VAE loops over latent frames (AutoencoderKLWan._decode),
+    CogVideoX's over `num_latent_frames_batch_size` of them (2, the first chunk one more: 9 frames), the
     frame-packed VAE decodes DECODE_FRAMES at a time; the rest take the whole clip."""
-    from diffusers import AutoencoderKLWan
+    from diffusers import AutoencoderKLCogVideoX, AutoencoderKLWan
 
     from pipelines.video import packed_vae  # diffusers at import: here, not when the settings are checked (app.py)
 
     if isinstance(vae, packed_vae.FramePackedVAE):
         return packed_vae.DECODE_FRAMES
+    if isinstance(vae, AutoencoderKLCogVideoX):
+        return vae.num_latent_frames_batch_size * frame_step + 1
     return frame_step if isinstance(vae, AutoencoderKLWan) else None
 
 
@@ -245,11 +256,13 @@ def transformer_bytes(shape: VideoShape, clip: Clip) -> int:
 def decode_bytes(shape: VideoShape, clip: Clip) -> int:
     """The VAE decode: the chunk it decodes at once (its frames, a tile's pixels when tiled), and the clip's output."""
     frames = min(clip.frames, shape.decode_frames or clip.frames)
+    if shape.decode_whole_chunk and shape.decode_frames:
+        frames = shape.decode_frames
     tiled = clip.tiled and shape.tile is not None
     height, width = (min(clip.height, shape.tile[0]), min(clip.width, shape.tile[1])) if tiled else (clip.height, clip.width)
     fixed, per_channel = DECODE_3D if shape.vae_3d else (0.0, DECODE_2D)
     positions = frames * height * width / shape.vae_unpatch  # where the last stage runs below the output's size
-    chunk = positions * shape.vae_bytes * (fixed + per_channel * shape.vae_channels)
+    chunk = positions * shape.vae_bytes * (fixed + per_channel * shape.vae_channels) * shape.decode_scale
     output = clip.frames * clip.width * clip.height * 12  # float32 RGB
     if tiled:  # the tiles' outputs are blended after the last tile's decode is freed
         return int(max(chunk + OUTPUT_WHOLE * output, OUTPUT_TILED * output))
