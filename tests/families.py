@@ -519,6 +519,40 @@ def cogvideox(path: Path) -> None:
     ).save_pretrained(path, safe_serialization=True)  # fmt: skip
 
 
+def hunyuan_video(path: Path) -> None:
+    """HunyuanVideo (diffusers' tests' config): a Llama (its hidden states two layers from the end, after a chat
+    template cropped off) and a CLIP (pooled), guidance embedded (distilled), its 3-D VAE (4 frames and 8x8 pixels
+    per latent), flow matching."""
+    from diffusers import (
+        AutoencoderKLHunyuanVideo,
+        FlowMatchEulerDiscreteScheduler,
+        HunyuanVideoPipeline,
+        HunyuanVideoTransformer3DModel,
+    )
+    from transformers import CLIPTextModel, LlamaConfig, LlamaModel
+
+    transformer = HunyuanVideoTransformer3DModel(
+        in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=10, num_layers=1, num_single_layers=1,
+        num_refiner_layers=1, patch_size=1, patch_size_t=1, guidance_embeds=True, text_embed_dim=16,
+        pooled_projection_dim=32, rope_axes_dim=(2, 4, 4),
+    )  # fmt: skip
+    vae = AutoencoderKLHunyuanVideo(
+        in_channels=3, out_channels=3, latent_channels=4, down_block_types=("HunyuanVideoDownBlock3D",) * 4,
+        up_block_types=("HunyuanVideoUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8), layers_per_block=1,
+        act_fn="silu", norm_num_groups=4, scaling_factor=0.476986, spatial_compression_ratio=8,
+        temporal_compression_ratio=4, mid_block_add_attention=True,
+    )  # fmt: skip
+    llama = LlamaModel(LlamaConfig(
+        hidden_size=16, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2, vocab_size=len(llama_tokenizer()),
+        hidden_act="gelu", bos_token_id=1, eos_token_id=2, pad_token_id=2,
+    ))  # fmt: skip
+    HunyuanVideoPipeline(
+        text_encoder=llama.eval(), tokenizer=llama_tokenizer(), transformer=transformer, vae=vae.eval(),
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
+        text_encoder_2=clip_tokens_fixed(CLIPTextModel(clip_config()).eval()), tokenizer_2=clip_tokenizer(),
+    ).save_pretrained(path, safe_serialization=True)  # fmt: skip
+
+
 VIDEO_FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -528,6 +562,7 @@ VIDEO_FAMILIES: dict[str, Family] = {
         Family("ltx", "LTXPipeline", ltx),
         Family("ltx-0.9.1", "LTXPipeline", lambda p: ltx(p, timestep_decode=True)),
         Family("cogvideox", "CogVideoXPipeline", cogvideox),
+        Family("hunyuan-video", "HunyuanVideoPipeline", hunyuan_video),
     )
 }
 

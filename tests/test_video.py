@@ -55,6 +55,8 @@ def test_the_families_abilities_are_read_from_the_pipelines(family_root):
     cog = load(family_root, "cogvideox")  # its image-to-video is another checkpoint (CogVideoX-5b-I2V)
     assert (cog.clips.frame_step, cog.clips.image_to_video, cog.clips.fps_conditioned) == (4, "", False)
     assert cog.traits.size_step == 16
+    hunyuan = load(family_root, "hunyuan-video").clips  # guidance-distilled: guidance is an input, one pass a step
+    assert (hunyuan.frame_step, hunyuan.image_to_video, hunyuan.text_to_video) == (4, "", True)
 
 
 @pytest.mark.parametrize("name", ["wan2.2-ti2v", "ltx"])

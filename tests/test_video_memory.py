@@ -77,7 +77,7 @@ def needed(pipe: ImagePipeline, frames: int, side: int) -> int:
     return memory.estimate(*checks.clip_memory(pipe, request)).needed
 
 
-@pytest.mark.parametrize("name", ["wan", "cogvideox"])  # CogVideoX: its decoder's chunks and scale (memory.DECODERS)
+@pytest.mark.parametrize("name", ["wan", "cogvideox", "hunyuan-video"])  # their decoders' chunks, scales: memory.DECODERS
 def test_the_estimate_grows_with_frames_and_size_as_measured(family_root, name):
     path = families.build_video(name, family_root / name)
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}

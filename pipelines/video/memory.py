@@ -60,8 +60,9 @@ DECODE_3D = (65.0, 12.75)  # floats a pixel a frame in a 3-D decoder's chunk: fi
 DECODE_2D = 5.9  # floats a pixel a frame per channel into a 2-D (frame by frame) decoder's last conv
 # VAE class -> (its decoder's floats a pixel over the constants above, a short clip costs a whole chunk). CogVideoX's
 # decoder keeps conv caches and re-normalises on the upsampled latent at every level: measured on the tiny copy
-# (tests/families.py), 5-33 frames at 64-128 px, its peak is flat from 5 to 9 frames and 1.8x the 3-D constants'
-DECODERS = {"AutoencoderKLCogVideoX": (1.8, True)}
+# (tests/families.py), 5-33 frames at 64-128 px, its peak is flat from 5 to 9 frames and 1.8x the 3-D constants';
+# HunyuanVideo's, 1.5x
+DECODERS = {"AutoencoderKLCogVideoX": (1.8, True), "AutoencoderKLHunyuanVideo": (1.5, False)}
 OUTPUT_WHOLE, OUTPUT_TILED = 1.3, 4.7  # float32 RGB copies of the whole clip at the decode's end, whole / tiled
 TEXT_TOKENS = 512  # the prompt's tokens where the model names none: Wan's max_sequence_length (LTX's is 128)
 # pipelines whose guidance pass is batched with the prompt's (torch.cat([latents] * 2), diffusers 0.42.1); the
@@ -188,9 +189,10 @@ def _last_conv(vae: Any) -> torch.nn.Conv2d | torch.nn.Conv3d:
 
 def _decode_frames(vae: Any, frame_step: int) -> int | None:
     """Frames the VAE decodes at once: Wan's causal VAE loops over latent frames (AutoencoderKLWan._decode),
-    CogVideoX's over `num_latent_frames_batch_size` of them (2, the first chunk one more: 9 frames), the
-    frame-packed VAE decodes DECODE_FRAMES at a time; the rest take the whole clip."""
-    from diffusers import AutoencoderKLCogVideoX, AutoencoderKLWan
+    CogVideoX's over `num_latent_frames_batch_size` of them (2, the first chunk one more: 9 frames), HunyuanVideo's
+    over tiles of `tile_sample_min_num_frames` + 1 (its framewise decoding, on by default), the frame-packed VAE
+    decodes DECODE_FRAMES at a time; the rest take the whole clip."""
+    from diffusers import AutoencoderKLCogVideoX, AutoencoderKLHunyuanVideo, AutoencoderKLWan
 
     from pipelines.video import packed_vae  # diffusers at import: here, not when the settings are checked (app.py)
 
@@ -198,6 +200,8 @@ def _decode_frames(vae: Any, frame_step: int) -> int | None:
         return packed_vae.DECODE_FRAMES
     if isinstance(vae, AutoencoderKLCogVideoX):
         return vae.num_latent_frames_batch_size * frame_step + 1
+    if isinstance(vae, AutoencoderKLHunyuanVideo) and vae.use_framewise_decoding:
+        return vae.tile_sample_min_num_frames + 1
     return frame_step if isinstance(vae, AutoencoderKLWan) else None
 
 
