@@ -56,9 +56,10 @@ def test_a_clip_through_the_api_plays_as_asked_and_keeps_its_parameters(client):
     fields = read_png_info(played)["parameters"]
     assert fields["prompt"] == "a red circle moving left on a blue background" and fields["num_frames"] == 17
     assert any(f.endswith(".png") for f in files)  # the poster, for History
-    frames = np.stack([np.asarray(f, dtype=np.int16) for f in read_frames(played)])
+    decoded = read_frames(played)
+    frames = np.stack([np.asarray(f, dtype=np.int16) for f in decoded])
     assert np.abs(np.diff(frames, axis=0)).mean() > 0.5  # a clip, not one picture repeated
-    seen = score_clip(read_frames(played), Ask("red", "circle", "blue", "left"))  # what the user asked to watch
+    seen = score_clip(decoded, Ask("red", "circle", "blue", "left"))  # what the user asked to watch
     assert seen.direction_right and seen.color_right == seen.background_right == 17, seen
 
 

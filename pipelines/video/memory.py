@@ -157,6 +157,7 @@ def read_shape(pipe: Any, frame_step: int, spatial: int, text_tokens: int | None
     vae = pipe.vae
     conv = _last_conv(vae)
     tile = getattr(vae, "tile_sample_min_height", None)  # the video VAEs' tile (Wan, LTX); none on the frame-packed VAE
+    decoder = DECODERS.get(type(vae).__name__, (1.0, False))
     return VideoShape(
         frame_step=frame_step,
         spatial=spatial,
@@ -173,8 +174,8 @@ def read_shape(pipe: Any, frame_step: int, spatial: int, text_tokens: int | None
         vae_unpatch=max(1, conv.out_channels // 3),
         vae_3d=isinstance(conv, torch.nn.Conv3d),
         decode_frames=_decode_frames(vae, frame_step),
-        decode_scale=DECODERS.get(type(vae).__name__, (1.0, False))[0],
-        decode_whole_chunk=DECODERS.get(type(vae).__name__, (1.0, False))[1],
+        decode_scale=decoder[0],
+        decode_whole_chunk=decoder[1],
         tile=(tile, vae.tile_sample_min_width) if tile else None,
     )
 
@@ -259,9 +260,8 @@ def transformer_bytes(shape: VideoShape, clip: Clip) -> int:
 
 def decode_bytes(shape: VideoShape, clip: Clip) -> int:
     """The VAE decode: the chunk it decodes at once (its frames, a tile's pixels when tiled), and the clip's output."""
-    frames = min(clip.frames, shape.decode_frames or clip.frames)
-    if shape.decode_whole_chunk and shape.decode_frames:
-        frames = shape.decode_frames
+    whole_chunk = shape.decode_whole_chunk and shape.decode_frames
+    frames = shape.decode_frames if whole_chunk else min(clip.frames, shape.decode_frames or clip.frames)
     tiled = clip.tiled and shape.tile is not None
     height, width = (min(clip.height, shape.tile[0]), min(clip.width, shape.tile[1])) if tiled else (clip.height, clip.width)
     fixed, per_channel = DECODE_3D if shape.vae_3d else (0.0, DECODE_2D)
