@@ -321,14 +321,16 @@ def save_sheet(clips: list[Sequence[Frame]], rows: list[dict[str, Any]], path: P
 
 
 def load_generator(model: str | Path, steps: int, guidance: float = GUIDANCE) -> Callable[[str, int], list[Image.Image]]:
-    """`generate(prompt, seed)` over the diffusers WanPipeline folder `model` (on the GPU when there is one)."""
+    """`generate(prompt, seed)` over the diffusers video folder `model` (the embedded AnimateDiffPipeline, the first
+    model's WanPipeline; on the GPU when there is one)."""
     import torch
-    from diffusers import WanPipeline
+    from diffusers import DiffusionPipeline
 
-    import pipelines.video.packed_vae  # noqa: F401  (the embedded model's VAE class, named by its module)
     from pipelines.run.model_setup import read_vocabulary
+    from pipelines.video.family import import_components
 
-    pipe = WanPipeline.from_pretrained(str(model))
+    import_components()  # the first model's VAE class, named by its module
+    pipe = DiffusionPipeline.from_pretrained(str(model))
     vocabulary = read_vocabulary(str(model))
     text = {"max_sequence_length": vocabulary["max_sequence_length"]} if "max_sequence_length" in vocabulary else {}
     pipe.to("cuda" if torch.cuda.is_available() else "cpu")
@@ -347,8 +349,12 @@ def run_video(args: argparse.Namespace) -> dict[str, Any]:
     """The evaluation for `python -m models.eval_video` and `python -m models.eval --video`: prints the summary,
     saves the contact sheet (--out DIR, or eval's --grid PATH) and returns the report (JSON-ready)."""
     model = VIDEO_DIR if getattr(args, "model", None) in (None, "default") else Path(args.model)
-    steps = args.steps or 20
-    guidance = GUIDANCE if getattr(args, "guidance", None) is None else args.guidance
+    from pipelines.run.model_setup import read_vocabulary
+
+    vocabulary = read_vocabulary(str(model))
+    steps = args.steps or int(vocabulary.get("default_steps") or 20)
+    guidance = getattr(args, "guidance", None)
+    guidance = float(vocabulary.get("default_guidance_scale") or GUIDANCE) if guidance is None else guidance
     generate = load_generator(model, steps, guidance)
     report = evaluate(generate, args.n, args.seed)
     clips = report.pop("_clips")
@@ -366,11 +372,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m models.eval_video", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default=str(VIDEO_DIR), help="the WanPipeline folder (default: tiny-shapes-video)")
+    parser.add_argument("--model", default=str(VIDEO_DIR), help="a video model folder (default: tiny-shapes-video)")
     parser.add_argument("--n", type=int, default=60, help="number of clips (prompts and seeds from the RNG)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--guidance", type=float, default=GUIDANCE)
+    parser.add_argument("--steps", type=int, default=None, help="default: the model's (vocabulary.json), else 20")
+    parser.add_argument("--guidance", type=float, default=None, help=f"default: the model's, else {GUIDANCE}")
     parser.add_argument("--out", default=str(OUT_DIR), help="folder for the contact sheet")
     parser.add_argument("--json", nargs="?", const="-", default=None, help="the report as JSON: to stdout, or to PATH")
     return parser

@@ -553,6 +553,27 @@ def hunyuan_video(path: Path) -> None:
     ).save_pretrained(path, safe_serialization=True)  # fmt: skip
 
 
+def animatediff(path: Path) -> None:
+    """AnimateDiff (diffusers' tests' config): an SD 1.5 UNet with a MotionAdapter's temporal attention between the
+    frames (`UNetMotionModel`), its image VAE frame by frame, DDIM."""
+    from diffusers import AnimateDiffPipeline, DDIMScheduler, MotionAdapter, UNet2DConditionModel
+    from transformers import CLIPTextModel
+
+    unet = UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(16, 32),
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=32, attention_head_dim=4, norm_num_groups=8,
+    )  # fmt: skip
+    adapter = MotionAdapter(
+        block_out_channels=(16, 32), motion_layers_per_block=1, motion_norm_num_groups=8, motion_num_attention_heads=2,
+        motion_max_seq_length=32,
+    )  # fmt: skip
+    AnimateDiffPipeline(
+        vae=vae_f8(), text_encoder=clip_tokens_fixed(CLIPTextModel(clip_config()).eval()), tokenizer=clip_tokenizer(),
+        unet=unet, motion_adapter=adapter, scheduler=DDIMScheduler(beta_schedule="linear", clip_sample=False),
+    ).save_pretrained(path, safe_serialization=True)  # fmt: skip
+
+
 VIDEO_FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -563,6 +584,7 @@ VIDEO_FAMILIES: dict[str, Family] = {
         Family("ltx-0.9.1", "LTXPipeline", lambda p: ltx(p, timestep_decode=True)),
         Family("cogvideox", "CogVideoXPipeline", cogvideox),
         Family("hunyuan-video", "HunyuanVideoPipeline", hunyuan_video),
+        Family("animatediff", "AnimateDiffPipeline", animatediff),
     )
 }
 

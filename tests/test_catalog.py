@@ -71,7 +71,7 @@ def test_offline_only_the_embedded_and_local_models_are_listed(empty_cache, monk
     entries = catalog.list_models(MODELS, hub=probe)
     assert {e.name for e in entries if e.loadable} == {"tiny-shapes", "tiny-shapes-fast", "tiny-shapes-edit", "tiny-shapes-video"}
     why = {e.name: e.why_not for e in entries if not e.loadable}
-    assert len(why) == 18 and probe.calls == 0  # 11 image recipes, 7 video recipes
+    assert len(why) == 19 and probe.calls == 0  # 11 image recipes, 8 video recipes
     assert why["sdxl-base"] == (
         "its weights stabilityai/stable-diffusion-xl-base-1.0: not in the Hugging Face cache, "
         "and the Hugging Face Hub is switched off here (HF_HUB_OFFLINE)"

@@ -56,7 +56,7 @@ def test_models_lists_what_can_load_here_and_the_picker_agrees(app):
     assert listed["current"] == "tiny-shapes" and listed["switch_allowed"] is True
     (picker,) = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "model-picker"]
     assert [value for _, value in picker.choices] == list(names)
-    assert picker.info.startswith("Not listed, as they cannot load here: cogvideox-2b, flux.1-dev, ")
+    assert picker.info.startswith("Not listed, as they cannot load here: animatediff-v1-5-3, cogvideox-2b, ")
     with pytest.raises(Exception, match=r"'sdxl-base' cannot load here: .*HF_HUB_OFFLINE.*available: tiny-shapes"):
         client.predict("sdxl-base", api_name="/load_model")
     assert client.predict(api_name="/models")["current"] == "tiny-shapes"

@@ -57,6 +57,28 @@ def test_the_families_abilities_are_read_from_the_pipelines(family_root):
     assert cog.traits.size_step == 16
     hunyuan = load(family_root, "hunyuan-video").clips  # guidance-distilled: guidance is an input, one pass a step
     assert (hunyuan.frame_step, hunyuan.image_to_video, hunyuan.text_to_video) == (4, "", True)
+    animatediff = load(family_root, "animatediff").clips  # an image VAE: any frame count up to the motion table's
+    assert (animatediff.frame_step, animatediff.max_frames, animatediff.default_frames) == (1, 32, 16)
+    assert animatediff.image_to_video == "AnimateDiffPipeline" and animatediff.text_to_video  # the first frame kept
+
+
+def test_animatediff_keeps_the_given_first_frame_and_moves_on_from_it(family_root):
+    """AnimateDiff has no image input: its image-to-video keeps the clip's first latent frame on the image's path
+    (pipelines.video.first_frame), so the first frame is the picture through the VAE and the frames after it
+    start from it."""
+    import torch
+
+    pipe = load(family_root, "animatediff")
+    first = Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8))
+    given = pipe.generate(GenerationRequest("a red circle", num_frames=9, init_images=[first], **SIZE)).clips[0]
+    plain = pipe.generate(GenerationRequest("a red circle", num_frames=9, **SIZE)).clips[0]
+    vae = pipe.pipe.vae
+    with torch.no_grad():  # the picture through the VAE, as the clip's first frame must be
+        latent = vae.encode(pipe.pipe.video_processor.preprocess(first, 32, 32)).latent_dist.mode()
+        expected = pipe.pipe.video_processor.postprocess(vae.decode(latent).sample, output_type="pil")[0]
+    assert np.abs(np.asarray(given[0], dtype=np.int16) - np.asarray(expected, dtype=np.int16)).max() <= 2
+    assert not np.array_equal(np.asarray(given[0]), np.asarray(plain[0]))
+    assert not np.array_equal(np.asarray(given[4]), np.asarray(plain[4]))  # the frames after it move on from it
 
 
 @pytest.mark.parametrize("name", ["wan2.2-ti2v", "ltx"])
@@ -78,6 +100,7 @@ def test_a_first_frame_makes_image_to_video_on_the_same_weights(family_root, nam
         ("wan", {"num_frames": 300}, "num_frames", "out of range"),
         ("wan", {"num_frames": 9, "init_images": [Image.new("RGB", (32, 32))]}, "init_images", "no image-to-video"),
         ("cogvideox", {"num_frames": 8}, "num_frames", "5 or 9"),
+        ("animatediff", {"num_frames": 33}, "num_frames", "more than this model's 32"),
         ("cogvideox", {"num_frames": 9, "init_images": [Image.new("RGB", (32, 32))]}, "init_images", "no image-to-video"),
         ("wan", {"num_frames": 9, "guidance_scale_2": 3.0}, "guidance_scale_2", "one expert"),
         ("wan", {"num_frames": 9, "decode_timestep": 0.05}, "decode_timestep", "decodes without a timestep"),
@@ -238,3 +261,30 @@ def test_the_embedded_model_is_called_with_the_prompt_length_it_was_trained_at()
     ours = np.stack([np.asarray(frame, dtype=np.float64) for frame in clip])
     assert np.abs(ours - direct(16)).max() <= 1
     assert np.abs(ours - direct(512)).mean() > 2
+
+
+def test_an_animatediff_recipe_puts_its_motion_adapter_into_an_sd15_model(family_root, tmp_path):
+    """models/recipes/animatediff-v1-5-3.json as shipped, its source and motion adapter pointed at tiny copies:
+    the recipe's component makes an SD 1.5 model an AnimateDiff one, with the recipe's sampler, frames and fps."""
+    import json
+
+    from diffusers import MotionAdapter
+
+    from pipelines.weights.recipes import RECIPES_DIR
+
+    MotionAdapter(
+        block_out_channels=(16, 32), motion_layers_per_block=1, motion_norm_num_groups=8, motion_num_attention_heads=2,
+        motion_max_seq_length=32,
+    ).save_pretrained(tmp_path / "adapter")  # fmt: skip
+    recipe = json.loads((RECIPES_DIR / "animatediff-v1-5-3.json").read_text())
+    recipe["source"] = str(families.build("sd15", family_root / "sd15"))
+    recipe["components"]["motion_adapter"]["source"] = str(tmp_path / "adapter")
+    recipe["defaults"].update(width=32, height=32, steps=2)
+    path = tmp_path / "animatediff.json"
+    path.write_text(json.dumps(recipe))
+    pipe = ImagePipeline.from_pretrained(str(path), device_manager=DeviceManager("cpu"), memory_mode="off")
+    assert type(pipe.pipe).__name__ == "AnimateDiffPipeline" and type(pipe.pipe.unet).__name__ == "UNetMotionModel"
+    assert (pipe.clips.max_frames, pipe.clips.default_frames, pipe.clips.default_fps) == (32, 16, 8.0)
+    result = pipe.generate(GenerationRequest("a red circle", num_frames=5, width=32, height=32, steps=2, seed=1))
+    assert [len(c) for c in result.clips] == [5] and result.fps == 8.0
+    assert type(pipe.pipe.scheduler).__name__ == "DDIMScheduler" and result.metadata[0]["sampler"] == "DDIM"

@@ -18,6 +18,7 @@ from pipelines import GenerationRequest, ImagePipeline
 from pipelines.run import checks
 from pipelines.schema.fields import RequestError
 from pipelines.video import memory
+from serving.video import EMBEDDED_VIDEO
 from tests import families
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,9 +78,11 @@ def needed(pipe: ImagePipeline, frames: int, side: int) -> int:
     return memory.estimate(*checks.clip_memory(pipe, request)).needed
 
 
-@pytest.mark.parametrize("name", ["wan", "cogvideox", "hunyuan-video"])  # their decoders' chunks, scales: memory.DECODERS
+# their decoders' chunks and scales (memory.DECODERS); AnimateDiff's UNet (memory.UNET_FLOATS: the embedded model's
+# 64-channel UNet, where the denoiser's activations are the peak; the tiny copy's peak is its decode)
+@pytest.mark.parametrize("name", ["wan", "cogvideox", "hunyuan-video", "animatediff", "embedded"])
 def test_the_estimate_grows_with_frames_and_size_as_measured(family_root, name):
-    path = families.build_video(name, family_root / name)
+    path = EMBEDDED_VIDEO if name == "embedded" else families.build_video(name, family_root / name)
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
     run = subprocess.run(
         [sys.executable, "-c", MEASURE, str(path), json.dumps(POINTS)],
@@ -121,7 +124,7 @@ def test_other_memory_plans_are_named_where_they_would_fit(wan):
     weights = memory.plan_weights(wan.pipe, component_bytes, [])
     assert weights.resident == 8 * gib and weights.plan == "on device"
     offloaded = memory.plan_weights(wan.pipe, component_bytes, ["model_cpu_offload"])
-    assert offloaded.resident == 0 and offloaded.onload["transformer"] == 6 * gib
+    assert offloaded.resident == 0 and offloaded.onload["denoiser"] == 6 * gib
     device = memory.Device("cuda:0", free=MiB // 4, can_offload=True)
     others = memory.alternatives(wan.pipe, component_bytes, [], quantized=False, device=device)
     error = memory.refusal(shape, weights, clip, device, wan.size_multiple, others)

@@ -80,7 +80,7 @@ def check_memory(p: Any, request: GenerationRequest) -> None:
     if video_memory.estimate(shape, weights, clip).needed <= free:
         return
     device = video_memory.Device(str(p.dm.device), free, can_offload=p.dm.backend != "cpu")
-    quantized = bool({"transformer", "transformer_2"} & set(quantization.applied(p.pipe)))
+    quantized = bool(set(video_memory.PHASES["denoiser"]) & set(quantization.applied(p.pipe)))
     others = video_memory.alternatives(p.pipe, p.component_bytes, p.memory_savers, quantized, device)
     raise video_memory.refusal(shape, weights, clip, device, p.size_multiple, others)
 

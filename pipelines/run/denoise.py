@@ -32,6 +32,7 @@ from pipelines.sampling import samplers
 from pipelines.sampling.guidance import DEFAULT_GUIDANCE_END, GuidanceCutoff
 from pipelines.schema.errors import OutOfMemoryError
 from pipelines.schema.request import GenerationRequest
+from pipelines.video.first_frame import KEEPS_FIRST_FRAME, FirstFrame
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,11 @@ def denoise(
         steps_per_call = steps_for(p, plan.request, plan.accepted)
         total_steps = steps_done + steps_per_call * -(-(len(items) - done) // out.micro)
         call, switch = chunk_kwargs(p, plan, chunk)
+        changers = [c for c in (switch, first_frame(p, plan, chunk)) if c is not None]
         first = plan.first + done
         timer = CallMonitor(plan.pipe, p.dm, progress, should_cancel, steps_done, total_steps, first, steps_per_call)
         try:
-            output, timing = run_call(p, plan.pipe, call, timer, preview, first, plan.guidance_end, switch)
+            output, timing = run_call(p, plan.pipe, call, timer, preview, first, plan.guidance_end, changers)
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
@@ -121,6 +123,15 @@ def chunk_kwargs(p: Any, plan: Plan, chunk: list[dict[str, Any]]) -> tuple[dict[
     return plan.texts.apply({**kwargs, **plan.control})
 
 
+def first_frame(p: Any, plan: Plan, chunk: list[dict[str, Any]]) -> FirstFrame | None:
+    """The step callback that keeps a clip's first frame, for image-to-video on a video model without an image
+    input (pipelines.video.first_frame), or None."""
+    if p.clips is None or plan.request.init_images is None or p.clips.image_to_video not in KEEPS_FIRST_FRAME:
+        return None
+    image = chunk[0]["image"].convert("RGB").resize(plan.size)
+    return FirstFrame(image, p.dm.create_generator(chunk[0]["seed"]))
+
+
 def run_call(
     p: Any,
     pipe: Any,
@@ -129,17 +140,17 @@ def run_call(
     preview: PreviewFn | None,
     first: int,
     guidance_end: float = DEFAULT_GUIDANCE_END,
-    switch: PromptSwitch | None = None,
+    changers: list[Any] = (),
 ):
-    """One diffusers call with the step callback (previews, the prompt switch, guidance end); returns
-    (output, phase timings)."""
+    """One diffusers call with the step callback (previews, then what changes the step's tensors: the prompt
+    switch, a kept first frame, guidance end); returns (output, phase timings)."""
     callback = timer
     if preview is not None:
         callback = Previews(timer, p.preview_decoder, preview, first, p.options.preview_every)
     style = step_callback_style(inspect.signature(pipe.__call__).parameters)  # a twin's may differ (SD's T2I-Adapter)
     if style == "on_step_end":
         call["callback_on_step_end"] = callback
-        changers = [c for c in (switch, GuidanceCutoff(pipe, guidance_end) if guidance_end < 1.0 else None) if c]
+        changers = [*changers, *([GuidanceCutoff(pipe, guidance_end)] if guidance_end < 1.0 else [])]
         if changers:
             chained = Chained(callback, *changers)
             call["callback_on_step_end"] = chained

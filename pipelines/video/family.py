@@ -1,15 +1,18 @@
 """What a video pipeline can do, read from the pipeline itself: frames, their step, fps, image-to-video.
 
-A diffusers pipeline makes clips when its `__call__` takes `num_frames` (Wan, LTX, HunyuanVideo,
-CogVideoX). Its frame step is its VAE's temporal packing (`vae_scale_factor_temporal`: Wan and LTX
-pack 4 and 8 frames per latent frame, so a clip has k x step + 1 frames); its default frames, size and
-frame rate are its signature's (LTX's `frame_rate`), else a model's vocabulary's (the embedded model's).
+A diffusers pipeline makes clips when its `__call__` takes `num_frames` (Wan, LTX, HunyuanVideo, CogVideoX;
+AnimateDiff: an image UNet with motion modules, as many frames as their positional table). Its frame step is its
+VAE's temporal packing (`vae_scale_factor_temporal`: Wan and LTX pack 4 and 8 frames per latent frame, so a clip
+has k x step + 1 frames; 1 for an image VAE); its default frames, size and frame rate are its signature's (LTX's
+`frame_rate`), else a model's vocabulary's (the embedded model's).
 
 Image-to-video runs on the family's own twin built over the same components (`from_pipe`):
 - `WanPipeline` whose config has `expand_timesteps` (Wan 2.2 TI2V-5B, the embedded tiny-shapes-video):
   `WanImageToVideoPipeline` with the first latent frame given, no image encoder;
 - `LTXPipeline`: `LTXImageToVideoPipeline`;
-- a pipeline that itself takes `image` (`WanImageToVideoPipeline`, Wan 2.1 I2V-14B) needs one.
+- a pipeline that itself takes `image` (`WanImageToVideoPipeline`, Wan 2.1 I2V-14B) needs one;
+- `AnimateDiffPipeline` (no image input): itself, its first latent frame kept on the image's path
+  (pipelines.video.first_frame).
 Wan 2.1's text-to-video checkpoints have no image-to-video twin (their I2V model is another checkpoint).
 """
 
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.schema.request import DECODE_KNOBS, GenerationRequest, RequestError
+from pipelines.video.first_frame import KEEPS_FIRST_FRAME
 
 # text-to-video class -> its image-to-video twin (built with from_pipe), where diffusers 0.42.1 has one that
 # takes the same components
@@ -106,16 +110,23 @@ def abilities(pipe: Any, vocabulary: dict[str, Any]) -> VideoAbilities:
     return VideoAbilities(
         default_frames=frames,
         frame_step=step,
-        max_frames=int(vocabulary.get("max_num_frames") or 257),
+        max_frames=int(vocabulary.get("max_num_frames") or _motion_frames(pipe) or 257),
         default_fps=fps,
         text_to_video=not takes_image,
-        image_to_video=name if takes_image else twin,
+        image_to_video=name if takes_image or name in KEEPS_FIRST_FRAME else twin,
         two_experts=getattr(pipe, "transformer_2", None) is not None and getattr(config, "boundary_ratio", None) is not None,
         fps_conditioned="frame_rate" in params,
         default_guidance_2=vocabulary.get("default_guidance_scale_2"),
         text_length=vocabulary.get("max_sequence_length"),
         timestep_decode="decode_timestep" in params and _timestep_vae(pipe),
     )
+
+
+def _motion_frames(pipe: Any) -> int | None:
+    """The most frames a UNet with motion modules attends across (AnimateDiff's `motion_max_seq_length`: their
+    positional table's length), or None."""
+    unet = getattr(pipe, "unet", None)
+    return getattr(getattr(unet, "config", None), "motion_max_seq_length", None)
 
 
 def _timestep_vae(pipe: Any) -> bool:

@@ -12,16 +12,17 @@ The estimate, in bytes (b: the device dtype's element size; b_vae: the VAE's):
     latent frames    L = (F - 1) / t + 1;   tokens N = ceil(L / p_t) x (H / s / p_h) x (W / s / p_w)
     transformer      A_T = g x N x b x [max(11.25 D, 4.25 D + 2 ffn) + 13 D if per-token timesteps
                                          + 2.3 x heads x max(N, T) on the math attention path]
+    a UNet's         A_U = g x F x (H / s) x (W / s) x b x 25.5 c0     (AnimateDiff: c0 its first level's channels)
     VAE decode       C   = f x P / u x b_vae x (65 + 12.75 c for a 3-D decoder, 5.9 c for a 2-D one);  O = F x H x W x 12
                      A_V = C + 1.3 O whole,  max(C + 1.3 O, 4.7 O) tiled (the tiles are blended after the last)
-    needed           = max over the phases (text encoder, transformer, VAE decode) of the weights the memory plan
+    needed           = max over the phases (text encoder, denoiser, VAE decode) of the weights the memory plan
                        moves onto the device for it + its activations (the weights that stay there are in use)
 
 D = heads x head_dim; g = 2 where the pipeline batches the guidance pass with the prompt's (LTX, CogVideoX; Wan
 and HunyuanVideo call the transformer again after, g = 1); T the prompt's tokens; f the frames the VAE decodes at
-once (Wan's causal VAE one latent frame, t frames; the frame-packed VAE 8; others the whole clip), P their pixels
-(a tile's when tiled); c the channels into the decoder's last convolution and u the output pixels each of its
-positions makes (its channels over RGB: 1, or LTX's 4x4 patch 16, Wan 2.2's 2x2 4); 12: float32 RGB. SDPA and the fused
+once (Wan's causal VAE one latent frame, t frames; the frame-packed VAE 8; AnimateDiff's image VAE its call's
+`decode_chunk_size`, 16; others the whole clip), P their pixels (a tile's when tiled); c the channels into the
+decoder's last convolution and u the output pixels each of its positions makes (its channels over RGB: 1, or LTX's 4x4 patch 16, Wan 2.2's 2x2 4); 12: float32 RGB. SDPA and the fused
 kernels are linear in tokens; the math path (vanilla) holds the heads' score matrices, self- then cross-attention.
 Left out: the text encoder's and the latents' own activations (a few MB at 512 tokens), the VAE's mid-block
 attention; an image-to-video encode is taken to cost no more than the decode.
@@ -42,6 +43,7 @@ conv3d unfolds its 27 taps), so there the estimate errs high: a refusal is then 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -68,11 +70,14 @@ TEXT_TOKENS = 512  # the prompt's tokens where the model names none: Wan's max_s
 # pipelines whose guidance pass is batched with the prompt's (torch.cat([latents] * 2), diffusers 0.42.1); the
 # others (Wan, HunyuanVideo) call the transformer a second time, after the first call's activations are freed
 BATCHED_GUIDANCE = frozenset(
-    {"LTXPipeline", "LTXImageToVideoPipeline", "CogVideoXPipeline", "CogVideoXImageToVideoPipeline"}
+    {"LTXPipeline", "LTXImageToVideoPipeline", "CogVideoXPipeline", "CogVideoXImageToVideoPipeline", "AnimateDiffPipeline"}
 )
+# a UNet's (AnimateDiff's UNetMotionModel) floats a latent pixel a frame per channel of its first level: 25.0-27.0
+# measured on the embedded model's (64 channels), 5-33 frames at 64-128 px with guidance
+UNET_FLOATS = 25.5
 PHASES = {
     "text encoder": ("text_encoder", "image_encoder"),
-    "transformer": ("transformer", "transformer_2"),
+    "denoiser": ("transformer", "transformer_2", "unet"),
     "VAE decode": ("vae",),
 }
 
@@ -87,6 +92,7 @@ class VideoShape:
     heads: int
     head_dim: int
     ffn_dim: int
+    unet_channels: int  # a UNet denoiser's first level's channels (AnimateDiff); 0 for a transformer
     per_token_timesteps: bool  # the pipeline's expand_timesteps (Wan 2.2 TI2V): a timestep embedding a token
     guidance_batch: int  # 2 where the guidance pass runs in one batch with the prompt's
     text_tokens: int
@@ -133,7 +139,7 @@ class Estimate:
 
     def phases(self) -> dict[str, int]:
         """Bytes each phase needs beyond the resident weights: what it moves on plus its activations."""
-        acts = {"text encoder": 0, "transformer": self.transformer, "VAE decode": self.decode}
+        acts = {"text encoder": 0, "denoiser": self.transformer, "VAE decode": self.decode}
         return {name: self.weights.onload.get(name, 0) + acts[name] for name in PHASES}
 
     @property
@@ -146,14 +152,24 @@ class Estimate:
         return self.weights.resident + self.needed
 
 
-def read_shape(pipe: Any, frame_step: int, spatial: int, text_tokens: int | None, dtype: torch.dtype) -> VideoShape:
-    """`pipe`'s shape for the estimate: its transformer's config, its VAE's decoder; `dtype`: what activations run in."""
+def _denoiser(pipe: Any) -> tuple[tuple[int, int, int], int, int, int, int]:
+    """(patch, heads, head_dim, ffn_dim, unet_channels) of the pipeline's transformer, or of its UNet (AnimateDiff's
+    UNetMotionModel: a token is a latent pixel of a frame, its first level's channels)."""
+    if getattr(pipe, "transformer", None) is None:
+        config = pipe.unet.config
+        return (1, 1, 1), 1, 1, 0, int(config.block_out_channels[0])
     config = pipe.transformer.config
     patch = config.patch_size
     if isinstance(patch, int):  # LTX, CogVideoX, HunyuanVideo: a spatial patch and patch_size_t
         patch = (int(config.get("patch_size_t") or 1), patch, patch)
     heads, head_dim = int(config.num_attention_heads), int(config.attention_head_dim)
     ffn = config.get("ffn_dim") or int(config.get("mlp_ratio") or 4) * heads * head_dim  # diffusers' FeedForward: 4 x D
+    return tuple(int(p) for p in patch), heads, head_dim, int(ffn), 0
+
+
+def read_shape(pipe: Any, frame_step: int, spatial: int, text_tokens: int | None, dtype: torch.dtype) -> VideoShape:
+    """`pipe`'s shape for the estimate: its denoiser's config, its VAE's decoder; `dtype`: what activations run in."""
+    patch, heads, head_dim, ffn, unet_channels = _denoiser(pipe)
     vae = pipe.vae
     conv = _last_conv(vae)
     tile = getattr(vae, "tile_sample_min_height", None)  # the video VAEs' tile (Wan, LTX); none on the frame-packed VAE
@@ -161,10 +177,11 @@ def read_shape(pipe: Any, frame_step: int, spatial: int, text_tokens: int | None
     return VideoShape(
         frame_step=frame_step,
         spatial=spatial,
-        patch=tuple(int(p) for p in patch),
+        patch=patch,
         heads=heads,
         head_dim=head_dim,
-        ffn_dim=int(ffn),
+        ffn_dim=ffn,
+        unet_channels=unet_channels,
         per_token_timesteps=bool(pipe.config.get("expand_timesteps")),
         guidance_batch=2 if type(pipe).__name__ in BATCHED_GUIDANCE else 1,
         text_tokens=text_tokens or TEXT_TOKENS,
@@ -173,7 +190,7 @@ def read_shape(pipe: Any, frame_step: int, spatial: int, text_tokens: int | None
         vae_channels=conv.in_channels,
         vae_unpatch=max(1, conv.out_channels // 3),
         vae_3d=isinstance(conv, torch.nn.Conv3d),
-        decode_frames=_decode_frames(vae, frame_step),
+        decode_frames=_decode_frames(pipe, frame_step),
         decode_scale=decoder[0],
         decode_whole_chunk=decoder[1],
         tile=(tile, vae.tile_sample_min_width) if tile else None,
@@ -188,14 +205,20 @@ def _last_conv(vae: Any) -> torch.nn.Conv2d | torch.nn.Conv3d:
     return convs[-1]
 
 
-def _decode_frames(vae: Any, frame_step: int) -> int | None:
+def _decode_frames(pipe: Any, frame_step: int) -> int | None:
     """Frames the VAE decodes at once: Wan's causal VAE loops over latent frames (AutoencoderKLWan._decode),
     CogVideoX's over `num_latent_frames_batch_size` of them (2, the first chunk one more: 9 frames), HunyuanVideo's
     over tiles of `tile_sample_min_num_frames` + 1 (its framewise decoding, on by default), the frame-packed VAE
-    decodes DECODE_FRAMES at a time; the rest take the whole clip."""
+    decodes DECODE_FRAMES at a time, a pipeline whose call takes `decode_chunk_size` (AnimateDiff's image VAE) that
+    many; the rest take the whole clip."""
     from diffusers import AutoencoderKLCogVideoX, AutoencoderKLHunyuanVideo, AutoencoderKLWan
 
     from pipelines.video import packed_vae  # diffusers at import: here, not when the settings are checked (app.py)
+
+    vae = pipe.vae
+    chunk = inspect.signature(pipe.__call__).parameters.get("decode_chunk_size")
+    if chunk is not None and isinstance(chunk.default, int):
+        return chunk.default
 
     if isinstance(vae, packed_vae.FramePackedVAE):
         return packed_vae.DECODE_FRAMES
@@ -247,14 +270,17 @@ def tokens(shape: VideoShape, clip: Clip) -> int:
 
 
 def transformer_bytes(shape: VideoShape, clip: Clip) -> int:
-    """One transformer call's activations: linear in tokens, plus the score matrices on the math path."""
+    """One denoiser call's activations: linear in tokens, plus the score matrices on the math path; a UNet's, linear
+    in its tokens (latent pixels of every frame) and its first level's channels."""
     n, d = tokens(shape, clip), shape.heads * shape.head_dim
+    batch = shape.guidance_batch if clip.guidance else 1
+    if shape.unet_channels:
+        return int(batch * n * UNET_FLOATS * shape.unet_channels * shape.act_bytes)
     floats = max(TOKEN_ATTENTION * d, TOKEN_FFN * d + 2 * shape.ffn_dim)
     if shape.per_token_timesteps:
         floats += TOKEN_TIMESTEP * d
     if clip.math_attention:
         floats += MATH_SCORES * shape.heads * max(n, shape.text_tokens)  # self- then cross-attention, one at a time
-    batch = shape.guidance_batch if clip.guidance else 1
     return int(batch * n * floats * shape.act_bytes)
 
 
@@ -292,12 +318,13 @@ def alternatives(pipe: Any, component_bytes: dict[str, int], savers: list[str], 
     out = []
     if not quantized:
         int8 = dict(component_bytes)
-        for name in PHASES["transformer"]:
+        for name in PHASES["denoiser"]:
             module = pipe.components.get(name)
             if isinstance(module, torch.nn.Module):
                 int8[name] = sum(p.numel() for p in module.parameters())
         if int8 != component_bytes:
-            out.append(("a quantized transformer (QUANTIZATION=transformer=torchao-int8wo)", plan_weights(pipe, int8, savers)))
+            name = "unet" if "unet" in pipe.components else "transformer"
+            out.append((f"a quantized {name} (QUANTIZATION={name}=torchao-int8wo)", plan_weights(pipe, int8, savers)))
     if device.can_offload and not set(OFFLOAD_SAVERS) & set(savers):
         out.append(("MEMORY_MODE=max (model offload)", plan_weights(pipe, component_bytes, ["model_cpu_offload"])))
         out.append(("MEMORY_MODE=group (group offload)", plan_weights(pipe, component_bytes, ["group_offload_block"])))
