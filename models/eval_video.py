@@ -2,6 +2,7 @@
 
     python -m models.eval_video [--model models/tiny-shapes-video] [--n 60] [--steps 20] [--out DIR] [--json [PATH]]
     python -m models.eval --video --n 60          # the same, through the image evaluation's command line
+    python -m models.eval_video --refine models/refiners/tiny-shapes-motion --strength 0.65   # then refined
 
 Prompts come from the moving-shapes world (models.train.video_world) with a seeded RNG: a random colour,
 shape and background, the directions in equal shares and still clips as often as in training. Each
@@ -54,6 +55,7 @@ from models.train.world import COLORS
 VIDEO_DIR = Path(__file__).resolve().parent / "tiny-shapes-video"
 OUT_DIR = Path(__file__).resolve().parent / "train" / "runs" / "eval-video"
 GUIDANCE = 5.0
+REFINE_GUIDANCE = 4.0  # the refiner's: the image model's own default
 FOREGROUND_DISTANCE = 60.0  # RGB distance from the background colour that counts as the shape (as classify)
 # The world moves the centre by TRAVEL = 0.44 of the side over a clip. A moving clip must go at least
 # MOVE_MIN = 0.15 (about a third of TRAVEL) along the asked axis: a model that moves the shape the right
@@ -345,6 +347,26 @@ def load_generator(model: str | Path, steps: int, guidance: float = GUIDANCE) ->
     return generate
 
 
+def with_refiner(generate: Callable[[str, int], list[Image.Image]], refiner: str | Path, strength: float, steps: int,
+                 guidance: float) -> Callable[[str, int], list[Image.Image]]:
+    """`generate` followed by a motion-module refiner (an AnimateDiff folder: models/refiners/tiny-shapes-motion) as
+    video-to-video at `strength`: the draft's motion kept, its shapes redrawn by the image model's UNet."""
+    import torch
+    from diffusers import AnimateDiffPipeline, AnimateDiffVideoToVideoPipeline
+
+    base = AnimateDiffPipeline.from_pretrained(str(refiner), dtype=torch.float32)
+    pipe = AnimateDiffVideoToVideoPipeline.from_pipe(base)
+    pipe.set_progress_bar_config(disable=True)
+
+    def refined(prompt: str, seed: int) -> list[Image.Image]:
+        return pipe(
+            video=generate(prompt, seed), prompt=prompt, strength=strength, num_inference_steps=steps,
+            guidance_scale=guidance, generator=torch.Generator().manual_seed(seed), output_type="pil",
+        ).frames[0]  # fmt: skip
+
+    return refined
+
+
 def run_video(args: argparse.Namespace) -> dict[str, Any]:
     """The evaluation for `python -m models.eval_video` and `python -m models.eval --video`: prints the summary,
     saves the contact sheet (--out DIR, or eval's --grid PATH) and returns the report (JSON-ready)."""
@@ -356,9 +378,13 @@ def run_video(args: argparse.Namespace) -> dict[str, Any]:
     guidance = getattr(args, "guidance", None)
     guidance = float(vocabulary.get("default_guidance_scale") or GUIDANCE) if guidance is None else guidance
     generate = load_generator(model, steps, guidance)
+    refine = {}
+    if getattr(args, "refine", None):
+        refine = {"refiner": str(args.refine), "strength": args.strength, "refiner_guidance": REFINE_GUIDANCE}
+        generate = with_refiner(generate, args.refine, args.strength, steps, REFINE_GUIDANCE)
     report = evaluate(generate, args.n, args.seed)
     clips = report.pop("_clips")
-    report = {"model": str(model), "steps": steps, "guidance_scale": guidance, "self_check": self_check(), **report}
+    report = {"model": str(model), "steps": steps, "guidance_scale": guidance, **refine, "self_check": self_check(), **report}
     print_summary(report)
     out = getattr(args, "out", None)
     grid = getattr(args, "grid", None)
@@ -377,6 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help="default: the model's (vocabulary.json), else 20")
     parser.add_argument("--guidance", type=float, default=None, help=f"default: the model's, else {GUIDANCE}")
+    parser.add_argument("--refine", default=None, help="a motion-module refiner folder, run as video-to-video after the model")
+    parser.add_argument("--strength", type=float, default=0.65, help="--refine: how much of the draft is redrawn")
     parser.add_argument("--out", default=str(OUT_DIR), help="folder for the contact sheet")
     parser.add_argument("--json", nargs="?", const="-", default=None, help="the report as JSON: to stdout, or to PATH")
     return parser

@@ -9,7 +9,8 @@
     python -m models.train.train detector [--steps N]   # the detailer's embedded detector (models/train/detector.py)
     python -m models.train.train lcm [--steps N]   # the few-step LCM-LoRA of tiny-shapes (models/train/lcm.py)
     python -m models.train.train lcm-refine        # ... refined on the teacher's solved ODE ends (lcm_refine.py)
-    python -m models.train.train video|video-export   # the embedded video model (models/train/video.py)
+    python -m models.train.train video|video-export   # the first video model, Wan architecture (models/train/video.py)
+    python -m models.train.train video-motion|video-motion-export   # the embedded video model (models/train/video_motion.py)
     python -m models.train.train sizes|sizes-export   # tiny-shapes at 64-128 px, 1:2-2:1 (models/train/sizes.py)
 
 Each stage is seeded and checkpoints to `models/train/runs/<stage>/` (git-ignored) every few
@@ -57,7 +58,7 @@ log = logging.getLogger(__name__)
 
 LORA_OUT = MODELS_DIR / "loras"
 
-DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000, "lcm": 3000, "lcm-refine": 2500, "video": 10000, "sizes": 2000}
+DEFAULT_STEPS = {"vae": 2600, "unet": 4000, "lora": 600, "edit": 10400, "control": 800, "ip-adapter": 2500, "detector": 3000, "lcm": 3000, "lcm-refine": 2500, "video": 10000, "video-motion": 1600, "sizes": 2000}
 BATCH = {"vae": 32, "unet": 64, "lora": 64}
 LR = {"vae": 1e-3, "unet": 6e-4, "lora": 1e-3}
 UNET_DATASET = 80_000
@@ -351,6 +352,18 @@ def _export_video(_steps: int | None = None) -> None:
     export_video()
 
 
+def _train_video_motion(steps: int) -> None:
+    from .video_motion import train_video_motion  # over the exported tiny-shapes
+
+    train_video_motion(steps)
+
+
+def _export_video_motion(_steps: int | None = None) -> None:
+    from .video_motion import export_video_motion
+
+    export_video_motion()
+
+
 def _train_sizes(steps: int) -> None:
     from .sizes import train_sizes  # fine-tunes the exported tiny-shapes
 
@@ -378,7 +391,7 @@ def _edit_from_export(source: Path | None = None) -> None:
 STAGES = {
     "vae": train_vae, "unet": train_unet, "export": export_model, "lora": train_lora,
     "edit": _train_edit, "control": _train_control, "ip-adapter": _train_ip_adapter, "detector": _train_detector, "lcm": _train_lcm, "lcm-refine": _train_lcm_refine, "lcm-export": _export_lcm, "edit-export": _export_edit, "edit-from-export": _edit_from_export,
-    "video": _train_video, "video-export": _export_video, "sizes": _train_sizes, "sizes-export": _export_sizes,
+    "video": _train_video, "video-export": _export_video, "video-motion": _train_video_motion, "video-motion-export": _export_video_motion, "sizes": _train_sizes, "sizes-export": _export_sizes,
 }  # fmt: skip
 
 
@@ -402,7 +415,7 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.time()
         if stage == "edit-from-export":
             STAGES[stage](args.source)
-        elif stage in ("export", "edit-export", "lcm-export", "video-export", "sizes-export"):
+        elif stage in ("export", "edit-export", "lcm-export", "video-export", "video-motion-export", "sizes-export"):
             STAGES[stage]()
         else:
             STAGES[stage](args.steps or DEFAULT_STEPS[stage])
