@@ -18,10 +18,10 @@ from pipelines import GenerationRequest, ImagePipeline
 from pipelines.run import checks
 from pipelines.schema.fields import RequestError
 from pipelines.video import memory
-from serving.video import EMBEDDED_VIDEO
 from tests import families
 
 ROOT = Path(__file__).resolve().parent.parent
+REFINER = ROOT / "models" / "refiners" / "tiny-shapes-motion"
 MiB = 2**20
 FACTOR = 1.5  # the estimate is within this factor of the measured peak (0.98-1.06 x on the 2-core CPU)
 # the points measured: (frames, side); more frames and a larger size each grow the peak
@@ -78,11 +78,11 @@ def needed(pipe: ImagePipeline, frames: int, side: int) -> int:
     return memory.estimate(*checks.clip_memory(pipe, request)).needed
 
 
-# their decoders' chunks and scales (memory.DECODERS); AnimateDiff's UNet (memory.UNET_FLOATS: the embedded model's
-# 64-channel UNet, where the denoiser's activations are the peak; the tiny copy's peak is its decode)
-@pytest.mark.parametrize("name", ["wan", "cogvideox", "hunyuan-video", "animatediff", "embedded"])
+# their decoders' chunks and scales (memory.DECODERS); AnimateDiff's UNet (memory.UNET_FLOATS): the tiny copy, whose
+# peak is its decode, and the motion refiner (tiny-shapes' 64-channel UNet), whose peak is the denoiser's
+@pytest.mark.parametrize("name", ["wan", "cogvideox", "hunyuan-video", "animatediff", "refiner"])
 def test_the_estimate_grows_with_frames_and_size_as_measured(family_root, name):
-    path = EMBEDDED_VIDEO if name == "embedded" else families.build_video(name, family_root / name)
+    path = REFINER if name == "refiner" else families.build_video(name, family_root / name)
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
     run = subprocess.run(
         [sys.executable, "-c", MEASURE, str(path), json.dumps(POINTS)],

@@ -1,11 +1,10 @@
 """Image-to-video for a video model with no image input of its own (AnimateDiff): its first frame kept.
 
 AnimateDiff is an image UNet with motion modules. The first frame is kept as diffusers' SD inpainting keeps the
-unmasked latents of a 4-channel UNet. After each step the
-clip's first latent frame is replaced by the image's latent noised to the level of the step that comes next (the
-image's own latent after the last), so the motion modules carry the picture into the frames after it.
-A `callback_on_step_end` changer (pipelines.run.callbacks.Chained).
-"""
+unmasked latents of a 4-channel UNet: after each step the clip's first latent frame is replaced by the image's
+latent noised to the level of the step that comes next (the image's own latent after the last), so the motion
+modules carry the picture into the frames after it. A `callback_on_step_end` changer
+(pipelines.run.callbacks.Chained)."""
 
 from __future__ import annotations
 

@@ -22,8 +22,8 @@ D = heads x head_dim; g = 2 where the pipeline batches the guidance pass with th
 and HunyuanVideo call the transformer again after, g = 1); T the prompt's tokens; f the frames the VAE decodes at
 once (Wan's causal VAE one latent frame, t frames; the frame-packed VAE 8; AnimateDiff's image VAE its call's
 `decode_chunk_size`, 16; others the whole clip), P their pixels (a tile's when tiled); c the channels into the
-decoder's last convolution and u the output pixels each of its positions makes (its channels over RGB: 1, or LTX's 4x4 patch 16, Wan 2.2's 2x2 4); 12: float32 RGB. SDPA and the fused
-kernels are linear in tokens; the math path (vanilla) holds the heads' score matrices, self- then cross-attention.
+decoder's last convolution and u the output pixels each of its positions makes (its channels over RGB: 1, or
+LTX's 4x4 patch 16, Wan 2.2's 2x2 4); 12: float32 RGB. SDPA and the fused kernels are linear in tokens; the math path (vanilla) holds the heads' score matrices, self- then cross-attention.
 Left out: the text encoder's and the latents' own activations (a few MB at 512 tokens), the VAE's mid-block
 attention; an image-to-video encode is taken to cost no more than the decode.
 
@@ -73,7 +73,8 @@ BATCHED_GUIDANCE = frozenset(
     {"LTXPipeline", "LTXImageToVideoPipeline", "CogVideoXPipeline", "CogVideoXImageToVideoPipeline", "AnimateDiffPipeline"}
 )
 # a UNet's (AnimateDiff's UNetMotionModel) floats a latent pixel a frame per channel of its first level: 25.0-27.0
-# measured on the embedded model's (64 channels), 5-33 frames at 64-128 px with guidance
+# measured on tiny-shapes' UNet with motion modules (models/refiners/tiny-shapes-motion's architecture, 64 channels),
+# 5-33 frames at 64-128 px with guidance
 UNET_FLOATS = 25.5
 PHASES = {
     "text encoder": ("text_encoder", "image_encoder"),
