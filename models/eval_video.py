@@ -2,9 +2,11 @@
 
     python -m models.eval_video [--model models/tiny-shapes-video] [--n 60] [--steps 20] [--out DIR] [--json [PATH]]
     python -m models.eval --video --n 60          # the same, through the image evaluation's command line
-    python -m models.eval_video --refine models/refiners/tiny-shapes-motion --strength 0.65   # then refined
+    python -m models.eval_video --no-refine        # the model's drafts alone, without its refine pass
+    python -m models.eval_video --refine models/refiners/tiny-shapes-motion --strength 0.5   # another refine strength
 
-Prompts come from the moving-shapes world (models.train.video_world) with a seeded RNG: a random colour,
+The model is evaluated as the app runs it: its clips through its refine pass where its vocabulary names one
+(pipelines.video.refine: tiny-shapes-video's motion-module refiner). Prompts come from the moving-shapes world (models.train.video_world) with a seeded RNG: a random colour,
 shape and background, the directions in equal shares and still clips as often as in training. Each
 generated clip is judged without any learned model:
 
@@ -367,6 +369,18 @@ def with_refiner(generate: Callable[[str, int], list[Image.Image]], refiner: str
     return refined
 
 
+def refiner_for(args: argparse.Namespace, vocabulary: dict[str, Any], model: Path) -> Any:
+    """The refine pass evaluated: --refine DIR (at --strength), else the model's own (its vocabulary's, as the app runs
+    it: pipelines.video.refine), none with --no-refine."""
+    from pipelines.video.refine import RefinerSpec, read_spec
+
+    if getattr(args, "no_refine", False):
+        return None
+    if getattr(args, "refine", None):
+        return RefinerSpec(Path(args.refine), args.strength, REFINE_GUIDANCE)
+    return read_spec(vocabulary, model)
+
+
 def run_video(args: argparse.Namespace) -> dict[str, Any]:
     """The evaluation for `python -m models.eval_video` and `python -m models.eval --video`: prints the summary,
     saves the contact sheet (--out DIR, or eval's --grid PATH) and returns the report (JSON-ready)."""
@@ -379,9 +393,10 @@ def run_video(args: argparse.Namespace) -> dict[str, Any]:
     guidance = float(vocabulary.get("default_guidance_scale") or GUIDANCE) if guidance is None else guidance
     generate = load_generator(model, steps, guidance)
     refine = {}
-    if getattr(args, "refine", None):
-        refine = {"refiner": str(args.refine), "strength": args.strength, "refiner_guidance": REFINE_GUIDANCE}
-        generate = with_refiner(generate, args.refine, args.strength, steps, REFINE_GUIDANCE)
+    spec = refiner_for(args, vocabulary, model)
+    if spec is not None:  # the model's own refine pass, as the app runs it, or --refine's
+        refine = {"refiner": str(spec.path), "strength": spec.strength, "refiner_guidance": spec.guidance}
+        generate = with_refiner(generate, spec.path, spec.strength, steps, spec.guidance)
     report = evaluate(generate, args.n, args.seed)
     clips = report.pop("_clips")
     report = {"model": str(model), "steps": steps, "guidance_scale": guidance, **refine, "self_check": self_check(), **report}
@@ -403,8 +418,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help="default: the model's (vocabulary.json), else 20")
     parser.add_argument("--guidance", type=float, default=None, help=f"default: the model's, else {GUIDANCE}")
-    parser.add_argument("--refine", default=None, help="a motion-module refiner folder, run as video-to-video after the model")
+    parser.add_argument("--refine", default=None, help="a motion-module refiner folder, run as video-to-video after "
+                        "the model (default: the model's own refiner, its vocabulary's)")
     parser.add_argument("--strength", type=float, default=0.65, help="--refine: how much of the draft is redrawn")
+    parser.add_argument("--no-refine", action="store_true", help="the model's clips as drafted, without its refiner")
     parser.add_argument("--out", default=str(OUT_DIR), help="folder for the contact sheet")
     parser.add_argument("--json", nargs="?", const="-", default=None, help="the report as JSON: to stdout, or to PATH")
     return parser

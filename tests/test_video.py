@@ -253,6 +253,7 @@ def test_the_embedded_model_is_called_with_the_prompt_length_it_was_trained_at()
 
     pipe = ImagePipeline.from_pretrained(VIDEO_DIR, device_manager=DeviceManager("cpu"), memory_mode="off")
     assert pipe.clips.text_length == 16
+    pipe.refiner = None  # the draft alone: what WanPipeline makes (the refine pass: test_the_embedded_model_refines)
     ask = {"prompt": "a red circle moving left on a blue background", "num_frames": 5, "width": 32, "height": 32}
     clip = pipe.generate(GenerationRequest(**ask, steps=4, seed=3, guidance_scale=5.0)).clips[0]
 
@@ -307,3 +308,42 @@ def test_the_motion_refiner_redraws_the_drafts_shapes_and_keeps_their_motion():
     for ask in asks:
         score = score_clip(refined(ask.prompt, 0), ask)
         assert score.direction_right and score.frame_share >= 0.85, (ask, score)  # 0.94 and 0.94
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    """The embedded video model as the app loads it, with its refiner."""
+    from models.eval_video import VIDEO_DIR
+
+    return ImagePipeline.from_pretrained(VIDEO_DIR, device_manager=DeviceManager("cpu"), memory_mode="off")
+
+
+def test_the_embedded_model_refines_its_clips_through_the_request_path(embedded):
+    """models/tiny-shapes-video names its refiner (vocabulary.json): a request's clip is the draft redrawn by it, the
+    refine steps counted in the progress, the refiner in the clip's parameters; its drafts of squares are blobs."""
+    from models.eval_video import Ask, score_clip
+
+    pipe = embedded
+    assert pipe.refiner_spec.name == "tiny-shapes-motion" and pipe.refiner_spec.steps(20) == 13
+    ask, seen = Ask("white", "square", "black", "right"), []
+    result = pipe.generate(GenerationRequest(ask.prompt, num_frames=17, seed=0), progress=lambda *a: seen.append(a[:2]))
+    assert seen[-1] == (33, 33) and len(seen) > 20  # 20 draft steps, then 13 refine steps
+    score = score_clip(result.clips[0], ask)
+    assert score.direction_right and score.shape_right >= 15, score  # 16 of 17 here; the draft alone: 0
+    assert (result.metadata[0]["refiner"], result.metadata[0]["refiner_strength"]) == ("tiny-shapes-motion", 0.65)
+
+
+def test_a_still_picture_of_the_embedded_model_skips_the_refine_pass(embedded):
+    seen = []
+    result = embedded.generate(GenerationRequest("a red circle on a blue background", num_frames=1, steps=4, seed=0),
+                           progress=lambda *a: seen.append(a[:2]))  # fmt: skip
+    assert result.clips == [] and seen[-1] == (4, 4) and "refiner" not in result.metadata[0]
+
+
+def test_stop_during_the_refine_pass_stops_the_clip(embedded):
+    seen = []
+    result = embedded.generate(
+        GenerationRequest("a red circle moving left on a blue background", num_frames=9, steps=4, seed=0),
+        progress=lambda *a: seen.append(a[0]), should_cancel=lambda: bool(seen) and seen[-1] >= 5,  # a refine step
+    )  # fmt: skip
+    assert result.cancelled and result.clips == [] and max(seen) == 5 and not embedded.refiner._interrupt

@@ -61,6 +61,8 @@ def test_a_clip_through_the_api_plays_as_asked_and_keeps_its_parameters(client):
     assert np.abs(np.diff(frames, axis=0)).mean() > 0.5  # a clip, not one picture repeated
     seen = score_clip(decoded, Ask("red", "circle", "blue", "left"))  # what the user asked to watch
     assert seen.direction_right and seen.color_right == seen.background_right == 17, seen
+    assert seen.shape_right >= 15, seen  # a circle, redrawn by the model's refiner
+    assert fields["extra"]["Video refiner"] == "tiny-shapes-motion" and fields["extra"]["Video refiner strength"] == "0.65"
 
 
 def test_image_to_video_starts_from_the_given_frame(client, tmp_path):

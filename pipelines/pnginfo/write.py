@@ -67,6 +67,8 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         *inpaint_fields(meta),
         *hires.infotext(meta)[1:],  # A1111's order: the strength, then the Hires fields
         ("Step cache", step_cache_text(meta)),  # ours (A1111 has none): keeps the image reproducible
+        ("Video refiner", meta.get("refiner")),  # ours: a video model's refine pass (pipelines.video.refine)
+        ("Video refiner strength", meta.get("refiner_strength")),
         # sd-webui-controlnet's "ControlNet 0" lines: the units, then the image prompts as IP-Adapter units
         *control.infotext([*(meta.get("controlnet") or []), *ip_adapter.infotext_units(meta)]),
     ]

@@ -32,6 +32,7 @@ from pipelines.sampling import samplers
 from pipelines.sampling.guidance import DEFAULT_GUIDANCE_END, GuidanceCutoff
 from pipelines.schema.errors import OutOfMemoryError
 from pipelines.schema.request import GenerationRequest
+from pipelines.video import refine
 from pipelines.video.first_frame import KEEPS_FIRST_FRAME, FirstFrame
 
 log = logging.getLogger(__name__)
@@ -63,12 +64,13 @@ def denoise(
             out.cancelled = True
             break
         chunk = items[done : done + out.micro]
-        steps_per_call = steps_for(p, plan.request, plan.accepted)
+        draft_steps = steps_for(p, plan.request, plan.accepted)
+        steps_per_call = draft_steps + refine_steps(p, plan.request)
         total_steps = steps_done + steps_per_call * -(-(len(items) - done) // out.micro)
         call, switch = chunk_kwargs(p, plan, chunk)
         changers = [c for c in (switch, first_frame(p, plan, chunk)) if c is not None]
         first = plan.first + done
-        timer = CallMonitor(plan.pipe, p.dm, progress, should_cancel, steps_done, total_steps, first, steps_per_call)
+        timer = CallMonitor(plan.pipe, p.dm, progress, should_cancel, steps_done, total_steps, first, draft_steps)
         try:
             output, timing = run_call(p, plan.pipe, call, timer, preview, first, plan.guidance_end, changers)
         except Exception as exc:
@@ -81,6 +83,11 @@ def denoise(
             out.micro = shrink_after_oom(p, exc, out.micro, plan.size, partial)
             out.oom_splits += 1
             continue
+        if steps_per_call > draft_steps and not timer.cancelled:  # a video model's refine pass (pipelines.video.refine)
+            timer = CallMonitor(p.refiner, p.dm, progress, should_cancel, steps_done + draft_steps, total_steps, first,
+                                steps_per_call - draft_steps)  # fmt: skip
+            output, seconds = refined(p, plan, chunk, output, timer)
+            timing = {**timing, "refine": seconds, "total": timing["total"] + seconds}
         if timer.cancelled:
             out.cancelled = True
             break
@@ -92,6 +99,8 @@ def denoise(
             out.inputs.append(item["image"])
             rescale = plan.request.guidance_rescale if "guidance_rescale" in plan.accepted else None  # what ran
             out.metas.append(results.metadata(p, plan.request, item, *image.size, plan.guidance_end, rescale))
+            if steps_per_call > draft_steps:
+                out.metas[-1].update(refiner=p.refiner_spec.name, refiner_strength=p.refiner_spec.strength)
         done += len(chunk)
     return out
 
@@ -121,6 +130,29 @@ def chunk_kwargs(p: Any, plan: Plan, chunk: list[dict[str, Any]]) -> tuple[dict[
     kwargs = call_kwargs(p.traits, plan.accepted, plan.request, fitted, plan.size, generators, discrete, p.clips)
     kwargs["mask_image"] = [prep.mask for prep in prepared]
     return plan.texts.apply({**kwargs, **plan.control})
+
+
+def refine_steps(p: Any, request: GenerationRequest) -> int:
+    """The steps of a video model's refine pass for `request` (pipelines.video.refine); 0 without one, or for a
+    still picture (one frame: nothing moves)."""
+    if p.refiner is None or (request.num_frames or 1) < 2:
+        return 0
+    return p.refiner_spec.steps(request.steps)
+
+
+def refined(p: Any, plan: Plan, chunk: list[dict[str, Any]], output: Any, timer: CallMonitor) -> tuple[Any, float]:
+    """(`output` with its clip redrawn by the model's refiner, the pass's seconds): one clip a call, its steps reported
+    and Stop checked by `timer`."""
+    frames = output.frames[0]
+    generator = p.dm.create_generator(chunk[0]["seed"])
+    prompt = plan.prompts[chunk[0]["prompt"]]
+    try:
+        timer.begin()
+        output.frames[0] = refine.refine(p.refiner, p.refiner_spec, list(frames), plan.request, prompt, generator, timer)
+    finally:
+        timing = timer.finish()
+        p.refiner._interrupt = False
+    return output, timing["total"]
 
 
 def first_frame(p: Any, plan: Plan, chunk: list[dict[str, Any]]) -> FirstFrame | None:

@@ -60,6 +60,7 @@ from pipelines.schema.request import (
     validate,
 )
 from pipelines.video import family as video
+from pipelines.video import refine
 from pipelines.weights import hashing, quantization
 from pipelines.weights.lora import LoraInfo, LoraManager
 from pipelines.weights.recipes import Recipe
@@ -121,6 +122,9 @@ class ImagePipeline:
         self.vocabulary = read_vocabulary(source)
         # a video model's clips (pipelines.video.family); its vocabulary may name the size it was trained at
         self.clips = video.abilities(pipe, self.vocabulary) if video.makes_clips(pipe) else None
+        # a refine pass of its clips that its vocabulary names (pipelines.video.refine: the embedded model's)
+        self.refiner_spec = refine.read_spec(self.vocabulary, source) if self.clips is not None else None
+        self.refiner = refine.load(self.refiner_spec, device_manager) if self.refiner_spec is not None else None
         if "default_width" in self.vocabulary:
             size = (int(self.vocabulary["default_width"]), int(self.vocabulary["default_height"]))
             self.traits = dataclasses.replace(self.traits, default_size=size)
