@@ -5,7 +5,7 @@ video model's pool. `ModelInfo.video` describes the video model, so the Video ta
 defaults and limits (`ModelInfo.for_task("video")`) with no second code path.
 
 Which video model: VIDEO_MODEL_ID (a folder, Hub id or recipe name); by default the embedded
-`tiny-shapes-video` beside the embedded image model (a few MB, loaded with it); VIDEO_MODEL_ID=none serves
+`tiny-shapes-video` beside the embedded image model (29 MB with its refiner, loaded with it); VIDEO_MODEL_ID=none serves
 no video. A main model that is itself a video model (MODEL_ID=a Wan folder) serves video requests on its own.
 """
 
