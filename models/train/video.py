@@ -209,7 +209,7 @@ def export_video(_steps: int | None = None, out: Path = VIDEO_OUT) -> None:
             "prompt_template": VIDEO_PROMPT, "default_steps": 20, "default_guidance_scale": 5.0,
             "default_num_frames": NUM_FRAMES, "default_fps": FPS, "max_num_frames": 33,
             "default_width": FRAME_SIZE, "default_height": FRAME_SIZE, "max_sequence_length": MAX_SEQUENCE,
-            "refiner": {"path": "../refiners/tiny-shapes-motion", "strength": 0.65, "guidance": 4.0},
+            "refiner": {"folder": "../refiners/tiny-shapes-motion", "strength": 0.65, "guidance": 4.0},
             "notes": f"trained at {FRAME_SIZE}x{FRAME_SIZE}, {NUM_FRAMES} frames, on a shape moving left, right, up or down, "
             "or still; each clip is then redrawn by the motion-module refiner (models/refiners/tiny-shapes-motion), "
             "which keeps its motion and draws the shape's outline (docs/video.md)",

@@ -2,9 +2,10 @@
 
 A model's vocabulary.json names it, relative to the model's folder:
 
-    "refiner": {"path": "../refiners/tiny-shapes-motion", "strength": 0.65, "guidance": 4.0}
+    "refiner": {"folder": "../refiners/tiny-shapes-motion", "strength": 0.65, "guidance": 4.0}
 
-The embedded tiny-shapes-video moves the asked shape the asked way but draws its outline roughly; its refiner
+("folder", not "path": the vocabulary reaches clients in `ModelInfo`, and gradio_client takes a dict with a "path"
+in a JSON output for a file to download.) The embedded tiny-shapes-video moves the asked shape the asked way but draws its outline roughly; its refiner
 (motion modules over the embedded image model, models/train/video_motion.py) keeps the draft's motion and
 redraws its shapes (docs/video.md). The pass runs `AnimateDiffVideoToVideoPipeline` over the draft's frames with
 the request's prompt, negative prompt and seed, for `strength` of the request's steps (at least one), at the
@@ -41,7 +42,7 @@ def read_spec(vocabulary: dict[str, Any], source: str | Path) -> RefinerSpec | N
     raw = vocabulary.get("refiner")
     if not raw:
         return None
-    path = (Path(source) / raw["path"]).resolve()
+    path = (Path(source) / raw["folder"]).resolve()
     return RefinerSpec(path, float(raw.get("strength", 0.65)), float(raw.get("guidance", 4.0)))
 
 
