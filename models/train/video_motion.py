@@ -3,7 +3,7 @@ into tiny-shapes' UNet (`UNetMotionModel.from_unet2d`), trained on the moving-sh
 (models.train.video_world). Alone it draws crisp shapes and keeps them from frame to frame, but it does not move
 them the asked way: its temporal attention has no text input, and the direction did not reach it through the
 spatial cross-attention in 1600 steps (10 % of clips right). Run as video-to-video over tiny-shapes-video's clips
-(`models.eval_video --refine`), it keeps their motion and redraws their shapes (docs/video.md).
+(`pipelines.video.refine`, named by its vocabulary), it keeps their motion and redraws their shapes (docs/video.md).
 
     python -m models.train.train video-motion [--steps N]     # motion modules + the image model tuned (1600, 61 min)
     python -m models.train.train video-motion-export          # models/refiners/tiny-shapes-motion (AnimateDiff)
