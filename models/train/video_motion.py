@@ -127,6 +127,12 @@ def encode_dataset(vae, n: int = DATASET) -> dict:
     return data
 
 
+def param_groups(unet, encoder) -> tuple[list, list]:
+    """(the motion modules' parameters, the tuned image model's): in this order the EMA is kept and exported."""
+    motion = [p for n, p in unet.named_parameters() if "motion_modules" in n]
+    return motion, [p for n, p in unet.named_parameters() if "motion_modules" not in n] + list(encoder.parameters())
+
+
 def clip_loss(unet, encoder, scheduler, latents: torch.Tensor, ids: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """The image model's v-prediction loss over whole clips: one timestep a clip, every frame noised."""
     b, c, f, h, w = latents.shape
@@ -149,8 +155,7 @@ def train_video_motion(steps: int) -> None:
     empty = tokenize(tok, [""])[0]
     unet, encoder = make_models(tok)
     scheduler = DDPMScheduler.from_pretrained(MODEL_OUT / "scheduler")
-    motion = [p for n, p in unet.named_parameters() if "motion_modules" in n]
-    tuned = [p for n, p in unet.named_parameters() if "motion_modules" not in n] + list(encoder.parameters())
+    motion, tuned = param_groups(unet, encoder)
     opt = torch.optim.AdamW([{"params": motion, "lr": MOTION_LR}, {"params": tuned, "lr": TUNE_LR}], weight_decay=0.01)
     params = motion + tuned
     ema = EMA(params, decay=0.995)
@@ -192,8 +197,7 @@ def export_video_motion(out: Path = REFINER_OUT) -> None:
     tok = tokenizer()
     unet, encoder = make_models(tok)
     ckpt = load_checkpoint(RUN / "ckpt.pt")
-    motion = [p for n, p in unet.named_parameters() if "motion_modules" in n]
-    tuned = [p for n, p in unet.named_parameters() if "motion_modules" not in n] + list(encoder.parameters())
+    motion, tuned = param_groups(unet, encoder)
     with torch.no_grad():
         for p, s in zip(motion + tuned, ckpt["ema"], strict=True):
             p.copy_(s)
