@@ -130,6 +130,7 @@ class Progress:
     step: int  # steps done over the whole request
     total: int
     image: int  # index of the image being made
+    note: str = ""  # what holds the steps up, while it does (an OpenVINO conversion inside the request)
 
 
 @dataclass(frozen=True)
@@ -192,8 +193,8 @@ class Job:
     def _put(self, event: Event | BaseException) -> None:
         self._events.put(event)
 
-    def _on_progress(self, step: int, total: int, image: int) -> None:
-        self.progress = Progress(step, total, image)
+    def _on_progress(self, step: int, total: int, image: int, note: str = "") -> None:
+        self.progress = Progress(step, total, image, note)
         self._put(self.progress)
 
     def _on_preview(self, first: int, images: list[Any]) -> None:

@@ -44,7 +44,16 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from pipelines import CancelFn, Capabilities, GenerationBackend, ModelInfo, PreviewFn, ProgressFn, ReplicaStatus
+from pipelines import (
+    CancelFn,
+    Capabilities,
+    GenerationBackend,
+    ModelInfo,
+    PreviewFn,
+    ProgressFn,
+    ReplicaStatus,
+    report_progress,
+)
 from pipelines.schema.errors import PipelineError
 from pipelines.schema.request import GenerationRequest, GenerationResult
 
@@ -80,7 +89,7 @@ def _worker_events(request: GenerationRequest) -> Iterator[tuple[str, Any]]:
         try:
             result = _BACKEND.generate(
                 request,
-                progress=lambda step, total, image: events.put(("progress", (step, total, image))),
+                progress=lambda step, total, image, note="": events.put(("progress", (step, total, image, note))),
                 should_cancel=lambda: closed.is_set() or _STOP.is_set(),
                 preview=lambda first, images: events.put(("preview", (first, list(images)))),
             )
@@ -162,7 +171,7 @@ class ZeroGPUBackend:
             try:
                 for kind, value in events:  # at least one event per step
                     if kind == "progress" and progress is not None:
-                        progress(*value)
+                        report_progress(progress, *value)
                     elif kind == "preview" and preview is not None:
                         preview(*value)
                     elif kind == "error":

@@ -38,7 +38,7 @@ _FACE: dict[str, tuple[str, str]] = {
     **{n: ("pipelines.run.options", n) for n in ("PipelineOptions", "DEFAULT_MODEL", "DEFAULT_LORA_DIR")},
     **{
         n: ("pipelines.run.backend", n)
-        for n in ("GenerationBackend", "ModelInfo", "Capabilities", "ReplicaStatus", "CancelFn", "PreviewFn", "ProgressFn")
+        for n in ("GenerationBackend", "ModelInfo", "Capabilities", "ReplicaStatus", "CancelFn", "PreviewFn", "ProgressFn", "report_progress")
     },
     # PNG metadata
     **{n: ("pipelines.pnginfo.write", n) for n in ("save_images", "save_pngs", "save_png", "png_info", "a1111_parameters", "TEMP_SUFFIX", "save_clip", "save_clips")},

@@ -219,8 +219,8 @@ class GenerationReplica:
         def put(event: tuple) -> None:
             loop.call_soon_threadsafe(events.put_nowait, event)
 
-        def progress(done: int, total: int, image: int) -> None:
-            put(("progress", (done, total, image)))
+        def progress(done: int, total: int, image: int, note: str = "") -> None:
+            put(("progress", (done, total, image, note)))
             if done == 1:
                 self._report()  # busy now, not at the next heartbeat
 

@@ -57,6 +57,7 @@ from pipelines import (
     PreviewFn,
     ProgressFn,
     ReplicaStatus,
+    report_progress,
 )
 from pipelines.schema.errors import LoraError, ModelLoadError, PipelineError
 from pipelines.schema.request import GenerationRequest, GenerationResult, RequestLimits
@@ -190,8 +191,8 @@ def worker(rank: int, spec: GroupSpec, port: int, conn: Connection, queries: Con
 def _run(pipeline, rank, conn, request, item_range, previews, should_cancel) -> tuple[str, Any]:
     """One request on this rank: rank 0 streams progress and previews and sends the result."""
 
-    def progress(step: int, total: int, image: int) -> None:
-        conn.send(("progress", (step, total, image)))
+    def progress(step: int, total: int, image: int, note: str = "") -> None:
+        conn.send(("progress", (step, total, image, note)))
 
     def preview(first: int, images: list[Any]) -> None:
         conn.send(("preview", (first, [wire.png_bytes(im) for im in images])))
@@ -485,9 +486,9 @@ class ParallelGroup:
     def _streamed(self, kind: str, data: Any, progress: ProgressFn | None, preview: PreviewFn | None) -> bool:
         """Rank 0's progress and previews, passed on; False for a reply."""
         if kind == "progress":
-            self.activity = f"step {data[0]}/{data[1]}"
+            self.activity = data[3] or f"step {data[0]}/{data[1]}"  # the note: a conversion on this rank
             if progress is not None:
-                progress(*data)
+                report_progress(progress, *data)
             return True
         if kind == "preview":
             if preview is not None:

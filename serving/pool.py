@@ -44,6 +44,7 @@ from pipelines import (
     ReplicaStatus,
     open_model,
     quantization_applied,
+    report_progress,
 )
 from pipelines.schema.errors import ModelLoadError, OutOfMemoryError, PipelineError
 from pipelines.schema.request import GenerationRequest, GenerationResult, pin_seed, validate
@@ -341,12 +342,12 @@ class _Run:
         self._lock = threading.Lock()
 
     def call(self, pipeline: ImagePipeline, index: int, item_range: tuple[int, int]) -> GenerationResult:
-        def report(step: int, total: int, image: int) -> None:
+        def report(step: int, total: int, image: int, note: str = "") -> None:
             with self._lock:
                 self._steps[index] = (step, total)
                 done, whole = sum(s for s, _ in self._steps), sum(t for _, t in self._steps)
             if self.progress is not None:
-                self.progress(done, whole, image)
+                report_progress(self.progress, done, whole, image, note)
 
         extra = {"preview": self.preview} if self.preview is not None else {}
         return pipeline.generate(self.request, report, self.should_cancel, item_range=item_range, **extra)

@@ -33,6 +33,7 @@ from pipelines import (
     PreviewFn,
     ProgressFn,
     ReplicaStatus,
+    report_progress,
 )
 from pipelines.schema.request import GenerationRequest, GenerationResult, pin_seed, validate
 
@@ -171,7 +172,7 @@ class RayBackend:
                     continue
                 if kind == "progress":
                     if progress is not None:
-                        progress(*value)
+                        report_progress(progress, *value)
                     if not cancel_sent and should_cancel is not None and should_cancel():
                         self.board.cancel.remote(token)  # the replica stops after this step, returns what finished
                         cancel_sent = True

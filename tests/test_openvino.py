@@ -479,3 +479,29 @@ def test_the_app_starts_under_runtime_openvino_and_its_video_model_stays_torch(o
         assert "video models stay torch" in video.runtime_plan.reason
     finally:
         backend.close()
+
+
+def test_a_conversion_inside_a_request_shows_in_its_progress_bar(tiny_model_dir, tmp_path):
+    """Issue 58: the VAE encoder converts on the first image-to-image request. While it does, the request's
+    progress bar says so (through the device pool and the engine to the UI's bar and A1111's textinfo), and
+    then shows the steps again."""
+    from PIL import Image
+
+    from engine import Engine
+    from engine.settings import AppSettings
+    from serving.pool import DevicePool
+    from ui.studio import Studio
+
+    options = PipelineOptions(runtime="openvino", openvino_cache=tmp_path / "graphs")
+    model = ImagePipeline.from_pretrained(str(tiny_model_dir), DeviceManager("cpu"), options)
+    assert model.runtime.hooks["vae.encoder"].last is None  # the load's text-to-image warm-up did not need it
+    studio = Studio(Engine(DevicePool([model])), AppSettings(output_dir=tmp_path / "out"))
+    bar: list[str] = []
+    start = Image.new("RGB", model.default_size, (200, 30, 30))
+    run = studio.run(request(init_images=[start], strength=0.5, steps=4), None, lambda _f, desc=None: bar.append(desc))
+    notes = [event.note for event in run if getattr(event, "note", "")]
+    assert notes == ["OpenVINO: converting vae.encoder (once; cached on disk)"], notes
+    shown = bar.index(notes[0])
+    assert bar[shown + 1:] and all(desc.startswith("1 image(s): step ") for desc in bar[shown + 1:]), bar
+    assert "vae.encoder converted" in model.runtime_description
+    assert model.activity == "idle"

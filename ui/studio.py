@@ -95,7 +95,7 @@ class Studio:
                 elif isinstance(event, Progress):
                     if progress is not None:
                         step, total = event.step, max(event.total, 1)
-                        progress(step / total, desc=f"{total_images} image(s): step {step}/{total}")
+                        progress(step / total, desc=event.note or f"{total_images} image(s): step {step}/{total}")
                     yield event
                 elif isinstance(event, Preview | Finished):
                     yield event

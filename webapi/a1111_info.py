@@ -260,7 +260,7 @@ def progress(jobs: list[Job], started: dict[str, float], skip_image: bool) -> di
         "eta_relative": round(elapsed * (1 - fraction) / fraction, 2) if fraction > 0 else 0,
         "state": state,
         "current_image": None if skip_image or running is None else _preview_b64(running),
-        "textinfo": f"step {step.step}/{step.total}" if step else ("waiting in the queue" if running is None else None),
+        "textinfo": (step.note or f"step {step.step}/{step.total}") if step else ("waiting in the queue" if running is None else None),
     }
 
 

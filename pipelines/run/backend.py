@@ -40,9 +40,20 @@ from pipelines.schema.request import (
 )
 from pipelines.video.family import VideoAbilities
 
-ProgressFn = Callable[[int, int, int], None]  # (steps done, steps in all, index of the image being made)
+# progress(steps done, steps in all, index of the image being made[, note]): `note` says what holds the steps up
+# (an OpenVINO conversion inside the request) and is passed only while there is one (`report_progress`), so a
+# callable of the first three arguments keeps working.
+ProgressFn = Callable[..., None]
 CancelFn = Callable[[], bool]  # polled between denoising steps; True stops after the current step
 PreviewFn = Callable[[int, list[Any]], None]  # (index of the first image, preview images of this chunk)
+
+
+def report_progress(progress: ProgressFn, step: int, total: int, image: int, note: str = "") -> None:
+    """`progress` called with the note only when there is one: how every backend's wire passes progress on."""
+    if note:
+        progress(step, total, image, note)
+    else:
+        progress(step, total, image)
 
 
 @dataclass(frozen=True)

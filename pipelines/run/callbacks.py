@@ -15,11 +15,27 @@ from typing import Any
 import torch
 
 from devices import DeviceManager
+from pipelines.run.backend import CancelFn, PreviewFn, ProgressFn, report_progress  # the backend contract's
 from pipelines.sampling.preview import PreviewDecoder
 
-ProgressFn = Callable[[int, int, int], None]
-CancelFn = Callable[[], bool]
-PreviewFn = Callable[[int, list[Any]], None]  # (index of the first image, preview images of this chunk)
+
+class RequestProgress:
+    """One request's progress as the pipeline reports it: each step sets the replica's activity line and goes to
+    the caller's `progress`; `note(text)` (an OpenVINO conversion inside the request) goes out at the last step
+    reported, so the progress bar says what holds it up, and an empty note puts the steps back."""
+
+    def __init__(self, owner: Any, progress: ProgressFn | None, images: int, first_image: int):
+        self.owner, self.progress, self.images = owner, progress, images
+        self.last = (0, 0, first_image)  # (steps done, in all, image): none yet
+
+    def __call__(self, step: int, total: int, image: int, note: str = "") -> None:
+        self.last = (step, total, image)
+        self.owner.activity = note or f"{self.images} image(s), step {step}/{total}"
+        if self.progress is not None:
+            report_progress(self.progress, step, total, image, note)
+
+    def note(self, text: str) -> None:
+        self(*self.last, text)
 
 
 class CallMonitor:

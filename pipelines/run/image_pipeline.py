@@ -40,7 +40,7 @@ from pipelines.prompts.weights import kind_of
 from pipelines.prompts.wildcards import Wildcards
 from pipelines.run import checks, denoise, model_setup, planning, results
 from pipelines.run.backend import Capabilities, ModelInfo, ReplicaStatus
-from pipelines.run.callbacks import CancelFn, PreviewFn, ProgressFn
+from pipelines.run.callbacks import CancelFn, PreviewFn, ProgressFn, RequestProgress
 from pipelines.run.calls import size_for
 from pipelines.run.model_setup import read_vocabulary
 from pipelines.run.options import PipelineOptions
@@ -131,6 +131,7 @@ class ImagePipeline:
         self.default_image_guidance = float(self.vocabulary.get("default_image_guidance", FALLBACK_IMAGE_GUIDANCE))
         self.default_guidance_end = float(self.vocabulary.get("default_guidance_end", DEFAULT_GUIDANCE_END))
         self.activity = "idle"  # what it does now, for the status panel
+        self.request_progress: RequestProgress | None = None  # the running request's (model_setup's runtime notes)
         self.preview_decoder = PreviewDecoder(pipe)
         helpers = _helper_device(device_manager)
         self.upscalers = Upscalers([options.upscaler_dir], helpers)  # hires fix's (pipelines.imaging.upscalers)
@@ -384,14 +385,10 @@ class ImagePipeline:
         overrides = dict(few.scheduler_options) if few else None
         scheduler = self.build_sampler(request.sampler, overrides) if request.sampler else None
         count_now = count if count is not None else request.total_images
-
-        def report(step: int, total: int, image: int) -> None:
-            self.activity = f"{count_now} image(s), step {step}/{total}"
-            if progress is not None:
-                progress(step, total, image)
-
+        report = RequestProgress(self, progress, count_now, item_range[0] if item_range else 0)
         with self._lock:  # one generation per replica: the sampler swap is seen by this request only
             self.activity = f"{count_now} image(s), starting"
+            self.request_progress = report  # an OpenVINO conversion inside it shows in its progress
             own = self.pipe.scheduler
             if scheduler is not None:
                 self._own_scheduler = own  # first: a reader never sees the swapped one as the model's
@@ -402,7 +399,7 @@ class ImagePipeline:
             finally:
                 self.twins.use_scheduler(own)
                 self._own_scheduler = None
-                self.activity = "idle"
+                self.activity, self.request_progress = "idle", None
 
     def _checked(self, request: GenerationRequest, count: int | None) -> tuple[GenerationRequest, few_step.FewStep | None]:
         """Step 1: wildcards resolved, a few-step model's or LoRA's sampler and steps applied where the request

@@ -222,11 +222,14 @@ def setup_runtime(self: Any) -> None:
 
 
 def _activity_shower(self: Any) -> Any:
-    """The replica's activity line shows a conversion while it runs, then what it showed before."""
+    """The replica's activity line shows a conversion while it runs, then what it showed before; inside a
+    request, the request's progress shows it too (callbacks.RequestProgress.note)."""
     before = ["idle"]
 
     def show(text: str) -> None:
-        if text:
+        if self.request_progress is not None:
+            self.request_progress.note(text)
+        elif text:
             before[0], self.activity = self.activity, text
         else:
             self.activity = before[0]
