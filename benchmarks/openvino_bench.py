@@ -165,7 +165,9 @@ def format_summary(s: dict[str, Any]) -> str:
         f"load s: torch {s['torch_load_s']:.1f}, OpenVINO first (converting) {s['first_load_s']:.1f}, "
         f"cached {s['cached_load_s']:.1f}"
         + (f"; optimum-intel export {peer_row['export_s']:.1f}, cached {peer_row['cached_load_s']:.1f}" if peer_row else ""),
-        *([f"optimum-intel's scheduler: {peer_row.get('scheduler')}"] if peer_row else []),
+        *([f"optimum-intel's scheduler: {peer_row.get('scheduler')}; images/s per precision (the faster is the bar): "
+           + "; ".join(f"{p} " + " / ".join(f"{v:.2f}" for v in ips.values()) for p, ips in peer_row.get("by_precision", {}).items())]
+          if peer_row else []),
     ]  # fmt: skip
     memory = s["peak_memory"]
     if memory["torch"] and memory["openvino"]:
