@@ -9,7 +9,7 @@ keeps a room from importing one above it or a sibling beside it):
 |---|---|
 | `schema` | the request schema, torch-free: fields, the request and its parts, errors, the CLI flags, the docs |
 | `sampling` | samplers, guidance end, step caches, tiled VAE, live previews |
-| `control` · `imaging` · `weights` | ControlNet, preprocessors, IP-Adapters · hires fix, inpaint, upscalers, grids · loading, recipes, catalog, LoRA, hashes, quantization, OpenVINO |
+| `control` · `imaging` · `weights` | ControlNet, preprocessors, IP-Adapters · hires fix, inpaint, upscalers, grids · loading, recipes, catalog, LoRA, hashes, quantization, OpenVINO, the tiny VAE |
 | `video` | video models' abilities (frames, fps, image-to-video), the frame-packed VAE, clip files written and read |
 | `prompts` · `pnginfo` | A1111's prompt language, tokens, styles, embeddings · PNG metadata written and read |
 | `run` | `ImagePipeline` and what it composes: set-up, traits, the diffusers call, steps, the backend contract |

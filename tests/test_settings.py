@@ -247,7 +247,7 @@ def test_every_pipeline_option_travels_to_the_ray_replicas(tmp_path, monkeypatch
         "MAX_SIDE": "128", "MICRO_BATCH": "2", "PREVIEW_EVERY": "2", "MEMORY_MODE": "balanced", "COMPILE": "off",
         "STEP_CACHE": "MagCache", "STEP_CACHE_THRESHOLD": "0.3", "BASE_MODEL": "some/base",
         "RUNTIME": "openvino", "OPENVINO_DEVICE": "gpu.1", "OPENVINO_SHAPES": "static", "OPENVINO_CACHE": "models",
-        "OPENVINO_WEIGHTS": "int8",
+        "OPENVINO_WEIGHTS": "int8", "TINY_VAE": "madebyollin/taesd",
         "QUANTIZATION": f"transformer=gguf:{os.path.relpath(gguf, ROOT)},vae=fp8-layerwise",
     }  # fmt: skip
     options = PipelineOptions.from_env(env)

@@ -66,7 +66,7 @@ def status_markdown(replicas: list[ReplicaStatus], warnings: list[str], zero_gpu
     if replicas:
         quantized = "".join(f" · {c} {what}" for c, what in replicas[0].quantization.items())
         lines += ["", f"<small>weights: {replicas[0].weights}{quantized} · {replicas[0].compile}</small>"]
-        lines += ["", f"<small>runtime: {replicas[0].runtime}</small>"]
+        lines += ["", f"<small>runtime: {replicas[0].runtime} · VAE: {replicas[0].vae}</small>"]
     if host.get("host_total"):
         lines += ["", f"host RAM {human_bytes(host.get('host_available'))} free of {human_bytes(host['host_total'])}"]
     if queue:
@@ -89,6 +89,7 @@ def status_json(replicas: list[ReplicaStatus]) -> dict[str, Any]:
             weights=first.weights,
             compile=first.compile,
             runtime=first.runtime,
+            vae=first.vae,
         )
     top["replicas"] = [r.to_dict() for r in replicas]
     top["healthy_replicas"] = sum(r.healthy for r in replicas)

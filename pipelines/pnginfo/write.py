@@ -63,6 +63,7 @@ def a1111_parameters(meta: dict[str, Any]) -> str:
         ("Size", f"{meta['width']}x{meta['height']}"),
         ("Model hash", meta.get("model_hash")),
         ("Model", meta.get("model", "")),
+        ("VAE", meta.get("vae")),  # A1111's: the VAE other than the model's own (TINY_VAE)
         *([("Denoising strength", meta.get("strength"))] if "strength" in meta else hires.infotext(meta)[:1]),
         *inpaint_fields(meta),
         *hires.infotext(meta)[1:],  # A1111's order: the strength, then the Hires fields

@@ -85,6 +85,7 @@ class ReplicaStatus:
     compile: str = "no compile"  # what devices.compile did (or why not)
     runtime: str = "torch"  # what runs the networks: torch and why, or OpenVINO per network (devices.runtime)
     quantization: dict[str, str] = field(default_factory=dict)  # per component, what the loader made (quantization)
+    vae: str = "the model's own"  # or the tiny autoencoder TINY_VAE put in its place (pipelines.weights.tiny_vae)
     role: str = "main"  # "main" serves every request; "editor" / "video" the Edit / Video tab beside it (EditRouter, VideoRouter)
 
     def to_dict(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from pipelines.control import ip_adapter
 from pipelines.imaging import hires
 from pipelines.imaging.inpaint import INPAINT_FAMILIES
 from pipelines.run.traits import denoiser, vae_scale_factor
-from pipelines.sampling import step_cache
+from pipelines.sampling import step_cache, vae_tiling
 from pipelines.schema.errors import UnsupportedTaskError
 from pipelines.schema.fields import RequestError
 from pipelines.schema.request import GenerationRequest
@@ -92,7 +92,7 @@ def clip_memory(p: Any, request: GenerationRequest) -> tuple[video_memory.VideoS
     guidance = request.guidance_scale if request.guidance_scale is not None else p.default_guidance
     vae = p.pipe.vae  # tiled as pipelines.sampling.vae_tiling.applied decides: at load, or above TILED_VAE_PIXELS
     tiled = "vae_tiling" in p.memory_savers or (
-        width * height > p._tiled_vae_pixels and callable(getattr(vae, "enable_tiling", None))
+        width * height > p._tiled_vae_pixels and vae_tiling.tiles(vae)
     )
     clip = video_memory.Clip(request.num_frames, width, height, guidance > 1, tiled, p.dm.attention == "vanilla")
     shape = video_memory.read_shape(p.pipe, p.clips.frame_step, vae_scale_factor(p.pipe), p.clips.text_length, p.dm.dtype)

@@ -64,6 +64,7 @@ from pipelines.video import refine
 from pipelines.weights import hashing, quantization
 from pipelines.weights.lora import LoraInfo, LoraManager
 from pipelines.weights.recipes import Recipe
+from pipelines.weights.tiny_vae import TinyVae
 
 if TYPE_CHECKING:
     from devices.runtime import RuntimePlan
@@ -106,6 +107,7 @@ class ImagePipeline:
         self.compile_seconds = 0.0  # the warm-up that paid the compile at load
         self.runtime: OpenVinoRuntime | None = None  # None: torch runs the networks (pipelines.weights.openvino)
         self.runtime_plan: RuntimePlan | None = None  # what RUNTIME chose at load, and why (devices.runtime)
+        self.tiny_vae = TinyVae()  # TINY_VAE: a tiny autoencoder in place of the VAE (pipelines.weights.tiny_vae)
         self.xla: XlaRoute | None = None  # the TPU route (pipelines.run.xla_route): set at load on `tpu`
         self.loras = LoraManager(pipe, device_manager, options.lora_dir)
         self._lock = threading.RLock()  # one generation at a time per pipeline
@@ -306,6 +308,7 @@ class ImagePipeline:
                 compile=self.compile,
                 runtime=self.runtime_description,
                 quantization=quantization.applied(self.pipe),
+                vae=self.tiny_vae.describe(),
             )
         ]
 

@@ -29,12 +29,12 @@ from pipelines.imaging import hires
 from pipelines.run import planning
 from pipelines.run.backend import ModelInfo
 from pipelines.run.options import PipelineOptions
-from pipelines.sampling import samplers
+from pipelines.sampling import samplers, vae_tiling
 from pipelines.sampling.step_cache import StepCache
 from pipelines.schema.errors import ModelLoadError
 from pipelines.schema.request import GenerationRequest
 from pipelines.video import family as video
-from pipelines.weights import quantization
+from pipelines.weights import quantization, tiny_vae
 from pipelines.weights.recipes import Recipe, open_model
 
 log = logging.getLogger(__name__)
@@ -107,8 +107,9 @@ def wrap(
     self = cls(pipe, dm, opts, source)
     if recipe is not None:
         apply_recipe(self, recipe)
+    self.tiny_vae = tiny_vae.apply(pipe, self.traits.class_name, opts.tiny_vae)  # before the savers tile it
     applied = dm.apply_attention(pipe)
-    self.memory_savers = dm.set_memory_efficient_mode(pipe, opts.memory_mode)
+    self.memory_savers = vae_tiling.keep_whole(pipe, dm.set_memory_efficient_mode(pipe, opts.memory_mode))
     self.attention_applied = describe_attention(pipe, applied)  # read back after the memory savers
     self.weights = weights_placement(self.memory_savers)
     # counted once, here: later the weights may be out of reach (ZeroGPU offloads them to disk in the

@@ -65,6 +65,19 @@ ModelRefs = Annotated[
 ]
 
 
+def _tiny_vae(value: Any) -> Any:
+    """TINY_VAE: "", auto, or one Hub id or folder (made absolute, as CONTROLNET_MODELS' are)."""
+    if not isinstance(value, str) or value.strip().lower() in ("", "auto"):
+        return value.strip().lower() if isinstance(value, str) else value
+    (ref,) = _model_refs(value.strip())
+    return ref
+
+
+TinyVaeRef = Annotated[
+    str, BeforeValidator(_tiny_vae), Accepts("auto, a Hub id (owner/name) or a folder", invalid=("not an id",))
+]
+
+
 def _step_cache(value: Any) -> Any:
     """STEP_CACHE in any capitalisation ("firstblockcache" -> "FirstBlockCache")."""
     from pipelines.sampling.step_cache import canonical
@@ -202,6 +215,14 @@ class PipelineOptions(Section, title="Pipeline"):
         "COMPILE", "auto",
         "graph compile of the denoiser at load, with a warm-up; auto = per device (inductor on CUDA/ROCm/XPU, "
         "torchair on Ascend when installed, off on CPU/MPS; off on ZeroGPU) (docs/compile-and-offload.md)",
+    )  # fmt: skip
+    tiny_vae: TinyVaeRef = setting(
+        "TINY_VAE", "",
+        "a tiny autoencoder (TAESD, diffusers' AutoencoderTiny) decodes and encodes in place of the model's VAE: "
+        "an order of magnitude faster on a CPU, detail a little softer; auto = the one made for the model's family "
+        "(SD 1.x/2.x, SDXL, SD3, Flux: madebyollin's) where it fits, else a Hub id or folder "
+        "(docs/performance.md#a-tiny-vae-tiny_vae)",
+        shown="none (the model's own VAE)",
     )  # fmt: skip
     runtime: Annotated[Literal[RUNTIMES], Lower] = setting(
         "RUNTIME", "auto",

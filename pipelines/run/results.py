@@ -93,6 +93,8 @@ def metadata(
         meta.update(request.regions.model_dump())  # Regional Prompter's infotext ("RP Active", "RP Ratios", ...)
     if item.get("template"):
         meta["prompt_template"] = item["template"]  # Dynamic Prompts' "Template"
+    if p.tiny_vae.name:  # A1111's "VAE": the tiny autoencoder drew the pixels
+        meta["vae"] = p.tiny_vae.name
     quantized = quantization.applied(p.pipe)
     if quantized:  # which weights made the image: a quantized model's output differs from the plain one's
         meta["quantization"] = quantized

@@ -1,8 +1,9 @@
 """Cheap previews of images while they denoise, from the latents the step callback sees.
 
 Two decoders, chosen per call by the latent's size:
-- small latents (at most VAE_MAX_TOKENS positions, e.g. 16x16 for the embedded model): the VAE
-  itself. Exact, and cheap at that size (measured in benchmarks: see README "Live previews").
+- small latents (at most VAE_MAX_TOKENS positions, e.g. 16x16 for the embedded model), or any latents
+  when the VAE is a tiny autoencoder (TINY_VAE): the VAE itself. Exact, and cheap at that size
+  (measured in benchmarks: see README "Live previews").
 - larger ones: a linear latent -> RGB projection (one 3 x (C+1) matrix) fitted by least squares on
   this pipeline's own finished images: after each finished batch the last step's latents and the
   decoded images are paired. So it fits whatever VAE the model has, with no per-family tables; the
@@ -24,6 +25,8 @@ from PIL import Image
 log = logging.getLogger(__name__)
 
 VAE_MAX_TOKENS = 32 * 32
+# VAEs cheap enough to decode every preview, at any size (TINY_VAE's: what A1111's TAESD previews are)
+CHEAP_VAES = ("AutoencoderTiny",)
 STRIP_FRAMES = 5  # a clip's preview: this many of its frames, side by side
 
 
@@ -42,7 +45,9 @@ class PreviewDecoder:
             return self._clip_strips(latents)
         if not self.available(latents):
             return None
-        if latents.shape[-1] * latents.shape[-2] <= VAE_MAX_TOKENS and getattr(self.pipe, "vae", None) is not None:
+        vae = getattr(self.pipe, "vae", None)
+        small = latents.shape[-1] * latents.shape[-2] <= VAE_MAX_TOKENS
+        if vae is not None and (small or type(vae).__name__ in CHEAP_VAES):
             return self._with_vae(latents)
         if self.projection is None or self.projection.shape[0] != latents.shape[1] + 1:
             return None

@@ -9,7 +9,9 @@ tile; it costs a little time and can leave faint seams, so it is used only where
 | the image has more pixels than TILED_VAE_PIXELS (default 4 x the model's native area) | beyond the sizes a model is made for, the decode's peak outgrows the denoiser's |
 | MEMORY_MODE balanced or max (or auto choosing them) turned it on at load | memory is short for any size (devices.manager) |
 
-A VAE without `enable_tiling` (some families' autoencoders) decodes whole; the result says which ran.
+A VAE without `enable_tiling` (some families' autoencoders) decodes whole; the result says which ran. So does
+a tiny autoencoder (TINY_VAE, `WHOLE`): its activations are small, and diffusers' tiled decode for it assumes
+latents at 8x.
 """
 
 from __future__ import annotations
@@ -21,6 +23,22 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+WHOLE = ("AutoencoderTiny",)  # VAEs that always decode whole (the module's docstring says why)
+
+
+def tiles(vae: Any) -> bool:
+    """Whether this VAE can decode in tiles."""
+    return callable(getattr(vae, "enable_tiling", None)) and type(vae).__name__ not in WHOLE
+
+
+def keep_whole(pipe: Any, memory_savers: list[str]) -> list[str]:
+    """The memory savers after a load, with the VAE's tiling taken back where it must decode whole (`WHOLE`)."""
+    vae = getattr(pipe, "vae", None)
+    if "vae_tiling" not in memory_savers or type(vae).__name__ not in WHOLE:
+        return memory_savers
+    vae.disable_tiling()
+    return [saver for saver in memory_savers if saver != "vae_tiling"]
+
 
 @contextlib.contextmanager
 def applied(pipe: Any, size: tuple[int, int], threshold: int, memory_savers: list[str]) -> Iterator[bool]:
@@ -30,7 +48,7 @@ def applied(pipe: Any, size: tuple[int, int], threshold: int, memory_savers: lis
         yield True
         return
     vae = getattr(pipe, "vae", None)
-    wanted = size[0] * size[1] > threshold and callable(getattr(vae, "enable_tiling", None))
+    wanted = size[0] * size[1] > threshold and tiles(vae)
     if not wanted:
         yield False
         return

@@ -62,11 +62,12 @@ _SUMMARY = ("No conversion rule found for operations", "Conversion is failed for
 DYNAMIC_SAFE = (
     "UNet2DConditionModel", "Decoder", "Encoder", "CLIPTextModel", "CLIPTextModelWithProjection",
     "FluxTransformer2DModel", "SD3Transformer2DModel", "T5EncoderModel",
+    "DecoderTiny", "EncoderTiny",  # TINY_VAE's (tests/test_tiny_vae.py: other sizes and batches, no new conversion)
 )  # fmt: skip
 # Text encoders converted at all: a text encoder with data-dependent Python branches (an attention
 # mask read into an `if`, as Qwen2.5-VL's and Gemma's are) would bake one prompt's branch into the graph.
 TEXT_ENCODERS = ("CLIPTextModel", "CLIPTextModelWithProjection", "T5EncoderModel")
-VAES = ("AutoencoderKL",)  # encoder/decoder plain functions of their input (video VAEs keep caches between calls)
+VAES = ("AutoencoderKL", "AutoencoderTiny")  # encoder/decoder plain functions of their input (video VAEs keep caches between calls)
 TOLERANCE = 1e-3  # largest |openvino - torch| / (1 + max |torch|) accepted for a new graph (measured: ~1e-6 in f32)
 # ... with compressed weights (OPENVINO_WEIGHTS), per network: measured on the embedded model's UNet, CLIP and
 # VAE decoder, int8 0.7-1.4e-2 (images >= 30 dB against fp32: tests/test_openvino.py); int4 is coarser.
