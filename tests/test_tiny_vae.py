@@ -8,6 +8,8 @@ look; the speed is measured in docs/performance.md#a-tiny-vae-tiny_vae.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -123,3 +125,21 @@ def test_previews_of_a_large_image_come_from_the_first_request(tiny_model_dir, f
         model.generate(big, preview=lambda first, images, key=key: seen[key].extend(images))
     assert seen["tiny"] and all(image.size == (96, 96) for image in seen["tiny"])
     assert not seen["own"]
+
+
+def test_python_app_py_with_tiny_vae_says_so_in_the_status_and_each_images_parameters(tiny_model_dir, fitting, tmp_path):
+    """TINY_VAE set as `python app.py` reads it: the status API names the tiny autoencoder, and an A1111 client's
+    image carries `VAE: taesd-tiny` in its infotext."""
+    import httpx
+    from gradio_client import Client
+
+    from tests.app_server import running_app
+
+    with running_app(tiny_model_dir, tmp_path, env={"TINY_VAE": str(fitting), "ALLOW_MODEL_SWITCH": "0"}) as (demo, _):
+        url = demo.local_url.rstrip("/")
+        reply = httpx.post(f"{url}/sdapi/v1/txt2img", json={"prompt": "a red circle", "steps": 4, "seed": 3}, timeout=120)
+        reply.raise_for_status()
+        infotext = json.loads(reply.json()["info"])["infotexts"][0]
+        status = Client(url, verbose=False).predict(api_name="/status")
+    assert ", VAE: taesd-tiny" in infotext, infotext
+    assert status["vae"] == "tiny: taesd-tiny (TINY_VAE)" and status["replicas"][0]["vae"] == status["vae"]
