@@ -86,7 +86,8 @@ def run(engine: Engine, request: Any):
     try:
         for event in engine.submit(request).events():
             if isinstance(event, Progress):
-                bar.total, bar.n = event.total, event.step
+                bar.set_description(event.note or "denoising")  # an OpenVINO conversion inside the request
+                bar.total, bar.n = event.total or bar.total, event.step
                 bar.refresh()
             elif isinstance(event, Finished):
                 return event.result

@@ -95,7 +95,8 @@ class Studio:
                 elif isinstance(event, Progress):
                     if progress is not None:
                         step, total = event.step, max(event.total, 1)
-                        progress(step / total, desc=event.note or f"{total_images} image(s): step {step}/{total}")
+                        steps = f"{total_images} image(s): step {step}/{total}" if event.total else "starting"
+                        progress(step / total, desc=event.note or steps)
                     yield event
                 elif isinstance(event, Preview | Finished):
                     yield event

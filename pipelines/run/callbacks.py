@@ -22,7 +22,8 @@ from pipelines.sampling.preview import PreviewDecoder
 class RequestProgress:
     """One request's progress as the pipeline reports it: each step sets the replica's activity line and goes to
     the caller's `progress`; `note(text)` (an OpenVINO conversion inside the request) goes out at the last step
-    reported, so the progress bar says what holds it up, and an empty note puts the steps back."""
+    reported (0 of 0 before the first), so the progress bar says what holds it up, and an empty note puts the
+    steps back."""
 
     def __init__(self, owner: Any, progress: ProgressFn | None, images: int, first_image: int):
         self.owner, self.progress, self.images = owner, progress, images

@@ -153,7 +153,7 @@ class Run:
         result, last = None, -1
         try:
             for event in job.events():
-                if isinstance(event, Progress) and event.step != last:  # once per step (the last one comes twice)
+                if isinstance(event, Progress) and event.total and event.step != last and not event.note:  # once per step
                     last = event.step
                     self.send({"type": "progress", "data": {"value": event.step, "max": event.total,
                                                             "prompt_id": self.prompt_id, "node": sampled.node}})  # fmt: skip
