@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 def _video_options(options: PipelineOptions) -> PipelineOptions:
     """The video model's options. RUNTIME=openvino is for the image models: a video model stays torch (its 3-D VAE
     and transformer are not converted), so it loads under auto, which keeps torch and says why, instead of
-    refusing the whole app."""
+    refusing the whole app. TINY_VAE is for the image models too (a video model's VAE is 3-D): it keeps its own."""
+    options = options.updated(tiny_vae="")
     return options.updated(runtime="auto") if options.runtime == "openvino" else options
 
 

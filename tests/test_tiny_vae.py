@@ -92,6 +92,20 @@ def test_auto_keeps_the_models_vae_where_none_can_be_had_and_says_why(tiny_model
     assert model.generate(REQUEST.replace(num_images=1)).images
 
 
+def test_a_model_whose_vae_is_another_kind_keeps_it_and_the_video_model_beside_is_left_alone(fitting):
+    """A named tiny autoencoder stands in for an AutoencoderKL only: a pipeline with another kind of VAE (a video
+    model's 3-D one) keeps it and says why, and the app's video model beside the main one gets no TINY_VAE."""
+    from types import SimpleNamespace
+
+    from engine.backends import _video_options
+
+    video_like = SimpleNamespace(vae=torch.nn.Conv3d(4, 4, 1))
+    kept = tiny_vae.apply(video_like, "WanPipeline", str(fitting))
+    assert isinstance(video_like.vae, torch.nn.Conv3d) and not kept.name
+    assert kept.describe() == "the model's own (the model's VAE is a Conv3d; a tiny autoencoder stands in for AutoencoderKL)"
+    assert _video_options(PipelineOptions(tiny_vae=str(fitting))).tiny_vae == ""
+
+
 @pytest.mark.openvino
 def test_openvino_runs_the_tiny_autoencoder_as_graphs_at_every_size(tiny_model_dir, fitting, tmp_path):
     """Its decoder and encoder convert as AutoencoderKL's do, give torch's pixels, and serve other sizes and

@@ -31,7 +31,7 @@ class RequestProgress:
 
     def __call__(self, step: int, total: int, image: int, note: str = "") -> None:
         self.last = (step, total, image)
-        self.owner.activity = note or f"{self.images} image(s), step {step}/{total}"
+        self.owner.activity = note or f"{self.images} image(s), " + (f"step {step}/{total}" if total else "starting")
         if self.progress is not None:
             report_progress(self.progress, step, total, image, note)
 

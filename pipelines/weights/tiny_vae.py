@@ -9,7 +9,7 @@ it as its "tiny autoencoder", SD.Next as the Tiny VAE type. The price: a little 
 - `auto`: the tiny autoencoder made for the model's latents, by family (`AUTO`), where it fits; else the model's
   VAE stays, and the status panel says why (a VAE of another kind, latents of another size, the Hub unreachable);
 - a folder or a Hub id: that `AutoencoderTiny`, refused at load (ModelLoadError naming both) where its latents do
-  not fit the model's.
+  not fit the model's; a model whose VAE is of another kind (a video model's, a DC-AE) keeps it, and says why.
 
 It decodes and encodes (image-to-image, inpaint, hires fix) for every task of the model. With OpenVINO its encoder
 and decoder run as graphs as AutoencoderKL's do (pipelines.weights.openvino).
@@ -62,11 +62,9 @@ def scale_of(config: Any) -> int:
 
 
 def misfit(pipe: Any, config: Any) -> str | None:
-    """Why an AutoencoderTiny with `config` cannot decode this pipeline's latents, None where it can."""
-    vae = getattr(pipe, "vae", None)
-    kind = type(vae).__name__
-    if kind not in FULL_VAES:
-        return f"the model's VAE is a {kind}; a tiny autoencoder stands in for {', '.join(FULL_VAES)} only"
+    """Why an AutoencoderTiny with `config` cannot decode the latents of this pipeline's AutoencoderKL, None where
+    it can."""
+    vae = pipe.vae
     ours, theirs = (vae.config.latent_channels, pipe.vae_scale_factor), (config["latent_channels"], scale_of(config))
     if ours != theirs:
         return (
@@ -82,6 +80,9 @@ def apply(pipe: Any, class_name: str, setting: str) -> TinyVae:
     ref = auto_source(class_name) if setting == "auto" else setting
     if ref is None:
         return TinyVae(skipped=f"no tiny autoencoder is known for {class_name}")
+    kind = type(getattr(pipe, "vae", None)).__name__
+    if kind not in FULL_VAES:
+        return TinyVae(skipped=f"the model's VAE is a {kind}; a tiny autoencoder stands in for {', '.join(FULL_VAES)}")
     try:
         tiny = _load(pipe, ref)
     except (OSError, ValueError) as exc:
