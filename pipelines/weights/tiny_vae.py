@@ -42,7 +42,7 @@ class TinyVae:
     """What TINY_VAE gave this model: the tiny autoencoder's name, or why the model's own VAE stays."""
 
     name: str = ""  # "taesd": the tiny autoencoder in use ("" for the model's own VAE)
-    skipped: str = ""  # TINY_VAE=auto: why the model's own VAE stays
+    skipped: str = ""  # why the model's own VAE stays where TINY_VAE asked for a tiny one
 
     def describe(self) -> str:
         """The status panel's VAE line."""
