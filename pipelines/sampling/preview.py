@@ -22,11 +22,11 @@ import numpy as np
 import torch
 from PIL import Image
 
+from pipelines.sampling.vae_tiling import TINY_VAES
+
 log = logging.getLogger(__name__)
 
 VAE_MAX_TOKENS = 32 * 32
-# VAEs cheap enough to decode every preview, at any size (TINY_VAE's: what A1111's TAESD previews are)
-CHEAP_VAES = ("AutoencoderTiny",)
 STRIP_FRAMES = 5  # a clip's preview: this many of its frames, side by side
 
 
@@ -47,7 +47,7 @@ class PreviewDecoder:
             return None
         vae = getattr(self.pipe, "vae", None)
         small = latents.shape[-1] * latents.shape[-2] <= VAE_MAX_TOKENS
-        if vae is not None and (small or type(vae).__name__ in CHEAP_VAES):
+        if vae is not None and (small or type(vae).__name__ in TINY_VAES):  # as A1111's TAESD previews
             return self._with_vae(latents)
         if self.projection is None or self.projection.shape[0] != latents.shape[1] + 1:
             return None

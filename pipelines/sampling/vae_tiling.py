@@ -10,7 +10,7 @@ tile; it costs a little time and can leave faint seams, so it is used only where
 | MEMORY_MODE balanced or max (or auto choosing them) turned it on at load | memory is short for any size (devices.manager) |
 
 A VAE without `enable_tiling` (some families' autoencoders) decodes whole; the result says which ran. So does
-a tiny autoencoder (TINY_VAE, `WHOLE`): its activations are small, and diffusers' tiled decode for it assumes
+a tiny autoencoder (TINY_VAE, `TINY_VAES`): its activations are small, and diffusers' tiled decode for it assumes
 latents at 8x.
 """
 
@@ -23,18 +23,20 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-WHOLE = ("AutoencoderTiny",)  # VAEs that always decode whole (the module's docstring says why)
+# Tiny autoencoders (TINY_VAE): they always decode whole (the module's docstring says why), and they are cheap
+# enough to decode every live preview, at any size (pipelines.sampling.preview)
+TINY_VAES = ("AutoencoderTiny",)
 
 
 def tiles(vae: Any) -> bool:
     """Whether this VAE can decode in tiles."""
-    return callable(getattr(vae, "enable_tiling", None)) and type(vae).__name__ not in WHOLE
+    return callable(getattr(vae, "enable_tiling", None)) and type(vae).__name__ not in TINY_VAES
 
 
 def keep_whole(pipe: Any, memory_savers: list[str]) -> list[str]:
-    """The memory savers after a load, with the VAE's tiling taken back where it must decode whole (`WHOLE`)."""
+    """The memory savers after a load, with the VAE's tiling taken back where it must decode whole (`TINY_VAES`)."""
     vae = getattr(pipe, "vae", None)
-    if "vae_tiling" not in memory_savers or type(vae).__name__ not in WHOLE:
+    if "vae_tiling" not in memory_savers or type(vae).__name__ not in TINY_VAES:
         return memory_savers
     vae.disable_tiling()
     return [saver for saver in memory_savers if saver != "vae_tiling"]
