@@ -313,12 +313,16 @@ def test_instruction_edit_in_the_browser(browser, tmp_path):
         page.close()
 
 
-# Watches the gallery from inside the page: window.sawPreview turns true when a "preview" caption shows at all.
+# Watches the gallery from inside the page: window.sawPreview turns true when a "preview" caption shows at all. It
+# observes the whole page and looks the gallery up at each change: Gradio may mount (or mount again) the gallery
+# after the page's load event (a CI run once found no #gallery there).
 SEE_PREVIEWS = """() => {
     window.sawPreview = false;
-    const gallery = document.querySelector("#gallery");
-    const look = () => { if (gallery.textContent.includes("preview")) window.sawPreview = true; };
-    new MutationObserver(look).observe(gallery, {subtree: true, childList: true, characterData: true, attributes: true});
+    const look = () => {
+        const gallery = document.querySelector("#gallery");
+        if (gallery && gallery.textContent.includes("preview")) window.sawPreview = true;
+    };
+    new MutationObserver(look).observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
 }"""
 
 
