@@ -29,9 +29,16 @@ class RequestProgress:
         self.owner, self.progress, self.images = owner, progress, images
         self.last = (0, 0, first_image)  # (steps done, in all, image): none yet
 
+    def begin(self) -> None:
+        """The activity line of a request that has made no step yet."""
+        self.owner.activity = self._line(0)
+
+    def _line(self, step: int, total: int = 0) -> str:
+        return f"{self.images} image(s), " + (f"step {step}/{total}" if total else "starting")
+
     def __call__(self, step: int, total: int, image: int, note: str = "") -> None:
         self.last = (step, total, image)
-        self.owner.activity = note or f"{self.images} image(s), " + (f"step {step}/{total}" if total else "starting")
+        self.owner.activity = note or self._line(step, total)
         if self.progress is not None:
             report_progress(self.progress, step, total, image, note)
 

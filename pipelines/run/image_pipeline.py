@@ -390,7 +390,7 @@ class ImagePipeline:
         count_now = count if count is not None else request.total_images
         report = RequestProgress(self, progress, count_now, item_range[0] if item_range else 0)
         with self._lock:  # one generation per replica: the sampler swap is seen by this request only
-            self.activity = f"{count_now} image(s), starting"
+            report.begin()
             self.request_progress = report  # an OpenVINO conversion inside it shows in its progress
             own = self.pipe.scheduler
             if scheduler is not None:
