@@ -5,8 +5,8 @@
     python -m benchmarks speed --runtime openvino --model tiny-shapes-fast   # the few-step case (LCM, 4 steps)
 
 One process measures torch eager (`plain`), OpenVINO's first load (conversion into a fresh cache:
-`openvino`) and its cached load (`openvino-cached`, a restart) at 1 image, then torch and cached
-OpenVINO at 4 images (benchmarks.speed's medians of --repeats after a warm-up; peak memory sampled
+`openvino`) and its cached load (`openvino-cached`, a restart, OPENVINO_SHAPES=auto) at 1 image, then torch
+and cached OpenVINO at 4 images, each also with dynamic and static shapes and int8 and w8a8 weights (benchmarks.speed's medians of --repeats after a warm-up; peak memory sampled
 the same way for both). The peer, optimum-intel's OVStableDiffusionPipeline exported from the same
 folder, runs in a venv of its own (benchmarks/requirements-openvino-peer.txt, built on first use in
 --peer-venv) through benchmarks/openvino_peer.py, with the same steps, guidance, size, batches and repeats.
@@ -33,13 +33,14 @@ PEER_SCRIPT = HERE / "openvino_peer.py"
 PEER_VENV = Path.home() / ".cache" / "diffusion-anywhere" / "openvino-peer-venv"
 BATCHES = (1, 4)
 COMPRESSED = ("int8", "w8a8")  # the OPENVINO_WEIGHTS modes measured beside fp32
+SHAPES = ("dynamic", "static")  # the OPENVINO_SHAPES measured beside auto (the default)
 
 
 def ours(args: argparse.Namespace) -> dict[str, Any]:
     """benchmarks.speed's report at 1 image (torch, first and cached OpenVINO load) and at 4 (torch, cached)."""
     reports = {}
-    for images, options in ((1, "openvino,openvino-cached,openvino-static,openvino-int8,openvino-w8a8"),
-                            (4, "openvino-cached,openvino-static,openvino-int8,openvino-w8a8")):
+    for images, options in ((1, "openvino,openvino-cached,openvino-dynamic,openvino-static,openvino-int8,openvino-w8a8"),
+                            (4, "openvino-cached,openvino-dynamic,openvino-static,openvino-int8,openvino-w8a8")):
         run_args = argparse.Namespace(**{**vars(args), "images": images, "options": options, "quantization": None})
         reports[str(images)] = speed.run(run_args)
         print(speed.format_table(reports[str(images)]), end="\n\n", flush=True)
@@ -112,14 +113,16 @@ def summary(reports: dict[str, Any], peer_row: dict[str, Any] | None) -> dict[st
     for images in BATCHES:
         results = reports[str(images)]["results"]
         torch_ips = 1 / results["plain"]["per_image_s"]["median"]
-        ov_ips = 1 / results["openvino-cached"]["per_image_s"]["median"]
-        static_ips = 1 / results["openvino-static"]["per_image_s"]["median"]
+        ov_ips = 1 / results["openvino-cached"]["per_image_s"]["median"]  # OPENVINO_SHAPES=auto, the default
         row = {"torch": torch_ips, "openvino": ov_ips, "openvino_vs_torch": ov_ips / torch_ips}
-        row.update(openvino_static=static_ips, openvino_static_vs_torch=static_ips / torch_ips)
         if peer_row:
             row["optimum_intel"] = peer_row["images_per_s"][str(images)]
             row["openvino_vs_optimum_intel"] = ov_ips / row["optimum_intel"]
-            row["openvino_static_vs_optimum_intel"] = static_ips / row["optimum_intel"]
+        for shapes in SHAPES:
+            ips = 1 / results[f"openvino-{shapes}"]["per_image_s"]["median"]
+            row.update({f"openvino_{shapes}": ips, f"openvino_{shapes}_vs_torch": ips / torch_ips})
+            if peer_row:
+                row[f"openvino_{shapes}_vs_optimum_intel"] = ips / row["optimum_intel"]
         for mode in COMPRESSED:  # OPENVINO_WEIGHTS=int8 (weights) and w8a8 (weights and activations)
             ips = 1 / results[f"openvino-{mode}"]["per_image_s"]["median"]
             row.update({f"openvino_{mode}": ips, f"openvino_{mode}_vs_torch": ips / torch_ips, f"{mode}_vs_fp32": ips / ov_ips})
@@ -143,7 +146,7 @@ def summary(reports: dict[str, Any], peer_row: dict[str, Any] | None) -> dict[st
         psnr_vs_torch=min(
             r[name]["psnr_vs_plain"] or float("inf")
             for r in (reports["1"]["results"], four)
-            for name in ("openvino-cached", "openvino-static")
+            for name in ("openvino-cached", *(f"openvino-{shapes}" for shapes in SHAPES))
         ),
     )
     return rows
@@ -154,7 +157,8 @@ def format_summary(s: dict[str, Any]) -> str:
     lines = ["OpenVINO vs torch eager (this process) and optimum-intel (its own venv):", ""]
     lines.append(f"{'images/s':<20} {'torch':>8} {'openvino':>9} {'ratio':>7} {'optimum-intel':>14} {'ours/peer':>10}")
     for images, r in s["images_per_s"].items():
-        for label, key in (("dynamic", "openvino"), ("static", "openvino_static"), *((m, f"openvino_{m}") for m in COMPRESSED)):
+        modes = (*SHAPES, *COMPRESSED)
+        for label, key in (("auto", "openvino"), *((m, f"openvino_{m}") for m in modes)):
             peer_cells = f"{r['optimum_intel']:>14.3f} {r[key + '_vs_optimum_intel']:>9.2f}x" if peer_row else ""
             lines.append(
                 f"{images + ' image(s), ' + label:<20} {r['torch']:>8.3f} {r[key]:>9.3f} "

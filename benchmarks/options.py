@@ -193,9 +193,13 @@ for _option in (
     Option("openvino", "RUNTIME=openvino: networks as OpenVINO graphs, converted at this load",
            load={**PLAIN, "runtime": "openvino", "openvino_cache": OPENVINO_BENCH_CACHE},
            refuse=_openvino_refusal, tolerance=OPENVINO_TOLERANCE),
-    Option("openvino-cached", "RUNTIME=openvino, graphs read from the cache `openvino` wrote (a restart)",
+    Option("openvino-cached", "RUNTIME=openvino, graphs read from the cache `openvino` wrote (a restart; "
+           "OPENVINO_SHAPES=auto, the default)",
            load={**PLAIN, "runtime": "openvino", "openvino_cache": OPENVINO_BENCH_CACHE},
            refuse=_openvino_refusal, tolerance=OPENVINO_TOLERANCE),
+    Option("openvino-dynamic", "RUNTIME=openvino OPENVINO_SHAPES=dynamic: one compiled graph for every batch and size "
+           "(cached graphs)", load={**PLAIN, "runtime": "openvino", "openvino_cache": OPENVINO_BENCH_CACHE,
+           "openvino_shapes": "dynamic"}, refuse=_openvino_refusal, tolerance=OPENVINO_TOLERANCE),
     Option("openvino-static", "RUNTIME=openvino OPENVINO_SHAPES=static: compiled per batch and size (cached graphs)",
            load={**PLAIN, "runtime": "openvino", "openvino_cache": OPENVINO_BENCH_CACHE, "openvino_shapes": "static"},
            refuse=_openvino_refusal, tolerance=OPENVINO_TOLERANCE),

@@ -15,9 +15,10 @@ tensors.
 
 OpenVINO devices: `CPU`, `GPU` / `GPU.N` (Intel GPUs), `NPU` (static shapes only), `AUTO` (OpenVINO's
 own choice). Shapes (OPENVINO_SHAPES): dynamic = one compiled graph for every batch and size; static =
-one compiled graph per input shapes, compiled on the first call that has them (~1 s each for the
-embedded UNet), faster per step (measured: docs/performance.md#openvino) but with memory per shape
-kept; auto = static on the NPU, dynamic elsewhere. The list comes from
+one compiled graph per input shapes, compiled on the first call that has them (~0.5 s each for the
+embedded UNet, then OpenVINO's compiled-blob cache), faster per call but with memory per shape kept;
+auto = static on the NPU, and elsewhere static for a network whose weights are at most
+STATIC_BELOW_BYTES, dynamic above (measured: docs/performance.md#openvino). The list comes from
 `openvino.Core().available_devices`; nothing is probed at import.
 """
 
@@ -39,7 +40,14 @@ OPENVINO_DEVICES = "CPU, GPU, GPU.N, NPU or AUTO"
 # OpenVINO devices whose plugin compiles only static shapes (why: the Intel NPU compiler needs every
 # dimension known; a dynamic model fails to compile there).
 STATIC_SHAPES = ("NPU",)
-SHAPES = ("auto", "dynamic", "static")  # OPENVINO_SHAPES: auto = static on the devices above, dynamic elsewhere
+SHAPES = ("auto", "dynamic", "static")  # OPENVINO_SHAPES: auto = static on the devices above, by size elsewhere
+# OPENVINO_SHAPES=auto on the other devices: static shapes for a network whose graph's weights are at most this,
+# dynamic above. Why (docs/performance.md#openvino, UNets at 2 threads, static against dynamic a call): a dynamic
+# graph redoes its shape work at every op of every call, much of a small network's call and little of a large
+# one's, while each static shape holds a copy of the weights of its own: 26 MB (the embedded UNet) 1.5x; 78 MB
+# 1.28x / 1.19x at 16^2 / 32^2 latents for +148 MB a shape; 295 MB 1.19x / 1.13x for +352 MB; 1.16 GB 1.07x /
+# 1.08x for +1.16 GB (pipelines.weights.openvino keeps 2-4 shapes a graph).
+STATIC_BELOW_BYTES = 128 * 2**20
 # OPENVINO_WEIGHTS: the graphs' weights as converted (fp32), or compressed by NNCF (int8: per-channel; int4: groups
 # of 64 with int8 where a layer does not fit), compute staying f32 (weights decompressed on the fly); or w8a8: the
 # denoiser's weights and activations in int8 (calibrated on the first request: pipelines/weights/openvino_w8a8.py),
@@ -66,15 +74,24 @@ class RuntimePlan:
 
     @property
     def static_shapes(self) -> bool:
-        """One compiled graph per input shapes (the NPU; OPENVINO_SHAPES=static), instead of one dynamic graph."""
+        """One compiled graph per input shapes for every network (the NPU; OPENVINO_SHAPES=static)."""
         if self.shapes != "auto":
             return self.shapes == "static"
         return self.openvino_device.split(".")[0] in STATIC_SHAPES
 
+    def static_for(self, weight_bytes: int) -> bool:
+        """Whether a network whose graph holds `weight_bytes` of weights is compiled per input shapes."""
+        if self.shapes == "auto" and not self.static_shapes:
+            return weight_bytes <= STATIC_BELOW_BYTES
+        return self.static_shapes
+
     def describe(self) -> str:
         where = ""
         if self.openvino:
-            where = f" {self.openvino_device}" + (", static shapes" if self.static_shapes else "")
+            shapes = ", static shapes" if self.static_shapes else ""
+            if self.shapes == "auto" and not shapes:
+                shapes = f", static shapes up to {STATIC_BELOW_BYTES // 2**20} MiB of weights a network"
+            where = f" {self.openvino_device}{shapes}"
             where += f", {self.weights} weights" if self.weights != "fp32" else ""
         return f"{self.name}{where}: {self.reason}"
 

@@ -194,7 +194,7 @@ def test_the_device_report_lists_what_openvino_sees():
 
 def test_openvino_images_match_torch_fp32(ov_pipeline, torch_pipeline):
     """Same seeds, same sampler: within 40 dB of torch at the default size and at another batch and size
-    (one graph serves every batch and size on the CPU)."""
+    (one converted graph serves every batch and size on the CPU)."""
     assert "unet converted" in ov_pipeline.runtime_description or "unet disk cache" in ov_pipeline.runtime_description
     assert_close(ov_pipeline.generate(request(num_images=2)), torch_pipeline.generate(request(num_images=2)))
     conversions = ov_pipeline.runtime.conversions
@@ -331,6 +331,33 @@ def test_an_image_prompt_set_and_its_scales_get_their_own_graphs(ov_pipeline, to
     assert "shapes-colour:" in ov_pipeline.runtime.hooks["unet"].ip_adapter
     assert ov_pipeline.runtime.hooks["unet"].ip_adapter.endswith("@0.4")
     assert_close(ov_pipeline.generate(request(prompt="a circle")), plain, floor=99)  # the adapter-free graph again
+
+
+def test_auto_shapes_compile_a_small_network_per_shape_and_a_large_one_once(ov_pipeline, torch_pipeline, monkeypatch):
+    """OPENVINO_SHAPES=auto (the default) on the CPU: the embedded networks, well under STATIC_BELOW_BYTES, are
+    compiled per batch and size from the graphs already converted, and the status says so; a network over the
+    bound keeps one dynamic graph for every size; the NPU is static whatever the size; dynamic is dynamic."""
+    plan = ov_pipeline.runtime_plan
+    assert f"static shapes up to {runtimes.STATIC_BELOW_BYTES // 2**20} MiB of weights" in plan.describe()
+    assert plan.static_for(runtimes.STATIC_BELOW_BYTES) and not plan.static_for(runtimes.STATIC_BELOW_BYTES + 1)
+    assert runtimes.plan("cpu", "openvino", "NPU", installed=True).static_for(10 * 2**30)
+    assert not runtimes.plan("cpu", "openvino", installed=True, shapes="dynamic").static_for(1)
+    ov_pipeline.generate(request())
+    assert "unet" in ov_pipeline.runtime_description and "compiled per shape" in ov_pipeline.runtime_description
+    conversions, compiles = ov_pipeline.runtime.conversions, ov_pipeline.runtime.compiles
+    taller = request(num_images=1, width=64, height=96)
+    assert_close(ov_pipeline.generate(taller), torch_pipeline.generate(taller))
+    assert ov_pipeline.runtime.compiles > compiles  # the new shapes were compiled ...
+    assert ov_pipeline.runtime.conversions == conversions  # ... from the graphs already converted
+
+    monkeypatch.setattr(runtimes, "STATIC_BELOW_BYTES", 0)  # every network over the bound: dynamic graphs
+    wider = request(num_images=2, width=96, height=64)
+    assert_close(ov_pipeline.generate(wider), torch_pipeline.generate(wider))
+    compiles = ov_pipeline.runtime.compiles
+    other = request(num_images=1, width=80, height=80, seed=4)
+    assert_close(ov_pipeline.generate(other), torch_pipeline.generate(other))
+    assert ov_pipeline.runtime.compiles == compiles  # one dynamic graph served the new batch and size
+    assert "compiled per shape" not in ov_pipeline.runtime_description
 
 
 def test_static_shapes_compile_one_graph_per_batch_and_size(ov_cache, torch_pipeline):

@@ -7,7 +7,6 @@ Each function takes the `ImagePipeline` it works for as `p` (typed Any: that mod
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 from typing import Any
 
@@ -27,7 +26,7 @@ from pipelines.run.callbacks import (
 )
 from pipelines.run.calls import call_kwargs
 from pipelines.run.planning import Finished, Plan
-from pipelines.run.traits import step_callback_style
+from pipelines.run.traits import call_params, step_callback_style
 from pipelines.sampling import samplers
 from pipelines.sampling.guidance import DEFAULT_GUIDANCE_END, GuidanceCutoff
 from pipelines.schema.errors import OutOfMemoryError
@@ -179,7 +178,7 @@ def run_call(
     callback = timer
     if preview is not None:
         callback = Previews(timer, p.preview_decoder, preview, first, p.options.preview_every)
-    style = step_callback_style(inspect.signature(pipe.__call__).parameters)  # a twin's may differ (SD's T2I-Adapter)
+    style = step_callback_style(call_params(pipe))  # a twin's may differ (SD's T2I-Adapter)
     if style == "on_step_end":
         call["callback_on_step_end"] = callback
         changers = [*changers, *([GuidanceCutoff(pipe, guidance_end)] if guidance_end < 1.0 else [])]

@@ -9,7 +9,6 @@ Each function takes the `ImagePipeline` it works for as `p` (typed Any: that mod
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any
 
 from pipelines.control import controlnet as control
@@ -19,6 +18,7 @@ from pipelines.prompts import styles
 from pipelines.prompts.plan import PromptPlan
 from pipelines.run import regions
 from pipelines.run.calls import size_for
+from pipelines.run.traits import call_params
 from pipelines.sampling.guidance import supports_guidance_end
 from pipelines.sampling.regional import Regional
 from pipelines.sampling.step_cache import StepCache
@@ -124,7 +124,7 @@ def plan(
         if item_range is not None:
             first = item_range[0]
             items = items[item_range[0] : item_range[1]]
-    accepted = frozenset(inspect.signature(pipe.__call__).parameters)
+    accepted = frozenset(call_params(pipe))
     warnings = request_warnings(p, request, pipe, accepted)
     warnings += size_warnings(p.trained_sides, request.task, size)
     guidance_end = guidance_end_for(p, request, pipe, warnings)

@@ -15,7 +15,8 @@ trace: a new LoRA set is a new graph), the OpenVINO version and device; and, whe
 known to stay right at other shapes (`DYNAMIC_SAFE`), the input shapes. Graphs are saved under
 OPENVINO_CACHE (model.xml/.bin + meta.json), so a restart reads them instead of converting;
 OpenVINO's own CACHE_DIR keeps the compiled blobs beside them. A graph is compiled once for dynamic
-shapes, or once per input shapes with static shapes (the NPU's rule, OPENVINO_SHAPES=static).
+shapes, or once per input shapes with static shapes (the NPU's rule, OPENVINO_SHAPES=static, and a
+small network's with OPENVINO_SHAPES=auto: devices.runtime.STATIC_BELOW_BYTES).
 
 Each converted graph is checked once against the torch module on the inputs it was traced with
 (`TOLERANCE`); a graph that fails the check, or a module OpenVINO cannot convert, stays torch, and
@@ -43,7 +44,7 @@ import torch.utils._pytree as pytree
 from diffusers.hooks import HookRegistry, ModelHook
 
 from devices.compile import denoiser_of
-from devices.runtime import RuntimePlan, check_device, check_weights, openvino_devices
+from devices.runtime import STATIC_BELOW_BYTES, RuntimePlan, check_device, check_weights, openvino_devices
 
 from .openvino_w8a8 import Calibration
 
@@ -83,8 +84,11 @@ GRAPHS_KEPT = 3
 # number each step would otherwise convert at every step (LoRA sets and DiT shapes count too).
 MAX_GRAPHS = 32
 # With static shapes, compiled shapes kept per graph: the CFG batch and the batch after guidance ends. Each
-# compiled shape holds its own buffers (measured on the embedded UNet: ~80 MB each for 25 MB of weights).
+# compiled shape holds its own buffers (measured on the embedded UNet: ~80 MB each for 25 MB of weights; ~1.9x
+# the weights on larger UNets, docs/performance.md#openvino). A network under devices.runtime.STATIC_BELOW_BYTES
+# keeps twice as many (hires fix adds a second size to both batches) for at most ~1 GB.
 SHAPES_KEPT = 2
+SMALL_SHAPES_KEPT = 4
 
 
 @dataclass
@@ -221,7 +225,11 @@ class OpenVinoHook(ModelHook):
             return "not used yet"
         if self.last.error is not None:
             return f"torch ({self.last.error})"
-        text = f"{self.last.source} in {self.last.seconds:.1f} s" + ("" if self.dynamic else ", converted per shape")
+        text = f"{self.last.source} in {self.last.seconds:.1f} s"
+        if not self.dynamic:
+            text += ", converted per shape"
+        elif self.runtime.plan.static_for(self.last.weight_bytes):
+            text += ", compiled per shape"
         if self.last.calibration is not None:
             return f"{text}, {self.last.calibration.describe()}"
         return text + (f", activations {self.last.activations}" if self.runtime.plan.weights == "w8a8" and self.denoiser else "")
@@ -412,8 +420,9 @@ class OpenVinoRuntime:
 
     def compiled(self, entry: _Entry, tensors: list[torch.Tensor]) -> Any:
         """The graph compiled for this device: once (dynamic shapes), or per input shapes with static shapes
-        (the NPU's rule; OPENVINO_SHAPES=static on the others), the last SHAPES_KEPT kept."""
-        shapes = tuple(tuple(t.shape) for t in tensors) if self.plan.static_shapes else ()
+        (the NPU's rule, a small network's with OPENVINO_SHAPES=auto: RuntimePlan.static_for), the last
+        SHAPES_KEPT (SMALL_SHAPES_KEPT) kept."""
+        shapes = tuple(tuple(t.shape) for t in tensors) if self.plan.static_for(entry.weight_bytes) else ()
         found = entry.compiled.get(shapes)
         if found is not None:
             entry.compiled.move_to_end(shapes)
@@ -426,7 +435,8 @@ class OpenVinoRuntime:
         found = entry.compiled[shapes] = self.core.compile_model(model, self.plan.openvino_device, self.config)
         self.compiles += 1
         log.info("OpenVINO: compiled for %s in %.1f s", shapes or "dynamic shapes", time.perf_counter() - began)
-        while len(entry.compiled) > SHAPES_KEPT:
+        kept = SMALL_SHAPES_KEPT if entry.weight_bytes <= STATIC_BELOW_BYTES else SHAPES_KEPT
+        while len(entry.compiled) > kept:
             entry.compiled.popitem(last=False)
         return found
 
