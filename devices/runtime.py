@@ -41,8 +41,8 @@ OPENVINO_DEVICES = "CPU, GPU, GPU.N, NPU or AUTO"
 # dimension known; a dynamic model fails to compile there).
 STATIC_SHAPES = ("NPU",)
 SHAPES = ("auto", "dynamic", "static")  # OPENVINO_SHAPES: auto = static on the devices above, by size elsewhere
-# OPENVINO_SHAPES=auto on the other devices: static shapes for a network whose graph's weights are at most this,
-# dynamic above. Why (docs/performance.md#openvino, UNets at 2 threads, static against dynamic a call): a dynamic
+# OPENVINO_SHAPES=auto on the other devices: static shapes for a network whose graph's weights (as the graph holds
+# them: after OPENVINO_WEIGHTS' compression) are at most this, dynamic above. Why (docs/performance.md#openvino, UNets at 2 threads, static against dynamic a call): a dynamic
 # graph redoes its shape work at every op of every call, much of a small network's call and little of a large
 # one's, while each static shape holds a copy of the weights of its own: 26 MB (the embedded UNet) 1.5x; 78 MB
 # 1.28x / 1.19x at 16^2 / 32^2 latents for +148 MB a shape; 295 MB 1.19x / 1.13x for +352 MB; 1.16 GB 1.07x /
