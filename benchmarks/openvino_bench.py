@@ -6,8 +6,8 @@
 
 One process measures torch eager (`plain`), OpenVINO's first load (conversion into a fresh cache:
 `openvino`) and its cached load (`openvino-cached`, a restart, OPENVINO_SHAPES=auto) at 1 image, then torch
-and cached OpenVINO at 4 images, each also with dynamic and static shapes and int8 and w8a8 weights (benchmarks.speed's medians of --repeats after a warm-up; peak memory sampled
-the same way for both). The peer, optimum-intel's OVStableDiffusionPipeline exported from the same
+and cached OpenVINO at 4 images; each batch also with dynamic and static shapes and int8 and w8a8 weights
+(benchmarks.speed's medians of --repeats after a warm-up; peak memory sampled the same way for all). The peer, optimum-intel's OVStableDiffusionPipeline exported from the same
 folder, runs in a venv of its own (benchmarks/requirements-openvino-peer.txt, built on first use in
 --peer-venv) through benchmarks/openvino_peer.py, with the same steps, guidance, size, batches and repeats.
 A recipe (`--model tiny-shapes-fast`) is first saved as a plain folder that both load (`plain_folder`):

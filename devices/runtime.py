@@ -42,11 +42,12 @@ OPENVINO_DEVICES = "CPU, GPU, GPU.N, NPU or AUTO"
 STATIC_SHAPES = ("NPU",)
 SHAPES = ("auto", "dynamic", "static")  # OPENVINO_SHAPES: auto = static on the devices above, by size elsewhere
 # OPENVINO_SHAPES=auto on the other devices: static shapes for a network whose graph's weights (as the graph holds
-# them: after OPENVINO_WEIGHTS' compression) are at most this, dynamic above. Why (docs/performance.md#openvino, UNets at 2 threads, static against dynamic a call): a dynamic
-# graph redoes its shape work at every op of every call, much of a small network's call and little of a large
-# one's, while each static shape holds a copy of the weights of its own: 26 MB (the embedded UNet) 1.5x; 78 MB
-# 1.28x / 1.19x at 16^2 / 32^2 latents for +148 MB a shape; 295 MB 1.19x / 1.13x for +352 MB; 1.16 GB 1.07x /
-# 1.08x for +1.16 GB (pipelines.weights.openvino keeps 2-4 shapes a graph).
+# them: after OPENVINO_WEIGHTS' compression) are at most this, dynamic above. Why (docs/performance.md#openvino;
+# UNets at 2 threads, static against dynamic a call): a dynamic graph redoes its shape work at every op of every
+# call, much of a small network's call and little of a large one's, while each static shape holds a copy of the
+# weights of its own: 26 MB (the embedded UNet) 1.5x; 78 MB 1.28x / 1.19x at 16^2 / 32^2 latents for +148 MB a
+# shape; 295 MB 1.19x / 1.13x for +352 MB; 1.16 GB 1.07x / 1.08x for +1.16 GB (pipelines.weights.openvino keeps
+# 2-4 shapes a graph).
 STATIC_BELOW_BYTES = 128 * 2**20
 # OPENVINO_WEIGHTS: the graphs' weights as converted (fp32), or compressed by NNCF (int8: per-channel; int4: groups
 # of 64 with int8 where a layer does not fit), compute staying f32 (weights decompressed on the fly); or w8a8: the

@@ -80,7 +80,9 @@ def call_params(pipe: Any) -> dict[str, inspect.Parameter]:
 @functools.cache
 def _call_params(cls: type) -> dict[str, inspect.Parameter]:
     params = dict(inspect.signature(cls.__call__).parameters)
-    params.pop(next(iter(params)), None)  # the class's function: its first parameter is the pipeline itself
+    first = next(iter(params.values()), None)  # the class's function: its first parameter is the pipeline itself
+    if first is not None and first.kind in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD):
+        del params[first.name]
     return params
 
 
