@@ -461,7 +461,10 @@ def test_python_app_py_serves_through_openvino_with_openvino_installed(browser, 
         expect(page.locator("#status")).to_contain_text("runtime: OpenVINO", timeout=30_000)
         page.close()
     log = (tmp_path / "app.log").read_text()
-    assert "runtime openvino CPU: RUNTIME=auto on the CPU with openvino installed" in log
+    from devices import runtime as runtimes
+
+    shapes = f"static shapes up to {runtimes.STATIC_BELOW_BYTES // 2**20} MiB of weights a network"
+    assert f"runtime openvino CPU, {shapes}: RUNTIME=auto on the CPU with openvino installed" in log
     assert "OpenVINO ready in" in log and "ready at" in log
 
 
