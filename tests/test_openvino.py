@@ -360,6 +360,36 @@ def test_auto_shapes_compile_a_small_network_per_shape_and_a_large_one_once(ov_p
     assert "compiled per shape" not in ov_pipeline.runtime_description
 
 
+def test_replicas_compiling_at_once_leave_the_locale_alone(ov_pipeline, ov_cache):
+    """Two replicas compiling new shapes at the same moment (a pool's first requests at a size): OpenVINO sets the
+    process's locale to "C" around a compile and back, and two at once left it at "C" (every later UTF-8 read in
+    the app failed as ASCII) until the runtime's compiles were made one at a time."""
+    import dataclasses
+    import locale
+    import threading
+    from collections import OrderedDict
+
+    import torch
+
+    from pipelines.weights.openvino import OpenVinoRuntime
+
+    ov_pipeline.generate(request())
+    entry = ov_pipeline.runtime.hooks["unet"].last
+    runtimes_ = [OpenVinoRuntime(ov_pipeline.runtime.plan, ov_cache, threads=1) for _ in range(2)]
+    before = locale.setlocale(locale.LC_CTYPE)
+
+    def compile_for(runtime, batch):
+        tensors = [torch.zeros(batch, 4, 16, 16), torch.tensor(1), torch.zeros(batch, 77, 64)]
+        runtime.compiled(dataclasses.replace(entry, compiled=OrderedDict()), tensors)
+
+    for batch in (3, 5, 7):
+        threads = [threading.Thread(target=compile_for, args=(r, batch + n)) for n, r in enumerate(runtimes_)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert locale.setlocale(locale.LC_CTYPE) == before
+    assert sum(r.compiles for r in runtimes_) == 6
+
+
 def test_static_shapes_compile_one_graph_per_batch_and_size(ov_cache, torch_pipeline):
     """OPENVINO_SHAPES=static (the NPU's rule, here on the CPU plugin): a new batch or size compiles the same
     converted graph for its shapes, and the images stay torch's."""

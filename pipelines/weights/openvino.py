@@ -89,6 +89,11 @@ MAX_GRAPHS = 32
 # keeps twice as many (hires fix adds a second size to both batches) for at most ~1 GB.
 SHAPES_KEPT = 2
 SMALL_SHAPES_KEPT = 4
+# One OpenVINO compile, read or save at a time in the process: OpenVINO switches the process's C locale to "C" around
+# them and back, and two at once (a pool's replicas compiling their shapes) left it at "C", so every later
+# read_text() and subprocess text in the app decoded as ASCII (tests/test_openvino.py::
+# test_replicas_compiling_at_once_leave_the_locale_alone). A process-wide lock, as the locale is process-wide.
+OPENVINO_CALLS = threading.Lock()
 
 
 @dataclass
@@ -380,7 +385,8 @@ class OpenVinoRuntime:
     def _read(self, key: str, folder: Path, hook: OpenVinoHook) -> _Entry:
         """A graph saved by `_convert` (checked then) or `_quantize`, compiled for this device."""
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-        model = self.core.read_model(str(folder / "model.xml"))
+        with OPENVINO_CALLS:
+            model = self.core.read_model(str(folder / "model.xml"))
         entry = _Entry(key, model=model, source="disk cache", out_spec=pytree.treespec_loads(meta["out_spec"]))
         entry.weight_bytes = _constant_bytes(model)
         entry.out_at, entry.out_leaves = meta["out_at"], meta["out_leaves"]
@@ -432,7 +438,8 @@ class OpenVinoRuntime:
             model = model.clone()
             model.reshape({model.input(i): self.ov.PartialShape(list(shape)) for i, shape in enumerate(shapes)})
         began = time.perf_counter()
-        found = entry.compiled[shapes] = self.core.compile_model(model, self.plan.openvino_device, self.config)
+        with OPENVINO_CALLS:
+            found = entry.compiled[shapes] = self.core.compile_model(model, self.plan.openvino_device, self.config)
         self.compiles += 1
         log.info("OpenVINO: compiled for %s in %.1f s", shapes or "dynamic shapes", time.perf_counter() - began)
         kept = SMALL_SHAPES_KEPT if entry.weight_bytes <= STATIC_BELOW_BYTES else SHAPES_KEPT
@@ -487,7 +494,8 @@ def _save(ov: Any, model: Any, meta: str, folder: Path, replace: bool = False) -
     `replace`: over the graph saved there (w8a8's quantized denoiser over its f32 graph)."""
     partial = folder.with_name(f"{folder.name}.partial-{threading.get_ident()}")
     partial.mkdir(parents=True, exist_ok=True)
-    ov.save_model(model, str(partial / "model.xml"), compress_to_fp16=False)
+    with OPENVINO_CALLS:
+        ov.save_model(model, str(partial / "model.xml"), compress_to_fp16=False)
     (partial / "meta.json").write_text(meta, encoding="utf-8")
     if replace:
         shutil.rmtree(folder, ignore_errors=True)
