@@ -83,7 +83,7 @@ class RuntimePlan:
     def static_for(self, weight_bytes: int) -> bool:
         """Whether a network whose graph holds `weight_bytes` of weights is compiled per input shapes."""
         if self.shapes == "auto" and not self.static_shapes:
-            return weight_bytes <= STATIC_BELOW_BYTES
+            return small_network(weight_bytes)
         return self.static_shapes
 
     def describe(self) -> str:
@@ -95,6 +95,12 @@ class RuntimePlan:
             where = f" {self.openvino_device}{shapes}"
             where += f", {self.weights} weights" if self.weights != "fp32" else ""
         return f"{self.name}{where}: {self.reason}"
+
+
+def small_network(weight_bytes: int) -> bool:
+    """A network whose graph holds at most STATIC_BELOW_BYTES of weights: compiled per shape with
+    OPENVINO_SHAPES=auto, and more of its shapes kept (pipelines.weights.openvino.SMALL_SHAPES_KEPT)."""
+    return weight_bytes <= STATIC_BELOW_BYTES
 
 
 def parse_openvino_device(value: str | None) -> str:

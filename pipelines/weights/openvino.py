@@ -44,7 +44,7 @@ import torch.utils._pytree as pytree
 from diffusers.hooks import HookRegistry, ModelHook
 
 from devices.compile import denoiser_of
-from devices.runtime import STATIC_BELOW_BYTES, RuntimePlan, check_device, check_weights, openvino_devices
+from devices.runtime import RuntimePlan, check_device, check_weights, openvino_devices, small_network
 
 from .openvino_w8a8 import Calibration
 
@@ -442,7 +442,7 @@ class OpenVinoRuntime:
             found = entry.compiled[shapes] = self.core.compile_model(model, self.plan.openvino_device, self.config)
         self.compiles += 1
         log.info("OpenVINO: compiled for %s in %.1f s", shapes or "dynamic shapes", time.perf_counter() - began)
-        kept = SMALL_SHAPES_KEPT if entry.weight_bytes <= STATIC_BELOW_BYTES else SHAPES_KEPT
+        kept = SMALL_SHAPES_KEPT if small_network(entry.weight_bytes) else SHAPES_KEPT
         while len(entry.compiled) > kept:
             entry.compiled.popitem(last=False)
         return found
