@@ -208,28 +208,6 @@ def test_a_request_walks_none_of_the_pipelines_module_trees(ov_pipeline, monkeyp
     assert walks == []
 
 
-def test_a_replica_with_two_threads_runs_the_unets_even_batches_as_two_halves_at_once(ov_pipeline, ov_cache):
-    """SPLIT_BATCH: on a replica with two or more threads, a UNet call with an even batch (CFG's two halves, four
-    images) runs as two half batches at once on two CPU streams, and gives the images of the whole batch.
-    A pool replica with one thread keeps one call. (Tests run torch at one thread: the runtime is told two.)"""
-    from pipelines.weights.openvino import OpenVinoRuntime
-
-    plan = ov_pipeline.runtime.plan
-    assert OpenVinoRuntime(plan, ov_cache, threads=2).streams == 2
-    assert OpenVinoRuntime(plan, ov_cache, threads=1).streams == 1
-    runtime = ov_pipeline.runtime
-    cfg = request(num_images=2, guidance_scale=5.0, seed=9)  # the UNet sees batch 4: two images, CFG
-    whole = ov_pipeline.generate(cfg)
-    runtime.streams = 2
-    try:
-        halves = ov_pipeline.generate(cfg)
-    finally:
-        runtime.streams = 1
-    unet = runtime.hooks["unet"].last
-    assert any(streams == 2 and shapes[0][0] == 2 for shapes, streams in unet.compiled)  # batch 4 ran as 2 + 2
-    assert_close(halves, whole, floor=60)
-
-
 def test_openvino_images_match_torch_fp32(ov_pipeline, torch_pipeline):
     """Same seeds, same sampler: within 40 dB of torch at the default size and at another batch and size
     (one converted graph serves every batch and size on the CPU)."""

@@ -52,14 +52,6 @@ from .openvino_w8a8 import Calibration
 log = logging.getLogger(__name__)
 
 HOOK = "openvino"
-# Networks whose calls with an even batch run as two halves at once on two CPU streams (`OpenVinoRuntime.run`), on
-# a replica with two or more threads and a graph compiled per shape. Measured on the 2-core VM, the embedded UNet's
-# static graph: batch 2 7.58 -> 6.44 ms, 4 13.8 -> 12.1, 8 23.9 -> 21.8 (two 1-thread streams against one
-# 2-thread call: small convolutions parallelize better across samples than inside one). The VAE decoder gained
-# 3 % at most (14.3 -> 13.9 ms at batch 4, none at 8), so it is not here. Each sample of a UNet2DConditionModel
-# call is computed alone (GroupNorm and attention are per sample), so the halves give the whole's output.
-SPLIT_BATCH = ("UNet2DConditionModel",)
-STREAMS = 2
 _SUMMARY = ("No conversion rule found for operations", "Conversion is failed for")  # OpenVINO's failure summary
 # Module classes whose traced graph was checked to give the torch output at other batch sizes and
 # image sizes than the traced ones (tests/test_openvino.py::test_openvino_images_match_torch_fp32): no
@@ -202,7 +194,7 @@ class OpenVinoHook(ModelHook):
         self.last = entry
         if entry.error is not None:
             return self.fn_ref.original_forward(*args, **kwargs)
-        return self.runtime.run(entry, [leaves[i] for i in tensor_at], split=self.kind in SPLIT_BATCH)
+        return self.runtime.run(entry, [leaves[i] for i in tensor_at])
 
     def _key(self, leaves: list[Any], spec: Any, tensor_at: list[int], module: torch.nn.Module) -> str:
         tensors = set(tensor_at)
@@ -244,8 +236,6 @@ class OpenVinoHook(ModelHook):
             text += ", converted per shape"
         elif self.runtime.plan.static_for(self.last.weight_bytes):
             text += ", compiled per shape"
-            if self.kind in SPLIT_BATCH and self.runtime.streams > 1:
-                text += f", even batches in halves on {self.runtime.streams} CPU streams"
         if self.last.calibration is not None:
             return f"{text}, {self.last.calibration.describe()}"
         return text + (f", activations {self.last.activations}" if self.runtime.plan.weights == "w8a8" and self.denoiser else "")
@@ -269,8 +259,6 @@ class OpenVinoRuntime:
         # the replica's share of the cores: serving.pool.share_cpu_threads set torch's
         self.config = _compile_config(plan.openvino_device, threads or torch.get_num_threads())
         self.identity = f"{self.version}|{plan.openvino_device}|{sorted(self.config.items())}|{plan.weights}"
-        threads_each = self.config.get("INFERENCE_NUM_THREADS", 1)
-        self.streams = STREAMS if plan.openvino_device == "CPU" and threads_each >= STREAMS else 1  # SPLIT_BATCH
         self.device_label = _device_label(self.core, plan.openvino_device)
         self.hooks: dict[str, OpenVinoHook] = {}
         self.modules: dict[str, torch.nn.Module] = {}
@@ -438,83 +426,43 @@ class OpenVinoRuntime:
         _save(self.ov, entry.model, json.dumps(meta), folder, replace=True)
         log.info("OpenVINO: denoiser quantized (int8 activations) on %d calls, %.3f from f32", len(samples), error)
 
-    def compiled(self, entry: _Entry, tensors: list[torch.Tensor], streams: int = 1) -> Any:
+    def compiled(self, entry: _Entry, tensors: list[torch.Tensor]) -> Any:
         """The graph compiled for this device: once (dynamic shapes), or per input shapes with static shapes
         (the NPU's rule, a small network's with OPENVINO_SHAPES=auto: RuntimePlan.static_for), the last
-        SHAPES_KEPT (SMALL_SHAPES_KEPT) kept; with `streams` > 1, for that many calls at once (`_run_halves`)."""
+        SHAPES_KEPT (SMALL_SHAPES_KEPT) kept."""
         shapes = tuple(tuple(t.shape) for t in tensors) if self.plan.static_for(entry.weight_bytes) else ()
-        slot = (shapes, streams)
-        found = entry.compiled.get(slot)
+        found = entry.compiled.get(shapes)
         if found is not None:
-            entry.compiled.move_to_end(slot)
+            entry.compiled.move_to_end(shapes)
             return found
         model = entry.model
         if shapes:
             model = model.clone()
             model.reshape({model.input(i): self.ov.PartialShape(list(shape)) for i, shape in enumerate(shapes)})
-        config = self.config if streams == 1 else {**self.config, "PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": streams}
         began = time.perf_counter()
         with OPENVINO_CALLS:
-            found = entry.compiled[slot] = self.core.compile_model(model, self.plan.openvino_device, config)
+            found = entry.compiled[shapes] = self.core.compile_model(model, self.plan.openvino_device, self.config)
         self.compiles += 1
-        log.info("OpenVINO: compiled for %s%s in %.1f s", shapes or "dynamic shapes", f", {streams} streams" * (streams > 1), time.perf_counter() - began)
+        log.info("OpenVINO: compiled for %s in %.1f s", shapes or "dynamic shapes", time.perf_counter() - began)
         kept = SMALL_SHAPES_KEPT if small_network(entry.weight_bytes) else SHAPES_KEPT
         while len(entry.compiled) > kept:
             entry.compiled.popitem(last=False)
         return found
 
-    def run(self, entry: _Entry, tensors: list[torch.Tensor], split: bool = False) -> Any:
-        """One call of a compiled graph; the output in the torch module's structure (its ModelOutput, tuple).
-        `split` (a SPLIT_BATCH network): an even batch runs as two halves at once where `_splits` allows."""
-        if split and self._splits(entry, tensors):
-            return self._run_halves(entry, tensors)
+    def run(self, entry: _Entry, tensors: list[torch.Tensor]) -> Any:
+        """One call of a compiled graph; the output in the torch module's structure (its ModelOutput, tuple)."""
         request = self.compiled(entry, tensors).create_infer_request()  # per call: replicas never share one
-        arrays = _set_inputs(self.ov, request, tensors)
+        arrays = [t.detach().cpu().contiguous().numpy() for t in tensors]
+        for i, array in enumerate(arrays):  # the key holds the dtypes the graph was traced with: no conversion needed
+            request.set_input_tensor(i, self.ov.Tensor(array, shared_memory=True))  # ~0.15 ms a call less than infer(arrays)
         request.infer()
         if entry.calibration is not None and entry.calibration.record(arrays):
             with self._lock:
                 self._quantize(entry, tensors)
-        return _outputs(entry, [request])
-
-    def _splits(self, entry: _Entry, tensors: list[torch.Tensor]) -> bool:
-        """Two streams on this replica, a graph compiled per shape, not recording w8a8's calibration, and an
-        even batch (the first input's first dimension)."""
-        if self.streams < 2 or entry.calibration is not None or not self.plan.static_for(entry.weight_bytes):
-            return False
-        batch = tensors[0].shape[0] if tensors and tensors[0].ndim else 0
-        return batch >= 2 and batch % 2 == 0
-
-    def _run_halves(self, entry: _Entry, tensors: list[torch.Tensor]) -> Any:
-        """The call as two halves of its batch at once, one on each CPU stream; the inputs without that batch
-        dimension (the timestep) go whole to both; the outputs are joined along the batch."""
-        batch, half = tensors[0].shape[0], tensors[0].shape[0] // 2
-        parts = [[t[k * half : (k + 1) * half] if t.ndim and t.shape[0] == batch else t for t in tensors] for k in (0, 1)]
-        compiled = self.compiled(entry, parts[0], streams=STREAMS)
-        requests = [compiled.create_infer_request() for _ in parts]
-        for request, part in zip(requests, parts, strict=True):
-            _set_inputs(self.ov, request, part)
-            request.start_async()
-        for request in requests:
-            request.wait()
-        return _outputs(entry, requests)
-
-
-def _set_inputs(ov: Any, request: Any, tensors: list[torch.Tensor]) -> list[Any]:
-    """The call's tensors as the request's inputs, sharing their memory; the arrays (alive until the call ends)."""
-    arrays = [t.detach().cpu().contiguous().numpy() for t in tensors]
-    for i, array in enumerate(arrays):  # the key holds the dtypes the graph was traced with: no conversion needed
-        request.set_input_tensor(i, ov.Tensor(array, shared_memory=True))  # ~0.15 ms a call less than infer(arrays)
-    return arrays
-
-
-def _outputs(entry: _Entry, requests: list[Any]) -> Any:
-    """The requests' outputs (copied: a request's buffers are its own), joined along the batch where there are
-    several, in the torch module's structure."""
-    leaves = list(entry.out_leaves)
-    for n, i in enumerate(entry.out_at):
-        parts = [torch.from_numpy(request.get_output_tensor(n).data.copy()) for request in requests]
-        leaves[i] = parts[0] if len(parts) == 1 else torch.cat(parts)
-    return pytree.tree_unflatten(leaves, entry.out_spec)
+        leaves = list(entry.out_leaves)
+        for n, i in enumerate(entry.out_at):
+            leaves[i] = torch.from_numpy(request.get_output_tensor(n).data.copy())
+        return pytree.tree_unflatten(leaves, entry.out_spec)
 
 
 def _reason(exc: Exception) -> str:
