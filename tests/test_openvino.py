@@ -208,6 +208,38 @@ def test_a_request_walks_none_of_the_pipelines_module_trees(ov_pipeline, monkeyp
     assert walks == []
 
 
+def test_torch_runs_one_thread_in_a_call_the_graphs_serve_and_all_of_them_where_it_runs_a_network(ov_pipeline, monkeypatch):
+    """OpenVinoRuntime.serving: on a replica with two threads, what torch does inside a call whose networks run as
+    graphs (the sampler, the post-quant conv) runs at one thread in the request's thread, and the threads are back
+    after; a network that falls back to its torch module inside, and a request RUNTIME=auto runs on torch, get
+    both. (The tests run torch at one thread: here the process and the runtime are told two.)"""
+    import torch
+
+    runtime = ov_pipeline.runtime
+    monkeypatch.setattr(runtime, "threads", 2)
+    in_steps, in_unet = [], []
+    unet = runtime.hooks["unet"]
+    original = unet.fn_ref.original_forward
+    monkeypatch.setattr(unet.fn_ref, "original_forward", lambda *a, **k: in_unet.append(torch.get_num_threads()) or original(*a, **k))
+    progress = lambda *args: in_steps.append(torch.get_num_threads())  # noqa: E731 - the step callback's threads
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ov_pipeline.generate(request(steps=2), progress)
+        assert in_steps == [1, 1, 2] and in_unet == []  # two steps inside the call, the last report after it
+        assert torch.get_num_threads() == 2
+        monkeypatch.setattr(unet.graphs[next(reversed(unet.graphs))], "error", "a network this call cannot convert")
+        in_steps.clear()
+        ov_pipeline.generate(request(steps=2), progress)
+        assert in_steps == [1, 1, 2] and set(in_unet) == {2}  # the UNet's torch module ran on both threads
+        in_steps.clear()
+        with runtime.torch_only("a test"):
+            ov_pipeline.generate(request(steps=2), progress)
+        assert in_steps == [2, 2, 2]
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_openvino_images_match_torch_fp32(ov_pipeline, torch_pipeline):
     """Same seeds, same sampler: within 40 dB of torch at the default size and at another batch and size
     (one converted graph serves every batch and size on the CPU)."""

@@ -6,6 +6,7 @@ Each function takes the `ImagePipeline` it works for as `p` (typed Any: that mod
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from typing import Any
@@ -192,7 +193,7 @@ def run_call(
     output = None
     try:
         timer.begin()
-        with p.dm.attention_context():
+        with p.dm.attention_context(), contextlib.nullcontext() if p.runtime is None else p.runtime.serving():
             output = pipe(**call)
     except Interrupted:
         pass  # a legacy-callback pipeline stopped by Stop: timer.cancelled says so

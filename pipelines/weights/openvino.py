@@ -193,7 +193,8 @@ class OpenVinoHook(ModelHook):
         self.graphs.move_to_end(key)
         self.last = entry
         if entry.error is not None:
-            return self.fn_ref.original_forward(*args, **kwargs)
+            with self.runtime.openmp.limit(limits=self.runtime.threads, user_api="openmp"):  # torch's threads back
+                return self.fn_ref.original_forward(*args, **kwargs)
         return self.runtime.run(entry, [leaves[i] for i in tensor_at])
 
     def _key(self, leaves: list[Any], spec: Any, tensor_at: list[int], module: torch.nn.Module) -> str:
@@ -257,7 +258,8 @@ class OpenVinoRuntime:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.core.set_property({"CACHE_DIR": str(self.cache_dir / "compiled")})
         # the replica's share of the cores: serving.pool.share_cpu_threads set torch's
-        self.config = _compile_config(plan.openvino_device, threads or torch.get_num_threads())
+        self.threads = threads or torch.get_num_threads()
+        self.config = _compile_config(plan.openvino_device, self.threads)
         self.identity = f"{self.version}|{plan.openvino_device}|{sorted(self.config.items())}|{plan.weights}"
         self.device_label = _device_label(self.core, plan.openvino_device)
         self.hooks: dict[str, OpenVinoHook] = {}
@@ -304,6 +306,28 @@ class OpenVinoRuntime:
             yield
         finally:
             self.torch_reason = before
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """One diffusers call of this pipeline: where every network runs a graph, torch's OpenMP runs one thread
+        in this thread inside. What is left to torch there (the sampler's arithmetic, the VAE's post-quant conv,
+        the images' conversion) is as fast on one, and a second thread's OpenMP worker spins after each parallel
+        op on the core OpenVINO's next graph wants (measured: a 4-image few-step request 82.0 -> 78.7 ms, the
+        VAE decoder most; docs/performance.md#where-a-requests-time-goes). threadpoolctl sets this thread's
+        OpenMP count only, so another replica's torch request keeps its own; a network that falls back to its
+        torch module inside gets the threads back (`OpenVinoHook.new_forward`)."""
+        if self.torch_reason is not None or self.skipped or self.threads == 1:
+            yield
+            return
+        with self.openmp.limit(limits=1, user_api="openmp"):
+            yield
+
+    @functools.cached_property
+    def openmp(self) -> Any:
+        """threadpoolctl's view of the OpenMP runtimes loaded (torch's), taken once: `limit` then costs ~10 µs."""
+        from threadpoolctl import ThreadpoolController
+
+        return ThreadpoolController()
 
     def describe(self) -> str:
         parts = [f"{name} {hook.describe()}" for name, hook in self.hooks.items()]
