@@ -240,6 +240,31 @@ def test_torch_runs_one_thread_in_a_call_the_graphs_serve_and_all_of_them_where_
         torch.set_num_threads(before)
 
 
+def test_a_replica_with_two_threads_runs_the_unets_even_batches_as_two_halves_at_once(ov_pipeline, ov_cache):
+    """SPLIT_BATCH: on a replica with two or more threads, a UNet call with an even batch (CFG's two halves, four
+    images) runs as two half batches at once on two CPU streams, and gives the images of the whole batch; so do
+    regional prompts, whose UNet calls take windows of the latent (not contiguous in memory). A pool replica with
+    one thread keeps one call. (Tests run torch at one thread: the runtime is told two.)"""
+    from pipelines.weights.openvino import OpenVinoRuntime
+
+    plan = ov_pipeline.runtime.plan
+    assert OpenVinoRuntime(plan, ov_cache, threads=2).streams == 2
+    assert OpenVinoRuntime(plan, ov_cache, threads=1).streams == 1
+    runtime = ov_pipeline.runtime
+    cfg = request(num_images=2, guidance_scale=5.0, seed=9)  # the UNet sees batch 4: two images, CFG
+    regional = request(prompt="a red circle ADDCOL a blue square", width=128, seed=9, regions={"regional_prompts": True})
+    wholes = [ov_pipeline.generate(r) for r in (cfg, regional)]
+    runtime.streams = 2
+    try:
+        splits = [ov_pipeline.generate(r) for r in (cfg, regional)]
+    finally:
+        runtime.streams = 1
+    unet = runtime.hooks["unet"]
+    assert any(streams == 2 for entry in unet.graphs.values() for _, streams in entry.compiled)  # halves ran
+    for split, whole in zip(splits, wholes, strict=True):
+        assert_close(split, whole, floor=60)
+
+
 def test_openvino_images_match_torch_fp32(ov_pipeline, torch_pipeline):
     """Same seeds, same sampler: within 40 dB of torch at the default size and at another batch and size
     (one converted graph serves every batch and size on the CPU)."""
@@ -611,3 +636,19 @@ def test_a_conversion_inside_a_request_shows_in_its_progress_bar(tiny_model_dir,
     assert after[0] == "starting" and after[1:] and all(desc.startswith("1 image(s): step ") for desc in after[1:]), bar
     assert "vae.encoder converted" in model.runtime_description
     assert model.activity == "idle"
+
+
+def test_a_call_splits_only_where_every_input_leads_with_its_even_batch():
+    """openvino_calls.halves: a UNet call is split only where each input that is not a scalar leads with one even
+    batch; a timestep given once for the batch, or an odd batch, runs whole."""
+    import torch
+
+    from pipelines.weights.openvino_calls import halves
+
+    sample, states, step = torch.randn(4, 4, 8, 8), torch.randn(4, 7, 16), torch.tensor(999)
+    parts = halves([sample, states, step])
+    assert [[t.shape for t in part] for part in parts] == [[(2, 4, 8, 8), (2, 7, 16), ()]] * 2
+    assert torch.equal(torch.cat([parts[0][0], parts[1][0]]), sample)
+    assert halves([sample, states, torch.tensor([999])]) is None  # one timestep for four samples
+    assert halves([sample[:3], states[:3], step]) is None
+    assert halves([sample[:1], states[:1], step]) is None

@@ -47,6 +47,7 @@ from diffusers.hooks import HookRegistry, ModelHook
 from devices.compile import denoiser_of
 from devices.runtime import RuntimePlan, check_device, check_weights, openvino_devices, small_network
 
+from .openvino_calls import SPLIT_BATCH, STREAMS, halves, outputs, run_at_once, set_inputs, torch_threads
 from .openvino_w8a8 import Calibration
 
 log = logging.getLogger(__name__)
@@ -193,9 +194,9 @@ class OpenVinoHook(ModelHook):
         self.graphs.move_to_end(key)
         self.last = entry
         if entry.error is not None:
-            with self.runtime.openmp.limit(limits=self.runtime.threads, user_api="openmp"):  # torch's threads back
+            with torch_threads(self.runtime.threads):  # inside OpenVinoRuntime.serving: the threads back
                 return self.fn_ref.original_forward(*args, **kwargs)
-        return self.runtime.run(entry, [leaves[i] for i in tensor_at])
+        return self.runtime.run(entry, [leaves[i] for i in tensor_at], split=self.kind in SPLIT_BATCH)
 
     def _key(self, leaves: list[Any], spec: Any, tensor_at: list[int], module: torch.nn.Module) -> str:
         tensors = set(tensor_at)
@@ -237,6 +238,8 @@ class OpenVinoHook(ModelHook):
             text += ", converted per shape"
         elif self.runtime.plan.static_for(self.last.weight_bytes):
             text += ", compiled per shape"
+            if self.kind in SPLIT_BATCH and self.runtime.streams > 1:
+                text += f", even batches in halves on {self.runtime.streams} CPU streams"
         if self.last.calibration is not None:
             return f"{text}, {self.last.calibration.describe()}"
         return text + (f", activations {self.last.activations}" if self.runtime.plan.weights == "w8a8" and self.denoiser else "")
@@ -261,6 +264,7 @@ class OpenVinoRuntime:
         self.threads = threads or torch.get_num_threads()
         self.config = _compile_config(plan.openvino_device, self.threads)
         self.identity = f"{self.version}|{plan.openvino_device}|{sorted(self.config.items())}|{plan.weights}"
+        self.streams = STREAMS if plan.openvino_device == "CPU" and self.threads >= STREAMS else 1  # SPLIT_BATCH
         self.device_label = _device_label(self.core, plan.openvino_device)
         self.hooks: dict[str, OpenVinoHook] = {}
         self.modules: dict[str, torch.nn.Module] = {}
@@ -307,27 +311,13 @@ class OpenVinoRuntime:
         finally:
             self.torch_reason = before
 
-    @contextlib.contextmanager
-    def serving(self) -> Iterator[None]:
-        """One diffusers call of this pipeline: where every network runs a graph, torch's OpenMP runs one thread
-        in this thread inside. What is left to torch there (the sampler's arithmetic, the VAE's post-quant conv,
-        the images' conversion) is as fast on one, and a second thread's OpenMP worker spins after each parallel
-        op on the core OpenVINO's next graph wants (measured: a 4-image few-step request 82.0 -> 78.7 ms, the
-        VAE decoder most; docs/performance.md#where-a-requests-time-goes). threadpoolctl sets this thread's
-        OpenMP count only, so another replica's torch request keeps its own; a network that falls back to its
-        torch module inside gets the threads back (`OpenVinoHook.new_forward`)."""
+    def serving(self) -> contextlib.AbstractContextManager:
+        """Around one diffusers call of this pipeline: where every network runs a graph, torch at one thread in this
+        thread (pipelines.weights.openvino_calls.torch_threads says why); a network that falls back to its torch
+        module inside gets the threads back (`OpenVinoHook.new_forward`)."""
         if self.torch_reason is not None or self.skipped or self.threads == 1:
-            yield
-            return
-        with self.openmp.limit(limits=1, user_api="openmp"):
-            yield
-
-    @functools.cached_property
-    def openmp(self) -> Any:
-        """threadpoolctl's view of the OpenMP runtimes loaded (torch's), taken once: `limit` then costs ~10 µs."""
-        from threadpoolctl import ThreadpoolController
-
-        return ThreadpoolController()
+            return contextlib.nullcontext()
+        return torch_threads(1)
 
     def describe(self) -> str:
         parts = [f"{name} {hook.describe()}" for name, hook in self.hooks.items()]
@@ -450,43 +440,47 @@ class OpenVinoRuntime:
         _save(self.ov, entry.model, json.dumps(meta), folder, replace=True)
         log.info("OpenVINO: denoiser quantized (int8 activations) on %d calls, %.3f from f32", len(samples), error)
 
-    def compiled(self, entry: _Entry, tensors: list[torch.Tensor]) -> Any:
+    def compiled(self, entry: _Entry, tensors: list[torch.Tensor], streams: int = 1) -> Any:
         """The graph compiled for this device: once (dynamic shapes), or per input shapes with static shapes
         (the NPU's rule, a small network's with OPENVINO_SHAPES=auto: RuntimePlan.static_for), the last
-        SHAPES_KEPT (SMALL_SHAPES_KEPT) kept."""
+        SHAPES_KEPT (SMALL_SHAPES_KEPT) kept; with `streams` > 1, for that many calls at once (SPLIT_BATCH)."""
         shapes = tuple(tuple(t.shape) for t in tensors) if self.plan.static_for(entry.weight_bytes) else ()
-        found = entry.compiled.get(shapes)
+        slot = (shapes, streams)
+        found = entry.compiled.get(slot)
         if found is not None:
-            entry.compiled.move_to_end(shapes)
+            entry.compiled.move_to_end(slot)
             return found
         model = entry.model
         if shapes:
             model = model.clone()
             model.reshape({model.input(i): self.ov.PartialShape(list(shape)) for i, shape in enumerate(shapes)})
+        config = self.config if streams == 1 else {**self.config, "PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": streams}
         began = time.perf_counter()
         with OPENVINO_CALLS:
-            found = entry.compiled[shapes] = self.core.compile_model(model, self.plan.openvino_device, self.config)
+            found = entry.compiled[slot] = self.core.compile_model(model, self.plan.openvino_device, config)
         self.compiles += 1
-        log.info("OpenVINO: compiled for %s in %.1f s", shapes or "dynamic shapes", time.perf_counter() - began)
+        log.info("OpenVINO: compiled for %s (%d stream(s)) in %.1f s", shapes or "dynamic shapes", streams, time.perf_counter() - began)
         kept = SMALL_SHAPES_KEPT if small_network(entry.weight_bytes) else SHAPES_KEPT
         while len(entry.compiled) > kept:
             entry.compiled.popitem(last=False)
         return found
 
-    def run(self, entry: _Entry, tensors: list[torch.Tensor]) -> Any:
-        """One call of a compiled graph; the output in the torch module's structure (its ModelOutput, tuple)."""
+    def run(self, entry: _Entry, tensors: list[torch.Tensor], split: bool = False) -> Any:
+        """One call of a compiled graph; the output in the torch module's structure (its ModelOutput, tuple).
+        `split` (a SPLIT_BATCH network): an even batch runs as two halves at once (pipelines.weights.openvino_calls)
+        on a replica with two streams, a graph compiled per shape, and no w8a8 calibration recording."""
+        parts = None
+        if split and self.streams > 1 and entry.calibration is None and self.plan.static_for(entry.weight_bytes):
+            parts = halves(tensors)
+        if parts is not None:
+            return outputs(entry, run_at_once(self.ov, self.compiled(entry, parts[0], self.streams), parts))
         request = self.compiled(entry, tensors).create_infer_request()  # per call: replicas never share one
-        arrays = [t.detach().cpu().contiguous().numpy() for t in tensors]
-        for i, array in enumerate(arrays):  # the key holds the dtypes the graph was traced with: no conversion needed
-            request.set_input_tensor(i, self.ov.Tensor(array, shared_memory=True))  # ~0.15 ms a call less than infer(arrays)
+        arrays = set_inputs(self.ov, request, tensors)
         request.infer()
         if entry.calibration is not None and entry.calibration.record(arrays):
             with self._lock:
                 self._quantize(entry, tensors)
-        leaves = list(entry.out_leaves)
-        for n, i in enumerate(entry.out_at):
-            leaves[i] = torch.from_numpy(request.get_output_tensor(n).data.copy())
-        return pytree.tree_unflatten(leaves, entry.out_spec)
+        return outputs(entry, [request])
 
 
 def _reason(exc: Exception) -> str:
