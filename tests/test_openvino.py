@@ -8,6 +8,7 @@ parity bar; bit-identity with torch is not expected, with the runtime's own cach
 
 from __future__ import annotations
 
+import types
 from typing import ClassVar
 
 import numpy as np
@@ -236,6 +237,11 @@ def test_torch_runs_one_thread_in_a_call_the_graphs_serve_and_all_of_them_where_
         with runtime.torch_only("a test"):
             ov_pipeline.generate(request(steps=2), progress)
         assert in_steps == [2, 2, 2]
+        twin = types.SimpleNamespace(components={**ov_pipeline.pipe.components, "controlnet": torch.nn.Conv2d(4, 4, 1)})
+        with runtime.serving(twin):  # a ControlNet twin's call: the ControlNet runs torch
+            assert torch.get_num_threads() == 2
+        with runtime.serving(ov_pipeline.pipe):
+            assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
 

@@ -193,7 +193,7 @@ def run_call(
     output = None
     try:
         timer.begin()
-        with p.dm.attention_context(), contextlib.nullcontext() if p.runtime is None else p.runtime.serving():
+        with p.dm.attention_context(), contextlib.nullcontext() if p.runtime is None else p.runtime.serving(pipe):
             output = pipe(**call)
     except Interrupted:
         pass  # a legacy-callback pipeline stopped by Stop: timer.cancelled says so

@@ -47,7 +47,7 @@ from diffusers.hooks import HookRegistry, ModelHook
 from devices.compile import denoiser_of
 from devices.runtime import RuntimePlan, check_device, check_weights, openvino_devices, small_network
 
-from .openvino_calls import SPLIT_BATCH, STREAMS, halves, outputs, run_at_once, set_inputs, torch_threads
+from .openvino_calls import SPLIT_BATCH, STREAMS, all_served, halves, outputs, run_at_once, set_inputs, torch_threads
 from .openvino_w8a8 import Calibration
 
 log = logging.getLogger(__name__)
@@ -311,11 +311,12 @@ class OpenVinoRuntime:
         finally:
             self.torch_reason = before
 
-    def serving(self) -> contextlib.AbstractContextManager:
-        """Around one diffusers call of this pipeline: where every network runs a graph, torch at one thread in this
-        thread (pipelines.weights.openvino_calls.torch_threads says why); a network that falls back to its torch
-        module inside gets the threads back (`OpenVinoHook.new_forward`)."""
-        if self.torch_reason is not None or self.skipped or self.threads == 1:
+    def serving(self, pipe: Any) -> contextlib.AbstractContextManager:
+        """Around one diffusers call of `pipe` (this pipeline or a twin): where every network it holds runs as graphs
+        here, torch at one thread in this thread (pipelines.weights.openvino_calls says why); a ControlNet or an
+        IP-Adapter's image encoder runs torch, so such a call keeps the threads, and so does a network that falls
+        back to its torch module inside (`OpenVinoHook.new_forward`)."""
+        if self.torch_reason is not None or self.skipped or self.threads == 1 or not all_served(pipe, self.modules):
             return contextlib.nullcontext()
         return torch_threads(1)
 

@@ -1,6 +1,8 @@
-"""One call of a compiled OpenVINO graph (`OpenVinoRuntime.run`): torch's tensors handed to the request without a
-copy, the outputs back in the torch module's structure, a UNet's even batch as two halves at once, and torch at
-one thread around a call the graphs serve.
+"""One call of a compiled graph: inputs, outputs, a UNet's even batch in halves, torch's threads around the call.
+
+`OpenVinoRuntime.run` hands torch's tensors to the request without a copy and gives the outputs back in the torch
+module's structure; a UNet's even batch runs as two halves at once; torch runs one thread around a call the
+graphs serve.
 
 The halves (`SPLIT_BATCH`): on a replica with two or more threads, a UNet call whose inputs all carry one even
 batch runs as two half batches at once, one on each of two 1-thread CPU streams, and the outputs are joined.
@@ -74,6 +76,16 @@ def run_at_once(ov: Any, compiled: Any, parts: list[list[torch.Tensor]]) -> list
         request.wait()
     del held
     return requests
+
+
+def all_served(pipe: Any, served: dict[str, torch.nn.Module]) -> bool:
+    """Whether each torch network `pipe` holds runs as graphs (`served`: the runtime's, by name; the VAE is served
+    through its decoder and encoder). A ControlNet or an IP-Adapter's image encoder is not."""
+    ids = {id(module) for module in served.values()}
+    for name, module in pipe.components.items():
+        if isinstance(module, torch.nn.Module) and id(module) not in ids and not (name == "vae" and "vae.decoder" in served):
+            return False
+    return True
 
 
 def torch_threads(threads: int) -> contextlib.AbstractContextManager:
