@@ -175,6 +175,21 @@ def test_a_failed_w8a8_quantization_keeps_the_f32_graph_and_says_why(tmp_path, m
     assert np.array_equal(np.stack(arrays(w8a8.generate(request(steps=20)))), np.stack(arrays(first)))
 
 
+def test_w8a8_calibrates_on_calls_at_two_sizes(family_root, tmp_path):
+    """The calibration's calls can come at two sizes (the fast model's 4-step requests, five of them; a request
+    that draws at the model's size first): the check against the f32 graph runs each call through graphs of its
+    own shapes. It compared them all with the last call's static graph, so the denoiser stayed f32 ("the input
+    tensor size is not equal to the model input")."""
+    pytest.importorskip("nncf")
+    path = families.build("sd15", family_root / "sd15")
+    options = PipelineOptions(runtime="openvino", openvino_cache=tmp_path, openvino_weights="w8a8")
+    w8a8 = ImagePipeline.from_pretrained(str(path), DeviceManager("cpu"), options)
+    w8a8.generate(request(steps=6, width=64, height=64))
+    assert "calibrating int8 activations (" in w8a8.runtime_description
+    w8a8.generate(request(steps=20, width=128, height=128))
+    assert "activations int8" in w8a8.runtime_description, w8a8.runtime_description
+
+
 def test_a_pool_replicas_share_of_the_cores_runs_unpinned(monkeypatch):
     """OpenVINO pinned every replica's stream to the same cores (two requests at once on cpu,cpu: 2.01x one);
     a replica with a share of the cores runs unpinned, a lone one keeps OpenVINO's default."""

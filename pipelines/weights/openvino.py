@@ -412,7 +412,7 @@ class OpenVinoRuntime:
             entry.calibration = Calibration()
         return entry
 
-    def _quantize(self, entry: _Entry, example: list[torch.Tensor]) -> None:
+    def _quantize(self, entry: _Entry) -> None:
         """w8a8: the denoiser's graph quantized on its recorded calls, kept when it stays within
         openvino_w8a8.TOLERANCE of the f32 graph, and saved over the f32 one in the cache; else the f32 graph
         stays, and `entry.activations` says why (the status panel shows it)."""
@@ -420,11 +420,13 @@ class OpenVinoRuntime:
         from .openvino_w8a8 import quantize, relative_error
 
         samples, entry.calibration = entry.calibration.samples, None
-        f32, model, compiled = self.compiled(entry, example), entry.model, entry.compiled
+        model, compiled = entry.model, entry.compiled
+        f32 = _Entry(entry.key, model=model, compiled=compiled, weight_bytes=entry.weight_bytes)
         self.on_activity("OpenVINO: quantizing the denoiser to int8 activations (once; cached on disk)")
         try:
             entry.model, entry.compiled = quantize(model, samples), OrderedDict()
-            error = relative_error(self.compiled(entry, example), f32, samples)
+            # each recorded call through graphs of its own shapes: one request can call the denoiser at two sizes
+            error = relative_error(lambda arrays: self.compiled(entry, arrays), lambda arrays: self.compiled(f32, arrays), samples)
             why = f"int8 was {error:.3f} from it, over {W8A8_TOLERANCE}" if error > W8A8_TOLERANCE else None
         except Exception as exc:  # NNCF or the plugin refusing the quantized graph: the request goes on in f32
             log.warning("OpenVINO: the denoiser's quantization failed", exc_info=True)
@@ -480,7 +482,7 @@ class OpenVinoRuntime:
         request.infer()
         if entry.calibration is not None and entry.calibration.record(arrays):
             with self._lock:
-                self._quantize(entry, tensors)
+                self._quantize(entry)
         return outputs(entry, [request])
 
 

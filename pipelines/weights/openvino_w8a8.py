@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -69,11 +70,13 @@ def quantize(model: Any, samples: list[list[np.ndarray]]) -> Any:
     )
 
 
-def relative_error(compiled_int8: Any, compiled_f32: Any, samples: list[list[np.ndarray]]) -> float:
-    """mean |int8 - f32| / mean |f32| of the first output, over every few calibration calls."""
+def relative_error(int8_for: Callable[[list[np.ndarray]], Any], f32_for: Callable[[list[np.ndarray]], Any],
+                   samples: list[list[np.ndarray]]) -> float:
+    """mean |int8 - f32| / mean |f32| of the first output, over every few calibration calls; `int8_for` and
+    `f32_for` give each call's compiled graph (per its shapes, where graphs are static)."""
     diff = scale = 0.0
     for arrays in samples[:: max(1, len(samples) // 5)]:
-        got, want = (c.create_infer_request() for c in (compiled_int8, compiled_f32))
+        got, want = (compiled(arrays).create_infer_request() for compiled in (int8_for, f32_for))
         got.infer(arrays)
         want.infer(arrays)
         a, b = got.get_output_tensor(0).data, want.get_output_tensor(0).data
