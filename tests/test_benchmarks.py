@@ -198,6 +198,8 @@ def test_speed_runtime_openvino_reports_the_ratios(tiny_model_dir, tmp_path, cap
     assert all(r["openvino_vs_torch"] > 0 and r["openvino_static"] > 0 and r["openvino_dynamic"] > 0 for r in rows)
     assert summary["first_load_s"] > 0 and summary["cached_load_s"] > 0 and summary["psnr_vs_torch"] >= 40
     assert "OpenVINO vs torch eager" in capsys.readouterr().out
+    for images, report in json.loads(out.read_text())["reports"].items():  # w8a8 timed once calibrated, not before
+        assert "activations int8" in report["results"]["openvino-w8a8"]["runtime"], images
 
 
 @pytest.mark.openvino

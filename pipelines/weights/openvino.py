@@ -8,15 +8,14 @@ img2img strength, tiles of a tiled VAE, SDXL's extra conditioning) converts as i
 module stays a torch module: diffusers still reads its config, dtype and device, LoRAs load into
 it, and the samplers, previews, Stop, inpaint and the device pool run unchanged around it.
 
-What a graph is keyed by (`_Entry.key`): the call's structure (pytree spec, tensor dtypes and ranks,
-its non-tensor arguments, which are baked in the trace), the module's weights (a hash taken when
-the runtime is installed), the active LoRAs and their scales (peft's scaling is a constant in the
-trace: a new LoRA set is a new graph), the OpenVINO version and device; and, where the graph is not
-known to stay right at other shapes (`DYNAMIC_SAFE`), the input shapes. Graphs are saved under
-OPENVINO_CACHE (model.xml/.bin + meta.json), so a restart reads them instead of converting;
-OpenVINO's own CACHE_DIR keeps the compiled blobs beside them. A graph is compiled once for dynamic
-shapes, or once per input shapes with static shapes (the NPU's rule, OPENVINO_SHAPES=static, and a
-small network's with OPENVINO_SHAPES=auto: devices.runtime.STATIC_BELOW_BYTES).
+What a graph is keyed by (`_Entry.key`): the call's structure (pytree spec, tensor dtypes and ranks, its non-tensor
+arguments, which are baked in the trace), the module's weights (a hash taken when the runtime is installed), the
+active LoRAs and their scales (peft's scaling is a constant in the trace: a new LoRA set is a new graph), the
+OpenVINO version and device; and, where the graph is not known to stay right at other shapes (`DYNAMIC_SAFE`), the
+input shapes. Graphs are saved under OPENVINO_CACHE (model.xml/.bin + meta.json), so a restart reads them instead of
+converting; OpenVINO's own CACHE_DIR keeps the compiled blobs beside them. A graph is compiled once for dynamic
+shapes, or once per input shapes with static shapes (the NPU's rule, OPENVINO_SHAPES=static, and a small network's
+with OPENVINO_SHAPES=auto: devices.runtime.STATIC_BELOW_BYTES).
 
 Each converted graph is checked once against the torch module on the inputs it was traced with
 (`TOLERANCE`); a graph that fails the check, or a module OpenVINO cannot convert, stays torch, and
@@ -319,6 +318,11 @@ class OpenVinoRuntime:
         if self.torch_reason is not None or self.skipped or self.threads == 1 or not all_served(pipe, self.modules):
             return contextlib.nullcontext()
         return torch_threads(1)
+
+    @property
+    def calibrating(self) -> bool:
+        """w8a8: a denoiser's calls are still recorded (its requests run the f32 graph until it is quantized)."""
+        return any(hook.last is not None and hook.last.calibration is not None for hook in self.hooks.values())
 
     def describe(self) -> str:
         parts = [f"{name} {hook.describe()}" for name, hook in self.hooks.items()]
