@@ -139,8 +139,9 @@ def test_int8_weights_keep_the_picture_in_a_quarter_of_the_memory(ov_cache, torc
 def test_w8a8_calibrates_on_the_first_request_then_draws_the_scene_in_int8(ov_cache, torch_pipeline):
     """OPENVINO_WEIGHTS=w8a8: the first request runs the f32 denoiser while its calls are recorded, then the graph is
     quantized (int8 weights and activations) and saved over the f32 one; the next requests, and a restart, run it.
-    The images stay the scene asked for and close to torch fp32's (pooled PSNR >= 30 dB; one image may drift:
-    docs/performance.md#int8-weights)."""
+    Every image stays the scene asked for and within 30 dB of torch fp32's: the issue's bar, on the four scenes of
+    `python -m benchmarks speed` (the fourth drew its square a few pixels away, 14.6 dB, while NNCF clipped the
+    activations to their mean range: docs/performance.md#int8-weights-and-activations-openvino_weightsw8a8)."""
     pytest.importorskip("nncf")
     from models.scoring import classify
 
@@ -148,10 +149,14 @@ def test_w8a8_calibrates_on_the_first_request_then_draws_the_scene_in_int8(ov_ca
     w8a8 = ImagePipeline.from_pretrained(DEFAULT_MODEL, DeviceManager("cpu"), options)
     w8a8.generate(request(steps=20))  # 20 denoiser calls: the calibration
     assert "unet converted" in w8a8.runtime_description and "activations int8" in w8a8.runtime_description
-    asked = request(num_images=4, steps=20)
+    scenes = [("red", "circle", "blue"), ("yellow", "triangle", "purple"), ("white", "square", "black"),
+              ("green", "circle", "orange")]  # fmt: skip
+    asked = request(prompt=[f"a {c} {s} on a {b} background" for c, s, b in scenes], seed=0, steps=20,
+                    guidance_scale=w8a8.vocabulary["default_guidance_scale"])  # fmt: skip
     got, expected = np.stack(arrays(w8a8.generate(asked))), np.stack(arrays(torch_pipeline.generate(asked)))
-    assert psnr(got, expected) >= 30.0
-    assert all((f.color, f.shape, f.background) == ("red", "circle", "blue") for f in map(classify, got))
+    quality = [round(psnr(a, b), 1) for a, b in zip(got, expected, strict=True)]
+    assert min(quality) >= 30.0, f"PSNR per image {quality}"
+    assert [(f.color, f.shape, f.background) for f in map(classify, got)] == scenes
     again = ImagePipeline.from_pretrained(DEFAULT_MODEL, DeviceManager("cpu"), options)
     assert np.array_equal(np.stack(arrays(again.generate(asked))), got)  # the saved int8 graph, no new calibration
     assert "unet disk cache" in again.runtime_description and "activations int8" in again.runtime_description

@@ -47,7 +47,7 @@ from devices.compile import denoiser_of
 from devices.runtime import RuntimePlan, check_device, check_weights, openvino_devices, small_network
 
 from .openvino_calls import SPLIT_BATCH, STREAMS, all_served, halves, outputs, run_at_once, set_inputs, torch_threads
-from .openvino_w8a8 import Calibration
+from .openvino_w8a8 import RECIPE, Calibration
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +262,7 @@ class OpenVinoRuntime:
         # the replica's share of the cores: serving.pool.share_cpu_threads set torch's
         self.threads = threads or torch.get_num_threads()
         self.config = _compile_config(plan.openvino_device, self.threads)
-        self.identity = f"{self.version}|{plan.openvino_device}|{sorted(self.config.items())}|{plan.weights}"
+        self.identity = f"{self.version}|{plan.openvino_device}|{sorted(self.config.items())}|{RECIPE.get(plan.weights, plan.weights)}"
         self.streams = STREAMS if plan.openvino_device == "CPU" and self.threads >= STREAMS else 1  # SPLIT_BATCH
         self.device_label = _device_label(self.core, plan.openvino_device)
         self.hooks: dict[str, OpenVinoHook] = {}
