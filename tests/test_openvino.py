@@ -270,12 +270,17 @@ def test_a_replica_with_two_threads_runs_the_unets_even_batches_as_two_halves_at
     """SPLIT_BATCH: on a replica with two or more threads, a UNet call with an even batch (CFG's two halves, four
     images) runs as two half batches at once on two CPU streams, and gives the images of the whole batch; so do
     regional prompts, whose UNet calls take windows of the latent (not contiguous in memory). A pool replica with
-    one thread keeps one call. (Tests run torch at one thread: the runtime is told two.)"""
+    one thread keeps one call, and so do int8/int4 weights (decompressed in the graph, two streams at once drew
+    wrong images in 3 of 6 processes). (Tests run torch at one thread: the runtime is told two.)"""
+    import dataclasses
+
     from pipelines.weights.openvino import OpenVinoRuntime
 
     plan = ov_pipeline.runtime.plan
     assert OpenVinoRuntime(plan, ov_cache, threads=2).streams == 2
     assert OpenVinoRuntime(plan, ov_cache, threads=1).streams == 1
+    for weights, streams in (("int8", 1), ("int4", 1), ("w8a8", 2)):
+        assert OpenVinoRuntime(dataclasses.replace(plan, weights=weights), ov_cache, threads=2).streams == streams
     runtime = ov_pipeline.runtime
     cfg = request(num_images=2, guidance_scale=5.0, seed=9)  # the UNet sees batch 4: two images, CFG
     regional = request(prompt="a red circle ADDCOL a blue square", width=128, seed=9, regions={"regional_prompts": True})

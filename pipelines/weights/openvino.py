@@ -46,7 +46,7 @@ from diffusers.hooks import HookRegistry, ModelHook
 from devices.compile import denoiser_of
 from devices.runtime import RuntimePlan, check_device, check_weights, openvino_devices, small_network
 
-from .openvino_calls import SPLIT_BATCH, STREAMS, all_served, halves, outputs, run_at_once, set_inputs, torch_threads
+from .openvino_calls import SPLIT_BATCH, all_served, halves, outputs, run_at_once, set_inputs, streams_of, torch_threads
 from .openvino_w8a8 import RECIPE, Calibration
 
 log = logging.getLogger(__name__)
@@ -263,7 +263,7 @@ class OpenVinoRuntime:
         self.threads = threads or torch.get_num_threads()
         self.config = _compile_config(plan.openvino_device, self.threads)
         self.identity = f"{self.version}|{plan.openvino_device}|{sorted(self.config.items())}|{RECIPE.get(plan.weights, plan.weights)}"
-        self.streams = STREAMS if plan.openvino_device == "CPU" and self.threads >= STREAMS else 1  # SPLIT_BATCH
+        self.streams = streams_of(plan.openvino_device, self.threads, plan.weights)  # SPLIT_BATCH
         self.device_label = _device_label(self.core, plan.openvino_device)
         self.hooks: dict[str, OpenVinoHook] = {}
         self.modules: dict[str, torch.nn.Module] = {}

@@ -10,7 +10,10 @@ Small convolutions parallelize better across samples than inside one; measured o
 UNet's static graph alone: batch 2 7.58 -> 6.44 ms, 4 13.8 -> 12.1, 8 23.9 -> 21.8 (docs/performance.md). The
 VAE decoder gained 3 % at most, so it is not split. Each sample of a UNet2DConditionModel call is computed alone
 (GroupNorm and attention are per sample), so the halves give the whole's output; a call with an input of another
-leading size (one timestep for a batch, say) runs whole.
+leading size (one timestep for a batch, say) runs whole. Not with OPENVINO_WEIGHTS=int8 or int4 (`streams_of`):
+graphs whose weights OpenVINO decompresses as it runs drew wrong images (5-12 dB against fp32) in 3 of 6
+processes when run as two streams at once, and right ones in 6 of 6 on one stream; fp32 and w8a8's quantized
+UNet (its int8 weights are not decompressed) stayed right in every process (7 of 7 for w8a8).
 
 Torch at one thread (`torch_threads`, OpenVinoRuntime.serving): inside a call whose networks all run as graphs,
 what is left to torch (the sampler's arithmetic, the VAE's post-quant conv, the images' conversion) is as fast on
@@ -31,6 +34,12 @@ import torch.utils._pytree as pytree
 
 SPLIT_BATCH = ("UNet2DConditionModel",)
 STREAMS = 2  # the streams a split call runs on, where the replica has that many threads
+DECOMPRESSED = ("int8", "int4")  # OPENVINO_WEIGHTS whose graphs decompress their weights: never split (module doc)
+
+
+def streams_of(device: str, threads: int, weights: str) -> int:
+    """The CPU streams a replica's SPLIT_BATCH calls run on: STREAMS on a CPU with that many threads, else 1."""
+    return STREAMS if device == "CPU" and threads >= STREAMS and weights not in DECOMPRESSED else 1
 
 
 def set_inputs(ov: Any, request: Any, tensors: list[torch.Tensor]) -> list[Any]:
