@@ -140,8 +140,8 @@ def test_w8a8_calibrates_on_the_first_request_then_draws_the_scene_in_int8(ov_ca
     """OPENVINO_WEIGHTS=w8a8: the first request runs the f32 denoiser while its calls are recorded, then the graph is
     quantized (int8 weights and activations) and saved over the f32 one; the next requests, and a restart, run it.
     Every image stays the scene asked for and within 30 dB of torch fp32's: the issue's bar, on the four scenes of
-    `python -m benchmarks speed` (the fourth drew its square a few pixels away, 14.6 dB, while NNCF clipped the
-    activations to their mean range: docs/performance.md#int8-weights-and-activations-openvino_weightsw8a8)."""
+    `python -m benchmarks speed` (the fourth was 14.6 dB from it while NNCF clipped the activations to their mean
+    range: docs/performance.md#int8-weights-and-activations-openvino_weightsw8a8)."""
     pytest.importorskip("nncf")
     from models.scoring import classify
 
@@ -181,10 +181,10 @@ def test_a_failed_w8a8_quantization_keeps_the_f32_graph_and_says_why(tmp_path, m
 
 
 def test_w8a8_calibrates_on_calls_at_two_sizes(family_root, tmp_path):
-    """The calibration's calls can come at two sizes (the fast model's 4-step requests, five of them; a request
-    that draws at the model's size first): the check against the f32 graph runs each call through graphs of its
-    own shapes. It compared them all with the last call's static graph, so the denoiser stayed f32 ("the input
-    tensor size is not equal to the model input")."""
+    """The calibration's calls can come at two sizes (the fast model calibrates over five 4-step requests; this
+    model's 256 px request made its first three calls at 8x8 latents): the check against the f32 graph runs each
+    call through graphs of its own shapes. It compared them all with the last call's static graph, so the denoiser
+    stayed f32 ("the input tensor size is not equal to the model input")."""
     pytest.importorskip("nncf")
     path = families.build("sd15", family_root / "sd15")
     options = PipelineOptions(runtime="openvino", openvino_cache=tmp_path, openvino_weights="w8a8")
